@@ -1,0 +1,21 @@
+package idem_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestStdlibOnly keeps the root package free of dependencies: everything that
+// touches a database, broker or SDK lives in a leaf package.
+func TestStdlibOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p != "github.com/idemgo/idem" {
+			t.Errorf("root package imports non-standard package %s", p)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Handler is the user's work for one message. It returns the result to record
+// (replayed to duplicates; may be nil). Its context carries the message's key
+// (KeyFromContext, DeriveKey) and is cancelled with cause ErrLeaseLost if
+// another owner takes the key over.
+type Handler func(ctx context.Context) ([]byte, error)
+
+// Guard runs the idempotent flow around handlers: claim, handle, complete.
+// It is safe for concurrent use.
+type Guard struct {
+	store Store
+	opts  Options
+}
+
+// New returns a guard over store. Options are validated once here; the error
+// wraps ErrInvalidOptions and says what to fix.
+func New(store Store, opts Options) (*Guard, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil Store", ErrInvalidOptions)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{store: store, opts: opts}, nil
+}
+
+// Store returns the guard's store.
+func (g *Guard) Store() Store { return g.store }
+
+// Options returns the guard's options with defaults filled in.
+func (g *Guard) Options() Options { return g.opts }
+
+// Key extracts and validates the key of m in the guard's scope.
+func (g *Guard) Key(m Message) (Key, error) {
+	id, err := g.opts.Key(m)
+	if err != nil {
+		if !errors.Is(err, ErrNoKey) && !errors.Is(err, ErrInvalidKey) {
+			err = &KeyError{Reason: err.Error(), Err: ErrInvalidKey}
+		}
+		return Key{Scope: g.opts.Scope}, err
+	}
+	k := Key{Scope: g.opts.Scope, ID: id}
+	return k, k.Validate()
+}
+
+// Fingerprint computes the fingerprint of m.
+func (g *Guard) Fingerprint(m Message) (string, error) {
+	fp, err := g.opts.Fingerprint(m)
+	if err != nil && !errors.Is(err, ErrInvalidKey) {
+		err = &KeyError{Reason: "fingerprint: " + err.Error(), Err: ErrInvalidKey}
+	}
+	return fp, err
+}
+
+// Do runs h at most once per key (effectively once: see the package doc) in
+// two-phase mode. On a duplicate it skips h and returns the recorded result
+// with OutcomeDuplicate and a nil error. Errors: ErrNoKey / ErrInvalidKey,
+// ErrConflict (*ConflictError), ErrInProgress and ErrStale (*StateError),
+// the handler's own error (the claim released), ErrLeaseLost, *StoreError.
+// Pass the pair to Decide for the broker action.
+func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) {
+	start := time.Now()
+	key, err := g.Key(msg)
+	if err == nil {
+		var fp string
+		if fp, err = g.Fingerprint(msg); err == nil {
+			return g.DoKey(ctx, key, fp, h)
+		}
+	}
+	if errors.Is(err, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
+		return g.unkeyed(ctx, key, start, func(ctx context.Context) ([]byte, error) { return h(ctx) }, "two-phase")
+	}
+	res := Result{Outcome: OutcomeNoKey, Key: key}
+	g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
+	return res, err
+}
+
+func (g *Guard) unkeyed(ctx context.Context, key Key, start time.Time, h Handler, mode string) (Result, error) {
+	hs := time.Now()
+	v, err := callHandler(ctx, h)
+	res := Result{Outcome: OutcomeUnkeyed, Key: key, Value: v}
+	if err != nil {
+		res.Outcome = failedOutcome(err)
+	}
+	g.observe(ctx, Event{Key: key, Mode: mode, Outcome: res.Outcome, Err: err, Handler: time.Since(hs), Total: time.Since(start)})
+	return res, err
+}
+
+// DoKey is Do with a key and fingerprint computed by the caller (HTTP
+// middleware, job runners). key.Scope is used as given.
+func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (res Result, err error) {
+	ev := Event{Key: key, Mode: "two-phase"}
+	start := time.Now()
+	defer func() {
+		ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
+		g.observe(ctx, ev)
+	}()
+	res.Key = key
+	if err := key.Validate(); err != nil {
+		res.Outcome = OutcomeNoKey
+		return res, err
+	}
+	now := g.opts.Clock()
+	c, err := g.store.Claim(ctx, ClaimRequest{
+		Key:           key,
+		Fingerprint:   fingerprint,
+		Now:           now,
+		LeaseUntil:    now.Add(g.opts.Lease),
+		ExpiresAt:     now.Add(g.opts.Retention),
+		TakeOverStale: g.opts.Stale != StalePark,
+	})
+	ev.Claim = time.Since(start)
+	if err != nil {
+		res.Outcome = OutcomeStoreError
+		return res, storeErr("claim", err)
+	}
+	res.Record, res.Retaken = c.Record, c.Retaken
+	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
+	if c.Outcome != ClaimAcquired || c.Retaken {
+		// A retaken record keeps its original fingerprint, so a stale
+		// owner's content is compared with this message's too.
+		if conflicting(fingerprint, c.Record.Fingerprint) {
+			if c.Outcome == ClaimAcquired {
+				g.release(ctx, key, c.Record.Token)
+			}
+			res.Outcome = OutcomeConflict
+			return res, &ConflictError{Key: key, Fingerprint: fingerprint, Record: c.Record}
+		}
+	}
+	switch c.Outcome {
+	case ClaimDuplicate:
+		res.Outcome, res.Value = OutcomeDuplicate, c.Record.Result
+		return res, nil
+	case ClaimInProgress:
+		res.Outcome = OutcomeInProgress
+		return res, &StateError{Key: key, Record: c.Record, Err: ErrInProgress}
+	case ClaimStale:
+		res.Outcome = OutcomeStale
+		return res, &StateError{Key: key, Record: c.Record, Err: ErrStale}
+	case ClaimAcquired:
+	default:
+		res.Outcome = OutcomeStoreError
+		return res, storeErr("claim", fmt.Errorf("unknown claim outcome %d", c.Outcome))
+	}
+
+	token := c.Record.Token
+	hctx := ContextWithKey(ctx, key)
+	if c.Retaken && g.opts.Stale == StaleReconcile {
+		hs := time.Now()
+		value, done, rerr := g.opts.Reconcile(hctx, c.Record)
+		ev.Handler += time.Since(hs)
+		if rerr != nil {
+			g.release(ctx, key, token)
+			res.Outcome = failedOutcome(rerr)
+			return res, rerr
+		}
+		if done {
+			res.Outcome = OutcomeReconciled
+			return g.complete(ctx, res, token, value)
+		}
+	}
+
+	hs := time.Now()
+	value, herr, lost := g.runLeased(hctx, key, token, h)
+	ev.Handler += time.Since(hs)
+	if lost {
+		res.Outcome = OutcomeLeaseLost
+		if herr == nil {
+			herr = ErrLeaseLost
+		}
+		return res, fmt.Errorf("%w (handler result: %w)", ErrLeaseLost, herr)
+	}
+	if herr != nil {
+		g.release(ctx, key, token)
+		res.Outcome = failedOutcome(herr)
+		return res, herr
+	}
+	res.Outcome = OutcomeProcessed
+	return g.complete(ctx, res, token, value)
+}
+
+// complete records value (or nothing, when it is too large: the effects are
+// done and must not be repeated, so the key is completed without a result and
+// ErrResultTooLarge is reported).
+func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte) (Result, error) {
+	var tooLarge error
+	if g.opts.MaxResultSize < 0 {
+		value = nil
+	} else if len(value) > g.opts.MaxResultSize {
+		tooLarge = fmt.Errorf("%w: %d bytes, limit %d (the key is completed without a result)",
+			ErrResultTooLarge, len(value), g.opts.MaxResultSize)
+		value = nil
+	}
+	sctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		now := g.opts.Clock()
+		err = g.store.Complete(sctx, CompleteRequest{
+			Key: res.Key, Token: token, Result: value, Now: now, ExpiresAt: now.Add(g.opts.Retention),
+		})
+		if err == nil || errors.Is(err, ErrLeaseLost) || sctx.Err() != nil {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		res.Outcome = OutcomeLeaseLost
+		return res, err
+	case err != nil:
+		res.Outcome = OutcomeStoreError
+		return res, storeErr("complete", err)
+	}
+	res.Value = value
+	res.Record.State, res.Record.Result = StateCompleted, value
+	return res, tooLarge
+}
+
+// runLeased runs h while a heartbeat renews the lease every Lease/3. If the
+// lease is lost, h's context is cancelled with cause ErrLeaseLost and lost is
+// true. A panic in h releases the claim and is re-raised.
+func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) (value []byte, err error, lost bool) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(g.opts.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-hctx.Done():
+				return
+			case <-t.C:
+				now := g.opts.Clock()
+				rerr := g.store.Renew(hctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+				if errors.Is(rerr, ErrLeaseLost) {
+					cancel(ErrLeaseLost)
+					return
+				}
+				// Other renewal errors are transient: the next tick tries again,
+				// and the lease is three ticks long.
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-finished
+		if p := recover(); p != nil {
+			g.release(ctx, key, token)
+			panic(p)
+		}
+	}()
+	value, err = h(hctx)
+	lost = errors.Is(context.Cause(hctx), ErrLeaseLost)
+	return value, err, lost
+}
+
+func (g *Guard) release(ctx context.Context, key Key, token int64) {
+	sctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	// A failed release is harmless: the lease ends and the key is retaken.
+	_ = g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()})
+}
+
+func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), g.opts.StoreTimeout)
+}
+
+func (g *Guard) observe(ctx context.Context, e Event) {
+	if g.opts.Observer != nil {
+		g.opts.Observer.Observe(ctx, e)
+	}
+}
+
+func conflicting(msgFP, storedFP string) bool {
+	return msgFP != "" && storedFP != "" && msgFP != storedFP
+}
+
+func failedOutcome(err error) Outcome {
+	if IsPermanent(err) {
+		return OutcomePermanent
+	}
+	return OutcomeFailed
+}
+
+func callHandler(ctx context.Context, h Handler) ([]byte, error) { return h(ctx) }
+
+// storeErr wraps a store failure as *StoreError unless it is one of idem's
+// own sentinels (or a context error the caller caused).
+func storeErr(op string, err error) error {
+	var se *StoreError
+	if errors.As(err, &se) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return &StoreError{Op: op, Err: err}
+}

@@ -1,0 +1,79 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxIDLen is the longest id stored as is. Longer ids are stored as
+// "sha256:" + the hex digest (71 bytes), with the original kept for display,
+// so every store can index a fixed-size column.
+const MaxIDLen = 200
+
+// MaxScopeLen is the longest scope accepted. Scopes name consumers and are
+// short; a longer one is a configuration mistake.
+const MaxScopeLen = 200
+
+// Key identifies one logical message for one consumer. The stored primary key
+// is (Scope, StoredID()): two subscribers of one topic use different scopes and
+// never block each other.
+type Key struct {
+	Scope string // consumer identity: a consumer group, queue, durable name, route
+	ID    string // the message's stable id, as extracted
+}
+
+// String renders the key for logs as scope/id (the id shortened if huge).
+func (k Key) String() string {
+	id := k.ID
+	if len(id) > 80 {
+		id = id[:60] + "…" + k.StoredID()[7:19]
+	}
+	return k.Scope + "/" + id
+}
+
+// StoredID is the id as stores index it: the id itself up to MaxIDLen bytes,
+// else "sha256:" followed by the hex digest of the id.
+func (k Key) StoredID() string {
+	if len(k.ID) <= MaxIDLen {
+		return k.ID
+	}
+	sum := sha256.Sum256([]byte(k.ID))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// DisplayID is the original id, kept beside the stored one so operators see
+// what the producer sent. Stores keep at most MaxDisplayLen bytes of it.
+func (k Key) DisplayID() string {
+	if len(k.ID) <= MaxDisplayLen {
+		return k.ID
+	}
+	cut := MaxDisplayLen
+	for cut > 0 && !utf8.RuneStart(k.ID[cut]) {
+		cut--
+	}
+	return k.ID[:cut]
+}
+
+// MaxDisplayLen bounds the original id kept for display with hashed ids.
+const MaxDisplayLen = 1024
+
+// Validate checks that the key can be stored: a non-empty scope and id, valid
+// UTF-8, no NUL bytes (several databases reject them), a scope of at most
+// MaxScopeLen bytes.
+func (k Key) Validate() error {
+	switch {
+	case k.Scope == "":
+		return invalidKey("empty scope (set Options.Scope to the consumer's identity)")
+	case len(k.Scope) > MaxScopeLen:
+		return invalidKey("scope longer than %d bytes", MaxScopeLen)
+	case !utf8.ValidString(k.Scope) || strings.ContainsRune(k.Scope, 0):
+		return invalidKey("scope is not valid UTF-8 text")
+	case strings.TrimSpace(k.ID) == "":
+		return noKey("empty id")
+	case !utf8.ValidString(k.ID) || strings.ContainsRune(k.ID, 0):
+		return invalidKey("id is not valid UTF-8 text (%d bytes)", len(k.ID))
+	}
+	return nil
+}

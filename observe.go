@@ -1,0 +1,84 @@
+package idem
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
+
+// NewSlogObserver logs one record per message: duplicates and processed
+// messages at Debug, retries at Info, failures at Warn, conflicts, parked
+// records, lost leases and dead letters at Error. Every record carries the
+// scope, the key, the outcome and the timings.
+func NewSlogObserver(l *slog.Logger) Observer {
+	if l == nil {
+		l = slog.Default()
+	}
+	return ObserverFunc(func(ctx context.Context, e Event) {
+		level := slog.LevelDebug
+		switch e.Outcome {
+		case OutcomeInProgress, OutcomeReconciled, OutcomeUnkeyed:
+			level = slog.LevelInfo
+		case OutcomeFailed, OutcomeStoreError:
+			level = slog.LevelWarn
+		case OutcomeConflict, OutcomeStale, OutcomePermanent, OutcomeNoKey, OutcomeLeaseLost:
+			level = slog.LevelError
+		}
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := []slog.Attr{
+			slog.String("scope", e.Key.Scope),
+			slog.String("key", e.Key.ID),
+			slog.String("outcome", e.Outcome.String()),
+			slog.String("mode", e.Mode),
+			slog.Int64("token", e.Token),
+			slog.Int("attempts", e.Attempts),
+			slog.Duration("claim", e.Claim),
+			slog.Duration("handler", e.Handler),
+			slog.Duration("total", e.Total),
+		}
+		if e.Retaken {
+			attrs = append(attrs, slog.Bool("retaken", true))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.String("error", e.Err.Error()))
+		}
+		l.LogAttrs(ctx, level, "idem "+e.Outcome.String(), attrs...)
+	})
+}
+
+// Counter is an Observer that counts events by outcome. It is safe for
+// concurrent use; the demo and tests read it.
+type Counter struct {
+	mu     sync.Mutex
+	counts map[Outcome]int64
+}
+
+// Observe counts e.
+func (c *Counter) Observe(_ context.Context, e Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = make(map[Outcome]int64)
+	}
+	c.counts[e.Outcome]++
+}
+
+// Count returns how many events had outcome o.
+func (c *Counter) Count(o Outcome) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[o]
+}
+
+// Counts returns a snapshot of all counts keyed by outcome name.
+func (c *Counter) Counts() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.counts))
+	for o, n := range c.counts {
+		out[o.String()] = n
+	}
+	return out
+}

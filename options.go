@@ -1,0 +1,136 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// StalePolicy says what a claim does with an in-progress record whose lease
+// has ended (its owner crashed mid-way, or stalled without renewing).
+type StalePolicy int
+
+// Stale policies.
+const (
+	// StaleRetake takes the key over with a higher fencing token and runs the
+	// handler again. Safe when downstream calls carry a key derived with
+	// DeriveKey, so they deduplicate the repeat. The default.
+	StaleRetake StalePolicy = iota
+	// StaleReconcile takes the key over and asks Options.Reconcile whether the
+	// previous owner's effect happened; if it did, the record is completed
+	// without running the handler.
+	StaleReconcile
+	// StalePark leaves the record alone and reports ErrStale: the message is
+	// dead-lettered and an operator resolves the record (idem resolve).
+	StalePark
+)
+
+// MissingKeyPolicy says what to do with a message that has no key.
+type MissingKeyPolicy int
+
+// Missing-key policies.
+const (
+	// MissingKeyReject reports ErrNoKey (dead-letter). The default.
+	MissingKeyReject MissingKeyPolicy = iota
+	// MissingKeyProcess runs the handler without dedup and reports
+	// OutcomeUnkeyed: for consumers where an occasional duplicate is better
+	// than a dead letter.
+	MissingKeyProcess
+)
+
+// ReconcileFunc decides whether a stale owner's effect happened. Return
+// done=true with the result to record to complete the key without running the
+// handler; done=false to run the handler; an error to release the key and
+// retry later.
+type ReconcileFunc func(ctx context.Context, stale Record) (result []byte, done bool, err error)
+
+// Defaults for Options.
+const (
+	DefaultLease         = 30 * time.Second
+	DefaultRetention     = 7 * 24 * time.Hour
+	DefaultMaxResultSize = 64 << 10
+)
+
+// Options configure a Guard. The zero value works except for Scope, which
+// names the consumer and is required: two consumers sharing one scope would
+// block each other.
+type Options struct {
+	// Scope is the consumer identity (consumer group, queue, service name).
+	Scope string
+	// Key extracts the message's stable id. Default: MessageID.
+	Key KeyFunc
+	// Fingerprint hashes the immutable content. Default: PayloadFingerprint.
+	// Use NoFingerprint to disable conflict detection.
+	Fingerprint FingerprintFunc
+	// Lease is how long an in-progress claim is held without renewal.
+	// Default 30s. Handlers running longer get it renewed every Lease/3.
+	Lease time.Duration
+	// Retention is how long completed records are kept. It must outlast the
+	// broker's redelivery window, dead-letter replays included. Default 7 days.
+	Retention time.Duration
+	// Stale is the policy for in-progress records whose lease ended.
+	Stale StalePolicy
+	// Reconcile is required with StaleReconcile.
+	Reconcile ReconcileFunc
+	// MissingKey is the policy for messages without a key.
+	MissingKey MissingKeyPolicy
+	// MaxResultSize bounds the recorded result in bytes. Default 64 KiB;
+	// negative: no result is recorded.
+	MaxResultSize int
+	// Observer receives one Event per message (logs, metrics, traces).
+	Observer Observer
+	// Clock returns the current time; default time.Now. Every instance
+	// sharing a store should have a synchronised clock (NTP): leases are
+	// compared across instances.
+	Clock func() time.Time
+	// StoreTimeout bounds complete and release when the caller's context has
+	// ended, so a finished handler's record is still written on shutdown.
+	// Default 10s.
+	StoreTimeout time.Duration
+}
+
+func (o *Options) validate() error {
+	if o.Scope == "" {
+		return fmt.Errorf("%w: Scope is required (the consumer's identity, e.g. its consumer group)", ErrInvalidOptions)
+	}
+	if err := (Key{Scope: o.Scope, ID: "x"}).Validate(); err != nil {
+		return fmt.Errorf("%w: Scope: %v", ErrInvalidOptions, err)
+	}
+	if o.Lease < 0 || o.Retention < 0 {
+		return fmt.Errorf("%w: Lease and Retention must not be negative", ErrInvalidOptions)
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease < 10*time.Millisecond {
+		return fmt.Errorf("%w: Lease %v is too short to renew", ErrInvalidOptions, o.Lease)
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.Retention < o.Lease {
+		return fmt.Errorf("%w: Retention (%v) shorter than Lease (%v)", ErrInvalidOptions, o.Retention, o.Lease)
+	}
+	if o.Stale == StaleReconcile && o.Reconcile == nil {
+		return fmt.Errorf("%w: StaleReconcile needs a Reconcile function", ErrInvalidOptions)
+	}
+	if o.Stale < StaleRetake || o.Stale > StalePark {
+		return fmt.Errorf("%w: unknown stale policy %d", ErrInvalidOptions, o.Stale)
+	}
+	if o.Key == nil {
+		o.Key = MessageID
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = PayloadFingerprint
+	}
+	if o.MaxResultSize == 0 {
+		o.MaxResultSize = DefaultMaxResultSize
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.StoreTimeout <= 0 {
+		o.StoreTimeout = 10 * time.Second
+	}
+	return nil
+}

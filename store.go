@@ -1,0 +1,212 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the durable dedup store. Every method is one atomic step at the
+// store: no interleaving of two callers may break the rules below. The
+// conformance suite in store/storetest is the executable definition; every
+// implementation runs it.
+//
+// Time comes from the caller (the Guard's clock), never from the store's own
+// clock, so a fleet agrees on lease ends and tests need no sleeps.
+//
+// Errors: the sentinels ErrLeaseLost and ErrNotFound where stated; anything
+// else is a store failure, which callers treat as retryable.
+type Store interface {
+	// Claim takes the key or reports why not, in one atomic step. With the
+	// record r stored for req.Key (if any) and now = req.Now:
+	//
+	//   - no record, or r expired (r.ExpiresAt <= now): a fresh record
+	//     {in_progress, Token r.Token+1 (1 when absent), Attempts 1,
+	//     Fingerprint req.Fingerprint, no result}: ClaimAcquired.
+	//   - r released: {in_progress, Token+1, Attempts+1, Fingerprint
+	//     req.Fingerprint, no result}: ClaimAcquired.
+	//   - r completed: unchanged, ClaimDuplicate.
+	//   - r in progress and now < r.LeaseUntil: unchanged, ClaimInProgress.
+	//   - r in progress and its lease ended: with req.TakeOverStale,
+	//     {Token+1, Attempts+1, stored Fingerprint kept}: ClaimAcquired with
+	//     Retaken; without it, unchanged, ClaimStale.
+	//
+	// Acquiring sets LeaseUntil = req.LeaseUntil, ExpiresAt = req.ExpiresAt,
+	// UpdatedAt = now (CreatedAt = now for fresh records). Claim returns the
+	// record as it is after the step.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+
+	// Complete marks an in-progress record completed with its result and new
+	// retention, only if req.Token is the current token and the state is
+	// in_progress; otherwise ErrLeaseLost. Completing after the lease ended is
+	// allowed while nobody has taken the key over: the token still matches.
+	Complete(ctx context.Context, req CompleteRequest) error
+
+	// Release gives an in-progress claim back (state released, lease ended)
+	// so a redelivery can claim it with a higher token. Only the current
+	// token may release; otherwise ErrLeaseLost.
+	Release(ctx context.Context, req ReleaseRequest) error
+
+	// Renew extends the lease of an in-progress claim held with the current
+	// token; otherwise ErrLeaseLost.
+	Renew(ctx context.Context, req RenewRequest) error
+
+	// Get returns the record for key (expired or not), or ErrNotFound.
+	Get(ctx context.Context, key Key) (Record, error)
+
+	// Sweep deletes at most req.Limit records whose ExpiresAt <= req.Now and
+	// returns how many it deleted. It must not block claims for long: one
+	// small batch per call. Stores shared by several instances make sure one
+	// instance sweeps at a time (an advisory lock), returning 0 elsewhere.
+	Sweep(ctx context.Context, req SweepRequest) (int, error)
+}
+
+// ClaimRequest asks a store to claim a key.
+type ClaimRequest struct {
+	Key           Key
+	Fingerprint   string
+	Now           time.Time
+	LeaseUntil    time.Time // end of the in-progress lease (seconds away)
+	ExpiresAt     time.Time // end of retention (days away)
+	TakeOverStale bool      // retake in-progress records whose lease ended
+}
+
+// ClaimOutcome says what a claim found.
+type ClaimOutcome int
+
+// Claim outcomes.
+const (
+	ClaimAcquired   ClaimOutcome = iota + 1 // the caller owns the key now
+	ClaimDuplicate                          // completed before
+	ClaimInProgress                         // another live owner holds it
+	ClaimStale                              // in progress, lease ended, not taken over
+)
+
+func (o ClaimOutcome) String() string {
+	switch o {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimDuplicate:
+		return "duplicate"
+	case ClaimInProgress:
+		return "in_progress"
+	case ClaimStale:
+		return "stale"
+	}
+	return "unknown"
+}
+
+// Claim is the answer to a ClaimRequest.
+type Claim struct {
+	Outcome ClaimOutcome
+	Record  Record // the record after the claim
+	Retaken bool   // acquired over an in-progress record whose lease had ended
+}
+
+// CompleteRequest completes a claim.
+type CompleteRequest struct {
+	Key       Key
+	Token     int64
+	Result    []byte
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// ReleaseRequest releases a claim.
+type ReleaseRequest struct {
+	Key   Key
+	Token int64
+	Now   time.Time
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	Key        Key
+	Token      int64
+	Now        time.Time
+	LeaseUntil time.Time
+}
+
+// SweepRequest deletes one batch of expired records.
+type SweepRequest struct {
+	Now   time.Time
+	Limit int
+}
+
+// BatchStore is implemented by stores that claim many keys in one round trip
+// (one statement, one pipeline). Results are in request order. Keys in one
+// batch must be distinct.
+type BatchStore interface {
+	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error)
+}
+
+// ClaimBatch claims reqs in one round trip when s is a BatchStore and one
+// by one otherwise.
+func ClaimBatch(ctx context.Context, s Store, reqs []ClaimRequest) ([]Claim, error) {
+	if bs, ok := s.(BatchStore); ok {
+		return bs.ClaimBatch(ctx, reqs)
+	}
+	out := make([]Claim, len(reqs))
+	for i, r := range reqs {
+		c, err := s.Claim(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// TxStore is implemented by stores with a transactional inbox over the
+// transaction type Tx (*sql.Tx, pgx.Tx, ...): the dedup marker is written in
+// the caller's business transaction, so commit makes both durable or neither.
+// See DoTx and MarkTx.
+type TxStore[Tx any] interface {
+	// InTx begins a transaction, runs fn, and commits when fn returns nil,
+	// rolling back otherwise.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+
+	// Mark writes a completed marker for req.Key inside tx with a
+	// conflict-free insert (never a caught unique violation: PostgreSQL aborts
+	// the transaction on one). A concurrent transaction marking the same key
+	// waits for the first to end and then sees its marker. Outcomes follow
+	// Claim: absent, expired or released records give ClaimAcquired (the
+	// marker is written, completed, with Token increased); completed
+	// records give ClaimDuplicate; in-progress two-phase records give
+	// ClaimInProgress or ClaimStale (never taken over inside a transaction).
+	Mark(ctx context.Context, tx Tx, req ClaimRequest) (Claim, error)
+
+	// SaveResult stores the handler's result on the marker written by Mark
+	// in the same transaction.
+	SaveResult(ctx context.Context, tx Tx, key Key, result []byte) error
+}
+
+// Inspector is implemented by stores that operators can list and count
+// (the idem command's list and stats).
+type Inspector interface {
+	// List returns up to f.Limit records ordered by (scope, stored id),
+	// starting after f.After.
+	List(ctx context.Context, f ListFilter) ([]Record, error)
+	// Stats counts records by scope and state at now.
+	Stats(ctx context.Context, now time.Time) ([]ScopeStats, error)
+}
+
+// ListFilter selects records for Inspector.List. Zero fields do not filter.
+type ListFilter struct {
+	Scope         string
+	State         State
+	StaleAt       time.Time // only in-progress records whose lease ended at StaleAt
+	CreatedBefore time.Time // only records created before
+	After         Key       // page after this (scope, stored id); zero: from the start
+	Limit         int       // 0: 100
+}
+
+// ScopeStats counts the records of one scope.
+type ScopeStats struct {
+	Scope            string
+	InProgress       int64
+	Completed        int64
+	Released         int64
+	Stale            int64     // in progress with the lease ended
+	Expired          int64     // retention ended, waiting for a sweep
+	OldestInProgress time.Time // zero when none
+}

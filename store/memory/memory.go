@@ -1,0 +1,260 @@
+// Package memory is an in-process idem.Store: for tests, examples and
+// single-process programs that accept losing their dedup state on restart.
+//
+// Records live in a map behind one mutex; every operation is atomic. It
+// implements idem.Store, idem.BatchStore and idem.Inspector.
+package memory
+
+import (
+	"bytes"
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+type rkey struct{ scope, id string }
+
+// Store is an in-memory idem.Store. The zero value is not usable; call New.
+type Store struct {
+	mu   sync.Mutex
+	recs map[rkey]*idem.Record
+}
+
+var (
+	_ idem.Store      = (*Store)(nil)
+	_ idem.BatchStore = (*Store)(nil)
+	_ idem.Inspector  = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store { return &Store{recs: make(map[rkey]*idem.Record)} }
+
+func keyOf(k idem.Key) rkey { return rkey{k.Scope, k.StoredID()} }
+
+func clone(r idem.Record) idem.Record {
+	r.Result = bytes.Clone(r.Result)
+	return r
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claimLocked(req), nil
+}
+
+func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
+	k := keyOf(req.Key)
+	c, write := idem.ApplyClaim(s.recs[k], req)
+	if write {
+		r := clone(c.Record)
+		s.recs[k] = &r
+	}
+	c.Record = clone(c.Record)
+	return c
+}
+
+// ClaimBatch implements idem.BatchStore: the whole batch under one lock.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]idem.Claim, len(reqs))
+	for i, r := range reqs {
+		out[i] = s.claimLocked(r)
+	}
+	return out, nil
+}
+
+// owned returns the record held in progress with token, or nil.
+func (s *Store) owned(k idem.Key, token int64) *idem.Record {
+	r := s.recs[keyOf(k)]
+	if r == nil || r.State != idem.StateInProgress || r.Token != token {
+		return nil
+	}
+	return r
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.owned(req.Key, req.Token)
+	if r == nil {
+		return idem.ErrLeaseLost
+	}
+	r.State, r.Result, r.ExpiresAt, r.UpdatedAt = idem.StateCompleted, bytes.Clone(req.Result), req.ExpiresAt, req.Now
+	return nil
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.owned(req.Key, req.Token)
+	if r == nil {
+		return idem.ErrLeaseLost
+	}
+	r.State, r.LeaseUntil, r.UpdatedAt = idem.StateReleased, req.Now, req.Now
+	return nil
+}
+
+// Renew implements idem.Store.
+func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.owned(req.Key, req.Token)
+	if r == nil {
+		return idem.ErrLeaseLost
+	}
+	r.LeaseUntil, r.UpdatedAt = req.LeaseUntil, req.Now
+	return nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.recs[keyOf(key)]
+	if r == nil {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return clone(*r), nil
+}
+
+// Sweep implements idem.Store.
+func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, r := range s.recs {
+		if n >= req.Limit {
+			break
+		}
+		if r.Expired(req.Now) {
+			delete(s.recs, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len returns the number of records held.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.recs)
+}
+
+// List implements idem.Inspector.
+func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	s.mu.Lock()
+	var out []idem.Record
+	for _, r := range s.recs {
+		if matches(r, f) {
+			out = append(out, clone(*r))
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
+		return out[i].ID < out[j].ID
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func matches(r *idem.Record, f idem.ListFilter) bool {
+	if f.Scope != "" && r.Scope != f.Scope {
+		return false
+	}
+	if f.State != "" && r.State != f.State {
+		return false
+	}
+	if !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt) {
+		return false
+	}
+	if !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore) {
+		return false
+	}
+	if f.After != (idem.Key{}) {
+		if r.Scope < f.After.Scope || (r.Scope == f.After.Scope && r.ID <= f.After.StoredID()) {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats implements idem.Inspector.
+func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	by := map[string]*idem.ScopeStats{}
+	for _, r := range s.recs {
+		st := by[r.Scope]
+		if st == nil {
+			st = &idem.ScopeStats{Scope: r.Scope}
+			by[r.Scope] = st
+		}
+		switch r.State {
+		case idem.StateInProgress:
+			st.InProgress++
+			if r.LeaseExpired(now) {
+				st.Stale++
+			}
+			if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
+				st.OldestInProgress = r.CreatedAt
+			}
+		case idem.StateCompleted:
+			st.Completed++
+		case idem.StateReleased:
+			st.Released++
+		}
+		if r.Expired(now) {
+			st.Expired++
+		}
+	}
+	s.mu.Unlock()
+	out := make([]idem.ScopeStats, 0, len(by))
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Scope < out[j].Scope })
+	return out, nil
+}

@@ -1,0 +1,62 @@
+package idem
+
+// ApplyClaim computes the claim transition of the Store contract on the record
+// currently stored for req.Key (nil when absent). It returns the claim to
+// report and whether the record must be written back (then claim.Record is the
+// new record). Stores that can lock a record (a mutex, SELECT .. FOR UPDATE, a
+// WATCH transaction) use it so the rules live in one place; stores that
+// claim in one statement or script encode the same rules and run the
+// conformance suite to prove it.
+func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
+	now := req.Now
+	acquire := func(r Record) Claim {
+		r.State = StateInProgress
+		r.LeaseUntil = req.LeaseUntil
+		r.ExpiresAt = req.ExpiresAt
+		r.UpdatedAt = now
+		return Claim{Outcome: ClaimAcquired, Record: r}
+	}
+	if cur == nil || cur.Expired(now) {
+		var token int64
+		if cur != nil {
+			token = cur.Token
+		}
+		return acquire(Record{
+			Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
+			Fingerprint: req.Fingerprint, Token: token + 1, Attempts: 1, CreatedAt: now,
+		}), true
+	}
+	r := *cur
+	switch {
+	case r.State == StateReleased:
+		r.Token++
+		r.Attempts++
+		r.Fingerprint = req.Fingerprint
+		r.Result = nil
+		return acquire(r), true
+	case r.State == StateCompleted:
+		return Claim{Outcome: ClaimDuplicate, Record: r}, false
+	case now.Before(r.LeaseUntil):
+		return Claim{Outcome: ClaimInProgress, Record: r}, false
+	case !req.TakeOverStale:
+		return Claim{Outcome: ClaimStale, Record: r}, false
+	default:
+		r.Token++
+		r.Attempts++
+		c := acquire(r)
+		c.Retaken = true
+		return c, true
+	}
+}
+
+// ApplyMark computes the transactional-inbox marker transition (TxStore.Mark)
+// on the current record: like ApplyClaim, except that an acquired marker is
+// written completed, and stale in-progress records are never taken over.
+func ApplyMark(cur *Record, req ClaimRequest) (claim Claim, write bool) {
+	req.TakeOverStale = false
+	c, write := ApplyClaim(cur, req)
+	if c.Outcome == ClaimAcquired {
+		c.Record.State = StateCompleted
+	}
+	return c, write
+}

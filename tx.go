@@ -1,0 +1,192 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// errSkip rolls back a transaction that has nothing to commit.
+var errSkip = errors.New("idem: skip")
+
+// TxHandler is the user's business work inside the inbox transaction.
+type TxHandler[Tx any] func(ctx context.Context, tx Tx) ([]byte, error)
+
+// DoTx runs fn in a transaction of the guard's store together with the dedup
+// marker (the transactional inbox): commit makes the business writes and the
+// marker durable together, or neither. A redelivery after the commit finds the
+// marker and is skipped (OutcomeDuplicate with the recorded result); a crash
+// before the commit leaves nothing, so the redelivery is processed.
+//
+// The guard's store must implement TxStore[Tx] (store/sqlite for *sql.Tx,
+// store/postgres for pgx.Tx, ...); otherwise DoTx returns ErrNoTx. fn must use
+// tx for every write that has to be exactly-once. An error from fn rolls
+// everything back and is returned (Permanent errors are dead-lettered by the
+// integrations); a result over Options.MaxResultSize rolls back too, as a
+// permanent error.
+func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) (Result, error) {
+	start := time.Now()
+	key, err := g.Key(msg)
+	var fp string
+	if err == nil {
+		fp, err = g.Fingerprint(msg)
+	}
+	ts, ok := g.store.(TxStore[Tx])
+	if !ok {
+		var zero Tx
+		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+	}
+	if err != nil {
+		if errors.Is(err, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
+			return g.unkeyed(ctx, key, start, func(ctx context.Context) ([]byte, error) {
+				var v []byte
+				err := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
+					var herr error
+					v, herr = fn(ctx, tx)
+					return herr
+				})
+				return v, err
+			}, "tx")
+		}
+		g.observe(ctx, Event{Key: key, Mode: "tx", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
+		return Result{Key: key, Outcome: OutcomeNoKey}, err
+	}
+	return doTx(ctx, g, ts, key, fp, fn)
+}
+
+// DoTxKey is DoTx with a key and fingerprint computed by the caller.
+func DoTxKey[Tx any](ctx context.Context, g *Guard, key Key, fingerprint string, fn TxHandler[Tx]) (Result, error) {
+	ts, ok := g.store.(TxStore[Tx])
+	if !ok {
+		var zero Tx
+		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+	}
+	return doTx(ctx, g, ts, key, fingerprint, fn)
+}
+
+func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp string, fn TxHandler[Tx]) (res Result, err error) {
+	ev := Event{Key: key, Mode: "tx"}
+	start := time.Now()
+	defer func() {
+		ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
+		g.observe(ctx, ev)
+	}()
+	res.Key = key
+	if err := key.Validate(); err != nil {
+		res.Outcome = OutcomeNoKey
+		return res, err
+	}
+	var (
+		outcomeErr error // a decision made inside the transaction
+		handlerErr error
+	)
+	txErr := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev)
+		if outcomeErr != nil {
+			return outcomeErr
+		}
+		if res.Outcome != OutcomeProcessed {
+			return errSkip
+		}
+		hs := time.Now()
+		value, herr := fn(ContextWithKey(ctx, key), tx)
+		ev.Handler = time.Since(hs)
+		if herr != nil {
+			handlerErr = herr
+			return herr
+		}
+		if g.opts.MaxResultSize < 0 {
+			value = nil
+		} else if len(value) > g.opts.MaxResultSize {
+			handlerErr = Permanent(fmt.Errorf("%w: %d bytes, limit %d (the transaction was rolled back)",
+				ErrResultTooLarge, len(value), g.opts.MaxResultSize))
+			return handlerErr
+		}
+		if len(value) > 0 {
+			if err := ts.SaveResult(ctx, tx, key, value); err != nil {
+				outcomeErr = storeErr("save result", err)
+				res.Outcome = OutcomeStoreError
+				return outcomeErr
+			}
+		}
+		res.Value = value
+		return nil
+	})
+	switch {
+	case handlerErr != nil:
+		res.Outcome = failedOutcome(handlerErr)
+		return res, handlerErr
+	case outcomeErr != nil:
+		return res, outcomeErr
+	case errors.Is(txErr, errSkip):
+		return res, nil
+	case txErr != nil:
+		// The commit (or begin) failed: nothing is durable; retry.
+		res.Outcome = OutcomeStoreError
+		return res, storeErr("commit", txErr)
+	}
+	return res, nil
+}
+
+// MarkTx writes the dedup marker for msg inside the caller's own transaction
+// tx, for callers that manage the transaction themselves. On OutcomeProcessed
+// the marker is written: do the business writes in tx and commit. On
+// OutcomeDuplicate (nil error) skip the writes: the message was processed
+// before. Errors are as for DoTx (ErrConflict, ErrInProgress, ...); after an
+// error, roll back.
+func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, error) {
+	key, err := g.Key(msg)
+	if err != nil {
+		return Result{Key: key, Outcome: OutcomeNoKey}, err
+	}
+	fp, err := g.Fingerprint(msg)
+	if err != nil {
+		return Result{Key: key, Outcome: OutcomeNoKey}, err
+	}
+	ts, ok := g.store.(TxStore[Tx])
+	if !ok {
+		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T", ErrNoTx, g.store)
+	}
+	ev := Event{Key: key, Mode: "tx"}
+	start := time.Now()
+	res, err := markTx(ctx, g, ts, tx, key, fp, &ev)
+	ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
+	g.observe(ctx, ev)
+	return res, err
+}
+
+func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event) (Result, error) {
+	res := Result{Key: key}
+	now := g.opts.Clock()
+	cs := time.Now()
+	c, err := ts.Mark(ctx, tx, ClaimRequest{
+		Key: key, Fingerprint: fp, Now: now,
+		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.Retention),
+	})
+	ev.Claim = time.Since(cs)
+	if err != nil {
+		res.Outcome = OutcomeStoreError
+		return res, storeErr("mark", err)
+	}
+	res.Record = c.Record
+	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
+	if c.Outcome != ClaimAcquired && conflicting(fp, c.Record.Fingerprint) {
+		res.Outcome = OutcomeConflict
+		return res, &ConflictError{Key: key, Fingerprint: fp, Record: c.Record}
+	}
+	switch c.Outcome {
+	case ClaimAcquired:
+		res.Outcome = OutcomeProcessed
+		return res, nil
+	case ClaimDuplicate:
+		res.Outcome, res.Value = OutcomeDuplicate, c.Record.Result
+		return res, nil
+	case ClaimStale:
+		res.Outcome = OutcomeStale
+		return res, &StateError{Key: key, Record: c.Record, Err: ErrStale}
+	default:
+		res.Outcome = OutcomeInProgress
+		return res, &StateError{Key: key, Record: c.Record, Err: ErrInProgress}
+	}
+}
