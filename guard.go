@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -227,36 +228,53 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 // runLeased runs h while a heartbeat renews the lease every Lease/3. If the
 // lease is lost, h's context is cancelled with cause ErrLeaseLost and lost is
 // true. A panic in h releases the claim and is re-raised.
+//
+// The heartbeat is a timer, not a goroutine: most handlers finish long before
+// the first renewal is due and pay only for arming and stopping it.
 func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) (value []byte, err error, lost bool) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(g.opts.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-hctx.Done():
-				return
-			case <-t.C:
-				now := g.opts.Clock()
-				rerr := g.store.Renew(hctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
-				if errors.Is(rerr, ErrLeaseLost) {
-					cancel(ErrLeaseLost)
-					return
-				}
-				// Other renewal errors are transient: the next tick tries again,
-				// and the lease is three ticks long.
-			}
+	var (
+		mu       sync.Mutex
+		stopped  bool
+		inflight sync.WaitGroup
+		timer    *time.Timer
+	)
+	interval := g.opts.Lease / 3
+	renew := func() {
+		defer inflight.Done()
+		now := g.opts.Clock()
+		rerr := g.store.Renew(hctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+		if errors.Is(rerr, ErrLeaseLost) {
+			cancel(ErrLeaseLost)
+			return
 		}
-	}()
+		// Other renewal errors are transient: the next tick tries again, and
+		// the lease is three ticks long.
+		mu.Lock()
+		if !stopped {
+			timer.Reset(interval)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(interval, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		inflight.Add(1)
+		mu.Unlock()
+		renew()
+	})
+	mu.Unlock()
 	defer func() {
-		close(stop)
-		<-finished
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		inflight.Wait()
 		if p := recover(); p != nil {
 			g.release(ctx, key, token)
 			panic(p)
