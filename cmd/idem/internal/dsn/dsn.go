@@ -1,0 +1,155 @@
+// Package dsn opens an idem store from a data source name, the one string an
+// operator passes to every idem command (--store or IDEM_STORE):
+//
+//	memory://[NAME]      in-process store (NAME shares one store within a process)
+//	sqlite://PATH        embedded SQLite database file
+//	postgres://…         PostgreSQL (also postgresql://)
+//	mysql://…            MariaDB / MySQL
+//	redis://…            Redis (also rediss://)
+//
+// Schemes whose store package is not part of this build are reported with
+// the list of those that are. Errors say what was wrong and how to fix it:
+//
+//	h, err := dsn.Open(ctx, "sqlite:///var/lib/app/idem.db")
+//	if err != nil { ... }
+//	defer h.Close()
+//	g, err := idem.New(h.Store, idem.Options{Scope: "billing"})
+package dsn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/idemgo/idem"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrBadDSN means the string is not a DSN this command understands.
+	ErrBadDSN = errors.New("bad store DSN")
+	// ErrUnknownScheme means no store is registered for the DSN's scheme.
+	ErrUnknownScheme = errors.New("unknown store scheme")
+	// ErrUnreachable means the store's server did not answer.
+	ErrUnreachable = errors.New("store unreachable")
+	// ErrNoSchema means the store answered but its tables do not exist.
+	ErrNoSchema = errors.New("store schema missing")
+	// ErrNotSupported means the store cannot do what was asked (no
+	// Inspector for list / stats, no schema to migrate, ...).
+	ErrNotSupported = errors.New("not supported by this store")
+)
+
+// Handle is an open store.
+type Handle struct {
+	// Scheme is the DSN's scheme, normalised (postgresql → postgres).
+	Scheme string
+	// Redacted is the DSN with any password replaced, for messages.
+	Redacted string
+	// Store is the idem store.
+	Store idem.Store
+	// Native is the store package's own value (*sqlite.Store, ...), for
+	// callers that need more than idem.Store (a transactional inbox).
+	Native any
+	// Migrate creates or upgrades the schema; nil when the store has none.
+	Migrate func(ctx context.Context) error
+	// Probe checks that the server answers and the schema exists; nil when
+	// there is nothing to check.
+	Probe func(ctx context.Context) error
+	// Close releases the store's connections.
+	Close func() error
+}
+
+// opener opens one scheme.
+type opener func(ctx context.Context, u *url.URL, raw string) (*Handle, error)
+
+var openers = map[string]opener{}
+
+// aliases map alternative spellings to the registered scheme.
+var aliases = map[string]string{"postgresql": "postgres", "rediss": "redis", "mariadb": "mysql"}
+
+// planned are schemes idem knows of whose store package is not in this build.
+var planned = []string{"sqlite", "postgres", "mysql", "redis"}
+
+func register(scheme string, o opener) { openers[scheme] = o }
+
+// Schemes lists the schemes this build can open, sorted.
+func Schemes() []string {
+	out := make([]string, 0, len(openers))
+	for s := range openers {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the store named by raw. The caller closes the handle.
+func Open(ctx context.Context, raw string) (*Handle, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, fmt.Errorf("%w: empty (pass --store DSN or set IDEM_STORE; schemes: %s)", ErrBadDSN, schemeList())
+	}
+	i := strings.Index(raw, "://")
+	if i <= 0 {
+		return nil, fmt.Errorf("%w: %q has no scheme (write it as SCHEME://..., e.g. sqlite://idem.db; schemes: %s)",
+			ErrBadDSN, redact(raw), schemeList())
+	}
+	scheme := strings.ToLower(raw[:i])
+	if a, ok := aliases[scheme]; ok {
+		scheme = a
+	}
+	o := openers[scheme]
+	if o == nil {
+		for _, p := range planned {
+			if p == scheme {
+				return nil, fmt.Errorf("%w: %q: the %s store is not available in this build yet (available: %s)",
+					ErrUnknownScheme, scheme, scheme, schemeList())
+			}
+		}
+		return nil, fmt.Errorf("%w: %q (available: %s)", ErrUnknownScheme, scheme, schemeList())
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), unwrapURL(err))
+	}
+	h, err := o(ctx, u, raw)
+	if err != nil {
+		return nil, err
+	}
+	h.Scheme = scheme
+	h.Redacted = redact(raw)
+	if h.Close == nil {
+		h.Close = func() error { return nil }
+	}
+	return h, nil
+}
+
+func schemeList() string {
+	s := Schemes()
+	for i := range s {
+		s[i] += "://"
+	}
+	return strings.Join(s, ", ")
+}
+
+// redact hides the password of a URL-shaped DSN.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

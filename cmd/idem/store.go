@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+)
+
+// storeFlags are the flags every store command shares.
+type storeFlags struct {
+	dsn     string
+	json    bool
+	timeout time.Duration
+}
+
+func (f *storeFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.dsn, "store", "", "store DSN (default $IDEM_STORE): "+dsnHelp)
+	c.Flags().BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
+	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+}
+
+const dsnHelp = "memory://, sqlite://PATH, postgres://..., mysql://..., redis://..."
+
+// open opens the store; with probe it also checks that the server answers
+// and the schema exists, so commands fail early with a fix.
+func (f *storeFlags) open(ctx context.Context, probe bool) (*dsn.Handle, error) {
+	raw := f.dsn
+	if raw == "" {
+		raw = os.Getenv("IDEM_STORE")
+	}
+	if raw == "" {
+		return nil, usagef("no store given: pass --store DSN or set IDEM_STORE (%s)", dsnHelp)
+	}
+	h, err := dsn.Open(ctx, raw)
+	if err != nil {
+		if errors.Is(err, dsn.ErrBadDSN) || errors.Is(err, dsn.ErrUnknownScheme) {
+			return nil, usageError{err}
+		}
+		return nil, err
+	}
+	if probe && h.Probe != nil {
+		if err := h.Probe(ctx); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// withTimeout bounds a store command.
+func (f *storeFlags) withTimeout(c *cobra.Command) (context.Context, context.CancelFunc) {
+	d := f.timeout
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	return context.WithTimeout(c.Context(), d)
+}
+
+// inspector returns the store's Inspector or a clear error.
+func inspector(h *dsn.Handle, cmd string) (idem.Inspector, error) {
+	in, ok := h.Store.(idem.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("%w: the %s store cannot list records, so 'idem %s' is unavailable for it (use 'idem show SCOPE KEY')",
+			dsn.ErrNotSupported, h.Scheme, cmd)
+	}
+	return in, nil
+}
