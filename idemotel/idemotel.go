@@ -1,0 +1,129 @@
+// Package idemotel reports idem's outcomes as OpenTelemetry metrics and
+// spans. It plugs into the core through the idem.Observer hook:
+//
+//	obs, err := idemotel.New(idemotel.Options{}) // global providers by default
+//	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: obs})
+//
+// Metrics (attributes idem.scope, idem.outcome, idem.mode):
+//
+//	idem.messages          counter    one per message, by outcome: watch
+//	                                  duplicate (redeliveries absorbed), conflict
+//	                                  and stale (dead-lettered: alert on them),
+//	                                  failed, lease_lost, store_error
+//	idem.claim.duration    histogram  seconds spent claiming at the store
+//	idem.handler.duration  histogram  seconds in the user's handler
+//	idem.duration          histogram  seconds for the whole call
+//
+// Spans: one "idem <outcome>" span per message, back-dated to the start of
+// the call, carrying the scope, the key (unless Options.OmitKey), the fencing
+// token and the attempts; conflicts, failures and store errors set the span
+// status to Error.
+package idemotel
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemgo/idem"
+)
+
+// Options configure the observer. The zero value uses the global providers.
+type Options struct {
+	MeterProvider  metric.MeterProvider // default otel.GetMeterProvider()
+	TracerProvider trace.TracerProvider // default otel.GetTracerProvider()
+	// OmitKey leaves message ids out of spans, for ids that carry personal data.
+	OmitKey bool
+	// NoSpans disables spans (metrics only).
+	NoSpans bool
+}
+
+// Observer is an idem.Observer that records metrics and spans.
+type Observer struct {
+	opts     Options
+	tracer   trace.Tracer
+	messages metric.Int64Counter
+	claim    metric.Float64Histogram
+	handler  metric.Float64Histogram
+	total    metric.Float64Histogram
+}
+
+var _ idem.Observer = (*Observer)(nil)
+
+const scopeName = "github.com/idemgo/idem/idemotel"
+
+// New creates the instruments.
+func New(opts Options) (*Observer, error) {
+	mp, tp := opts.MeterProvider, opts.TracerProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(scopeName)
+	o := &Observer{opts: opts, tracer: tp.Tracer(scopeName)}
+	var err error
+	if o.messages, err = m.Int64Counter("idem.messages", metric.WithDescription("Messages by idempotency outcome"), metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	buckets := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+	if o.claim, err = m.Float64Histogram("idem.claim.duration", metric.WithDescription("Time claiming the key at the store"), metric.WithUnit("s"), buckets); err != nil {
+		return nil, err
+	}
+	if o.handler, err = m.Float64Histogram("idem.handler.duration", metric.WithDescription("Time in the handler"), metric.WithUnit("s"), buckets); err != nil {
+		return nil, err
+	}
+	if o.total, err = m.Float64Histogram("idem.duration", metric.WithDescription("Time for the whole idempotent call"), metric.WithUnit("s"), buckets); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Observe implements idem.Observer.
+func (o *Observer) Observe(ctx context.Context, e idem.Event) {
+	attrs := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("idem.scope", e.Key.Scope),
+		attribute.String("idem.outcome", e.Outcome.String()),
+		attribute.String("idem.mode", e.Mode),
+	))
+	o.messages.Add(ctx, 1, attrs)
+	if e.Claim > 0 {
+		o.claim.Record(ctx, e.Claim.Seconds(), attrs)
+	}
+	if e.Handler > 0 {
+		o.handler.Record(ctx, e.Handler.Seconds(), attrs)
+	}
+	o.total.Record(ctx, e.Total.Seconds(), attrs)
+	if o.opts.NoSpans {
+		return
+	}
+	end := time.Now()
+	spanAttrs := []attribute.KeyValue{
+		attribute.String("idem.scope", e.Key.Scope),
+		attribute.String("idem.outcome", e.Outcome.String()),
+		attribute.String("idem.mode", e.Mode),
+		attribute.Int64("idem.token", e.Token),
+		attribute.Int("idem.attempts", e.Attempts),
+	}
+	if !o.opts.OmitKey {
+		spanAttrs = append(spanAttrs, attribute.String("idem.key", e.Key.ID))
+	}
+	if e.Retaken {
+		spanAttrs = append(spanAttrs, attribute.Bool("idem.retaken", true))
+	}
+	_, span := o.tracer.Start(ctx, "idem "+e.Outcome.String(),
+		trace.WithTimestamp(end.Add(-e.Total)), trace.WithAttributes(spanAttrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	if e.Err != nil {
+		span.RecordError(e.Err)
+		if idem.Decide(idem.Result{Outcome: e.Outcome}, e.Err) != idem.ActionAck {
+			span.SetStatus(codes.Error, e.Err.Error())
+		}
+	}
+	span.End(trace.WithTimestamp(end))
+}
