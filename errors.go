@@ -33,6 +33,15 @@ var (
 	// ErrNoTx means the guard's store has no transactional inbox for the
 	// requested transaction type.
 	ErrNoTx = errors.New("idem: store has no transactional inbox for this transaction type")
+	// ErrDuplicate is returned by a handler (or an entity helper) that found
+	// the message's effect already in place: the business row exists with the
+	// same content. The guard reports OutcomeDuplicate and a nil error, so the
+	// integration acks. See DuplicateError to pass the stored result along.
+	ErrDuplicate = errors.New("idem: already processed")
+	// ErrSuperseded is returned by a handler (or a version guard) when the
+	// message carries a version older than or equal to the stored one. The
+	// guard reports OutcomeSuperseded and a nil error: ack and skip.
+	ErrSuperseded = errors.New("idem: superseded by a newer version")
 	// ErrInvalidOptions means Options failed validation in New.
 	ErrInvalidOptions = errors.New("idem: invalid options")
 )
@@ -126,3 +135,31 @@ func (e *StoreError) Error() string { return "idem: store " + e.Op + ": " + e.Er
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// DuplicateError is ErrDuplicate with the result to replay (for example what
+// the existing business row holds).
+type DuplicateError struct {
+	Result []byte
+}
+
+func (e *DuplicateError) Error() string { return ErrDuplicate.Error() }
+
+// Unwrap returns ErrDuplicate.
+func (e *DuplicateError) Unwrap() error { return ErrDuplicate }
+
+// skipOutcome recognises handler errors that mean "nothing to do": the effect
+// exists already (ErrDuplicate) or a newer version was applied
+// (ErrSuperseded). It returns the outcome and the result to report.
+func skipOutcome(err error) (Outcome, []byte, bool) {
+	switch {
+	case errors.Is(err, ErrDuplicate):
+		var de *DuplicateError
+		if errors.As(err, &de) {
+			return OutcomeDuplicate, de.Result, true
+		}
+		return OutcomeDuplicate, nil, true
+	case errors.Is(err, ErrSuperseded):
+		return OutcomeSuperseded, nil, true
+	}
+	return 0, nil, false
+}

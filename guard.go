@@ -86,9 +86,11 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 
 func (g *Guard) unkeyed(ctx context.Context, key Key, start time.Time, h Handler, mode string) (Result, error) {
 	hs := time.Now()
-	v, err := callHandler(ctx, h)
+	v, err := h(ctx)
 	res := Result{Outcome: OutcomeUnkeyed, Key: key, Value: v}
-	if err != nil {
+	if outcome, sv, skip := skipOutcome(err); skip {
+		res.Outcome, res.Value, err = outcome, sv, nil
+	} else if err != nil {
 		res.Outcome = failedOutcome(err)
 	}
 	g.observe(ctx, Event{Key: key, Mode: mode, Outcome: res.Outcome, Err: err, Handler: time.Since(hs), Total: time.Since(start)})
@@ -178,6 +180,12 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 			herr = ErrLeaseLost
 		}
 		return res, fmt.Errorf("%w (handler result: %w)", ErrLeaseLost, herr)
+	}
+	if outcome, v, skip := skipOutcome(herr); skip {
+		// The effect is in place already (entity mode, version guards):
+		// complete the key so later deliveries stop at the claim.
+		res.Outcome = outcome
+		return g.complete(ctx, res, token, v)
 	}
 	if herr != nil {
 		g.release(ctx, key, token)
@@ -307,13 +315,14 @@ func conflicting(msgFP, storedFP string) bool {
 }
 
 func failedOutcome(err error) Outcome {
+	if errors.Is(err, ErrConflict) {
+		return OutcomeConflict
+	}
 	if IsPermanent(err) {
 		return OutcomePermanent
 	}
 	return OutcomeFailed
 }
-
-func callHandler(ctx context.Context, h Handler) ([]byte, error) { return h(ctx) }
 
 // storeErr wraps a store failure as *StoreError unless it is one of idem's
 // own sentinels (or a context error the caller caused).

@@ -464,3 +464,30 @@ func TestSweeper(t *testing.T) {
 		t.Fatalf("Run after cancel = %v", err)
 	}
 }
+
+func TestHandlerSignalsDuplicateOrSuperseded(t *testing.T) {
+	s := memory.New()
+	g := guard(t, s, idem.Options{})
+	ctx := context.Background()
+	res, err := g.Do(ctx, idem.Message{ID: "e1"}, func(context.Context) ([]byte, error) {
+		return nil, &idem.DuplicateError{Result: []byte("row 7")}
+	})
+	if err != nil || res.Outcome != idem.OutcomeDuplicate || string(res.Value) != "row 7" {
+		t.Fatalf("entity duplicate: %+v %v", res, err)
+	}
+	if r, _ := s.Get(ctx, idem.Key{Scope: "test", ID: "e1"}); r.State != idem.StateCompleted {
+		t.Fatalf("record after an entity duplicate: %s", r.State)
+	}
+	res, err = g.Do(ctx, idem.Message{ID: "e2"}, func(context.Context) ([]byte, error) {
+		return nil, fmt.Errorf("order 9 at version 3: %w", idem.ErrSuperseded)
+	})
+	if err != nil || res.Outcome != idem.OutcomeSuperseded || idem.Decide(res, err) != idem.ActionAck {
+		t.Fatalf("superseded: %+v %v", res, err)
+	}
+	res, err = g.Do(ctx, idem.Message{ID: "e3"}, func(context.Context) ([]byte, error) {
+		return nil, &idem.ConflictError{Key: idem.Key{Scope: "test", ID: "e3"}}
+	})
+	if !errors.Is(err, idem.ErrConflict) || res.Outcome != idem.OutcomeConflict || idem.Decide(res, err) != idem.ActionDeadLetter {
+		t.Fatalf("handler conflict: %+v %v", res, err)
+	}
+}

@@ -113,6 +113,12 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		res.Value = value
 		return nil
 	})
+	if outcome, v, skip := skipOutcome(handlerErr); skip {
+		// The handler found its effect in place (entity mode, version
+		// guards): the transaction rolled back, nothing changed; ack.
+		res.Outcome, res.Value = outcome, v
+		return res, nil
+	}
 	switch {
 	case handlerErr != nil:
 		res.Outcome = failedOutcome(handlerErr)
