@@ -1,0 +1,210 @@
+package natsidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure a Consumer. JetStream and DeadLetterSubject are
+// required; the zero value of every other field is a sensible default.
+type Options struct {
+	// JetStream publishes dead letters (and waits for the stream's ack, so a
+	// dead letter is durable before the original is terminated).
+	JetStream jetstream.JetStream
+	// DeadLetterSubject receives conflicts, permanent failures, messages
+	// without a usable key and parked records. Bind it to a stream: a dead
+	// letter whose publish is not acknowledged is retried, not dropped.
+	DeadLetterSubject string
+	// Concurrency is how many messages are handled at once. Default 1.
+	Concurrency int
+	// Prefetch is how many messages the client buffers ahead of the
+	// handlers (PullMaxMessages). Default 2*Concurrency. Buffered messages
+	// count against the consumer's MaxAckPending and AckWait.
+	Prefetch int
+	// Backoff gives the NakWithDelay delay for a retried message from its
+	// delivery count (1 for the first delivery). Default
+	// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	Backoff func(attempt int) time.Duration
+	// DoubleAck acknowledges with DoubleAck, waiting for the server to
+	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
+	// acked without running the handler); DoubleAck trades a round trip per
+	// message for fewer such redeliveries and ack failures in Report.
+	DoubleAck bool
+	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
+	// its context ends before cancelling their contexts (it still waits for
+	// them to return). Default 30s.
+	ShutdownTimeout time.Duration
+	// OnResult, if set, is called after each message's broker action, from
+	// the goroutine that handled it.
+	OnResult func(msg jetstream.Msg, r Report)
+	// OnError, if set, receives errors of the fetch loop that do not stop it
+	// (missing heartbeats, reconnections).
+	OnError func(err error)
+	// Message maps a delivery to the idem.Message the guard sees. Default
+	// MessageOf.
+	Message func(jetstream.Msg) idem.Message
+}
+
+// ReasonMaxDeliver is the dead-letter reason of a message that would be
+// retried on its last allowed delivery (the consumer's MaxDeliver): JetStream
+// would otherwise drop it silently.
+const ReasonMaxDeliver = "max_deliver"
+
+// Report is what happened to one message.
+type Report struct {
+	Result idem.Result   // the guard's result
+	Err    error         // the guard's error; nil when processed or duplicate
+	Action idem.Action   // the action taken: ack, retry or dead-letter
+	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
+	Delay  time.Duration // the NakWithDelay delay of a retry
+	// BrokerErr is the failure of the action itself (ack, nak, dead-letter
+	// publish, term). The message is then redelivered after AckWait, which
+	// is safe: its record decides again.
+	BrokerErr error
+}
+
+// Consumer runs a Handler for the messages of a JetStream pull consumer.
+type Consumer struct {
+	cons       jetstream.Consumer
+	g          *idem.Guard
+	h          Handler
+	opts       Options
+	ackWait    time.Duration
+	maxDeliver int
+	name       string
+}
+
+// NewConsumer validates opts and returns a consumer. Errors wrap
+// idem.ErrInvalidOptions.
+func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
+	switch {
+	case cons == nil:
+		return nil, fmt.Errorf("%w: natsidem: nil jetstream.Consumer", idem.ErrInvalidOptions)
+	case g == nil:
+		return nil, fmt.Errorf("%w: natsidem: nil guard", idem.ErrInvalidOptions)
+	case h == nil:
+		return nil, fmt.Errorf("%w: natsidem: nil handler (use Handle or HandleTx)", idem.ErrInvalidOptions)
+	case opts.JetStream == nil:
+		return nil, fmt.Errorf("%w: natsidem: Options.JetStream is required to publish dead letters", idem.ErrInvalidOptions)
+	case opts.DeadLetterSubject == "":
+		return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject is required (conflicts are never dropped silently)", idem.ErrInvalidOptions)
+	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("%w: natsidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Prefetch == 0 {
+		opts.Prefetch = 2 * opts.Concurrency
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Message == nil {
+		opts.Message = MessageOf
+	}
+	c := &Consumer{cons: cons, g: g, h: h, opts: opts}
+	if info := cons.CachedInfo(); info != nil {
+		c.ackWait = info.Config.AckWait
+		c.maxDeliver = info.Config.MaxDeliver
+		c.name = info.Stream + "/" + info.Name
+	}
+	return c, nil
+}
+
+// Consume is NewConsumer followed by Run.
+func Consume(ctx context.Context, cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options) error {
+	c, err := NewConsumer(cons, g, h, opts)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// Run pulls and handles messages until ctx ends, then shuts down gracefully:
+// it stops pulling, naks the messages buffered but not started (so other
+// consumers get them at once), waits for the in-flight handlers (cancelling
+// their contexts after ShutdownTimeout) and returns nil. It returns an error
+// if consuming cannot start or the iterator closes under it (connection
+// closed, consumer deleted); in-flight handlers are finished first.
+//
+// Several Runs, in one process or many, may share one durable consumer: they
+// compete for its messages.
+func (c *Consumer) Run(ctx context.Context) error {
+	iter, err := c.cons.Messages(jetstream.PullMaxMessages(c.opts.Prefetch))
+	if err != nil {
+		return fmt.Errorf("natsidem: start consuming: %w", err)
+	}
+	defer iter.Stop()
+
+	// Handlers outlive ctx so that a shutdown finishes them; workCtx ends
+	// ShutdownTimeout after ctx does.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	slots := make(chan struct{}, c.opts.Concurrency)
+	var wg sync.WaitGroup
+	var runErr error
+loop:
+	for {
+		// Take a slot before pulling, so no message waits on a busy worker.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		msg, err := iter.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			<-slots
+			switch {
+			case ctx.Err() != nil:
+				break loop
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				runErr = fmt.Errorf("natsidem: consumer %s: %w", c.name, err)
+				break loop
+			}
+			c.reportErr(err) // the iterator keeps pulling
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r := c.Process(workCtx, msg)
+			if c.opts.OnResult != nil {
+				c.opts.OnResult(msg, r)
+			}
+		}()
+	}
+
+	// Stop pulling; hand back what is buffered but not started.
+	iter.Drain()
+	for {
+		msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		if err := msg.Nak(); err != nil {
+			c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
+		}
+	}
+	t := time.AfterFunc(c.opts.ShutdownTimeout, cancelWork)
+	wg.Wait()
+	t.Stop()
+	return runErr
+}
+
+func (c *Consumer) reportErr(err error) {
+	if c.opts.OnError != nil {
+		c.opts.OnError(err)
+	}
+}
