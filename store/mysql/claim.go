@@ -1,0 +1,235 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/idemgo/idem"
+)
+
+// errVanished: the record existed when the insert ran and was gone (swept)
+// when the transaction looked for it. Retried.
+var errVanished = errors.New("mysql: record vanished between insert and lock")
+
+// errRaced: another transaction inserted a key of the batch after the batch
+// found it absent. The batch transaction is rolled back and retried.
+var errRaced = errors.New("mysql: batch raced with a concurrent insert")
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// insertIfAbsent inserts r unless a record exists for its key, and reports
+// whether it inserted.
+func (s *Store) insertIfAbsent(ctx context.Context, e execer, r idem.Record) (bool, error) {
+	res, err := e.ExecContext(ctx, s.q.insertIfAbsent, rowArgs(r)...)
+	if err != nil {
+		return false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return false, err
+	}
+	return id == 0, nil
+}
+
+// Claim implements idem.Store.
+//
+// The common case, an unseen key, is one autocommit statement: an insert that
+// does nothing when the key exists. When it exists, a READ COMMITTED
+// transaction locks that one record (SELECT .. FOR UPDATE on the primary key),
+// applies idem.ApplyClaim and writes the result back. Concurrent claimers of a
+// key queue on its record lock and each sees its predecessor's outcome; they
+// never lock a gap, so claims of other keys never wait for them.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := validateReq(req); err != nil {
+		return idem.Claim{}, err
+	}
+	var out idem.Claim
+	err := retry(ctx, func() error {
+		fresh, _ := idem.ApplyClaim(nil, req)
+		inserted, err := s.insertIfAbsent(ctx, s.db, fresh.Record)
+		if err != nil {
+			return err
+		}
+		if inserted {
+			out = fresh
+			return nil
+		}
+		return s.inTxRC(ctx, func(tx *sql.Tx) error {
+			cur, err := scanRecord(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
+			if errors.Is(err, sql.ErrNoRows) {
+				return errVanished
+			}
+			if err != nil {
+				return err
+			}
+			c, write := idem.ApplyClaim(&cur, req)
+			if write {
+				if _, err := tx.ExecContext(ctx, s.q.update, updateArgs(c.Record)...); err != nil {
+					return err
+				}
+			}
+			out = c
+			return nil
+		})
+	})
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	return out, nil
+}
+
+// maxBatch bounds the rows of one batch statement (placeholders and packet
+// size); larger batches run as several transactions of maxBatch keys.
+const maxBatch = 1000
+
+// ClaimBatch implements idem.BatchStore. Each chunk of up to 1000 keys is one
+// READ COMMITTED transaction of three statements: one locking read of the
+// existing records, one multi-row insert of the absent keys, one multi-row
+// rewrite of the records the claims take. Rows are touched in primary-key
+// order, so concurrent batches do not deadlock on each other.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	seen := make(map[rkey]bool, len(reqs))
+	for _, r := range reqs {
+		if err := validateReq(r); err != nil {
+			return nil, err
+		}
+		k := keyOf(r.Key)
+		if seen[k] {
+			return nil, fmt.Errorf("%w: key %s twice in one batch", idem.ErrInvalidKey, r.Key)
+		}
+		seen[k] = true
+	}
+	out := make([]idem.Claim, len(reqs))
+	for start := 0; start < len(reqs); start += maxBatch {
+		end := min(start+maxBatch, len(reqs))
+		err := retry(ctx, func() error {
+			return s.inTxRC(ctx, func(tx *sql.Tx) error {
+				return s.claimChunk(ctx, tx, reqs[start:end], out[start:end])
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+type rkey struct{ scope, id string }
+
+func keyOf(k idem.Key) rkey { return rkey{k.Scope, k.StoredID()} }
+
+func (s *Store) claimChunk(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequest, out []idem.Claim) error {
+	order := make([]int, len(reqs))
+	keys := make([]rkey, len(reqs))
+	for i, r := range reqs {
+		order[i], keys[i] = i, keyOf(r.Key)
+	}
+	sort.Slice(order, func(a, b int) bool {
+		ka, kb := keys[order[a]], keys[order[b]]
+		return ka.scope < kb.scope || (ka.scope == kb.scope && ka.id < kb.id)
+	})
+	cur, err := s.lockRecords(ctx, tx, keys, order)
+	if err != nil {
+		return err
+	}
+	var inserts, updates []idem.Record
+	for _, i := range order {
+		var (
+			c     idem.Claim
+			write bool
+		)
+		if r, ok := cur[keys[i]]; ok {
+			c, write = idem.ApplyClaim(&r, reqs[i])
+			if write {
+				updates = append(updates, c.Record)
+			}
+		} else {
+			c, write = idem.ApplyClaim(nil, reqs[i])
+			inserts = append(inserts, c.Record)
+		}
+		out[i] = c
+	}
+	if len(inserts) > 0 {
+		res, err := tx.ExecContext(ctx, s.multiRow(len(inserts), "token = LAST_INSERT_ID(token)"), multiArgs(inserts)...)
+		if err != nil {
+			return err
+		}
+		if id, err := res.LastInsertId(); err != nil {
+			return err
+		} else if id != 0 {
+			return errRaced
+		}
+	}
+	if len(updates) > 0 {
+		if _, err := tx.ExecContext(ctx, s.multiRow(len(updates), overwrite), multiArgs(updates)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overwrite rewrites every mutable column of rows the batch holds locked.
+// VALUES(col) is understood by MariaDB and MySQL alike.
+const overwrite = "display_id = VALUES(display_id), state = VALUES(state), fingerprint = VALUES(fingerprint)," +
+	" result = VALUES(result), token = VALUES(token), attempts = VALUES(attempts), lease_until = VALUES(lease_until)," +
+	" expires_at = VALUES(expires_at), created_at = VALUES(created_at), updated_at = VALUES(updated_at)"
+
+func (s *Store) multiRow(n int, onDup string) string {
+	row := "(" + quoteList(nColumns, "?") + ")"
+	return "INSERT INTO " + s.table + " (" + columns + ") VALUES " + quoteList(n, row) + " ON DUPLICATE KEY UPDATE " + onDup
+}
+
+func multiArgs(rs []idem.Record) []any {
+	args := make([]any, 0, len(rs)*nColumns)
+	for _, r := range rs {
+		args = append(args, rowArgs(r)...)
+	}
+	return args
+}
+
+// lockRecords reads and locks the existing records among keys (one locking
+// read, in primary-key order, grouped by scope so the optimizer sees
+// primary-key ranges).
+func (s *Store) lockRecords(ctx context.Context, tx *sql.Tx, keys []rkey, order []int) (map[rkey]idem.Record, error) {
+	var (
+		where strings.Builder
+		args  = make([]any, 0, 2*len(keys))
+	)
+	for i := 0; i < len(order); {
+		scope := keys[order[i]].scope
+		j := i
+		for j < len(order) && keys[order[j]].scope == scope {
+			j++
+		}
+		if where.Len() > 0 {
+			where.WriteString(" OR ")
+		}
+		where.WriteString("(scope = ? AND id IN (" + quoteList(j-i, "?") + "))")
+		args = append(args, scope)
+		for _, k := range order[i:j] {
+			args = append(args, keys[k].id)
+		}
+		i = j
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE "+where.String()+
+		" ORDER BY scope, id FOR UPDATE", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cur := make(map[rkey]idem.Record)
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		cur[rkey{r.Scope, r.ID}] = r
+	}
+	return cur, rows.Err()
+}

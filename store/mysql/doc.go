@@ -1,0 +1,91 @@
+// Package mysql is an idem store on MariaDB and MySQL (InnoDB) through
+// database/sql and github.com/go-sql-driver/mysql. It implements idem.Store
+// (two-phase records: leased, fenced claims), idem.BatchStore,
+// idem.Inspector and idem.TxStore[*sql.Tx] (the transactional inbox: the
+// dedup marker is written in the caller's business transaction).
+//
+//	s, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/app", mysql.Options{Table: "idem_records"})
+//	if err != nil { ... }
+//	if err := s.Migrate(ctx); err != nil { ... }
+//	g, err := idem.New(s, idem.Options{Scope: "billing"})
+//
+//	// Inbox: the marker and the business write commit together, or neither.
+//	res, err := idem.DoTx(ctx, g, msg, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+//		_, err := tx.ExecContext(ctx, "INSERT INTO charges (order_id, amount) VALUES (?, ?)", id, amount)
+//		return nil, err
+//	})
+//	switch idem.Decide(res, err) { ... } // ack, retry or dead-letter
+//
+// New takes a *sql.DB you opened yourself; Open opens one with
+// interpolateParams=true (one round trip per statement instead of a prepare
+// and an execute). Either way the store works whatever the DSN's
+// clientFoundRows and parseTime say.
+//
+// # Schema
+//
+// Migrate creates the table from embedded, versioned SQL (applied versions
+// are kept in "<table>_migrations"); it is idempotent and instances running it
+// at once take turns under GET_LOCK. Keys are VARBINARY(200) columns, compared
+// byte for byte (no collation folds case, accents or trailing spaces), with
+// PRIMARY KEY (scope, id): 400 bytes at most, well inside InnoDB's index
+// limit. Longer ids are stored as their SHA-256 (idem.Key.StoredID), the
+// original kept in display_id. Results are LONGBLOB (the server's
+// max_allowed_packet bounds them). Times are BIGINT Unix milliseconds: no
+// time zones, exact round trips of the caller's clock, a plain integer index
+// on expires_at for sweeps.
+//
+// # Locking
+//
+// Every statement locks only the records of the keys it names, never a gap,
+// so consumers of unrelated keys never wait for each other:
+//
+//   - Claim of an unseen key is one autocommit INSERT .. ON DUPLICATE KEY
+//     UPDATE token = LAST_INSERT_ID(token): it inserts, or changes nothing and
+//     reports the existing token as the insert id (which tells the two apart
+//     whatever clientFoundRows does to the affected-rows count).
+//   - Claim of an existing key is a READ COMMITTED transaction: SELECT .. FOR
+//     UPDATE on the primary key (one record lock), idem.ApplyClaim, UPDATE.
+//     READ COMMITTED because under REPEATABLE READ a locking read that finds
+//     nothing (the record was swept meanwhile) would lock the gap around the
+//     key. Claimers of one key queue on its record lock, each taking one lock,
+//     so they cannot deadlock; should InnoDB report a deadlock or a lock wait
+//     timeout anyway (a claim meeting a sweep of the same expired row), the
+//     store retries its own transaction, at most 5 times.
+//   - Complete, Release and Renew are one fenced UPDATE each (token and state
+//     in the WHERE clause); no matching row means idem.ErrLeaseLost.
+//   - Mark runs in the caller's transaction at whatever isolation it has. Its
+//     insert takes an exclusive lock on an existing record rather than the
+//     shared lock of INSERT IGNORE, which two transactions would both try to
+//     upgrade (a deadlock); the second of two transactions marking one key
+//     waits for the first and then reads its marker with a locking read,
+//     which sees committed rows even under REPEATABLE READ. Duplicate keys
+//     are never caught as errors.
+//   - ClaimBatch is one READ COMMITTED transaction per 1000 keys: a locking
+//     read of the existing records, a multi-row insert of the absent keys and
+//     a multi-row rewrite of the records it takes, in primary-key order.
+//
+// # 100 million rows
+//
+// The table holds one row per key for the retention window, so its size is
+// arrival rate × retention: 100M rows is about 165 messages/s kept for a
+// week. Sweep deletes expired rows oldest first through the expires_at index
+// (DELETE .. WHERE expires_at <= ? ORDER BY expires_at LIMIT n), so each batch
+// costs what it deletes, never a scan; it runs in a READ COMMITTED transaction
+// (no gap locks in front of inserts) from one instance at a time (GET_LOCK
+// named after the database and table; other instances return 0 at once).
+// Keep batches small (the default 1000 rows is a few milliseconds of locks)
+// and sweep often enough to keep up with the arrival rate.
+//
+// Range partitioning by expires_at, the usual way to drop a day of rows at
+// once, is not possible here: MySQL and MariaDB require every unique key,
+// the primary key included, to contain the partitioning column (error 1503),
+// and (scope, id) must stay unique on its own or two claims of one key would
+// both succeed. Adding expires_at to the primary key would give up exactly
+// that. So the records table is not partitioned by time: the index-driven
+// batched sweep is the cleanup, and its cost is proportional to the rows
+// removed. If purge lag ever matters (history list length grows under a
+// heavy sweep), lower the batch size and sweep more often rather than
+// delete more per statement. Hash partitioning (PARTITION BY KEY (scope, id))
+// is compatible with the schema and spreads a huge table over smaller
+// B-trees, but it does not make cleanup cheaper.
+package mysql

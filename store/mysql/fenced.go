@@ -1,0 +1,71 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/idemgo/idem"
+)
+
+// Complete implements idem.Store with one fenced UPDATE: the row changes only
+// if req.Token is current and the record in progress. The state always
+// changes, so zero affected rows means the fence failed whatever the
+// connection's clientFoundRows setting.
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	return s.fenced(ctx, s.q.complete, nil, resultArg(req.Result), ms(req.ExpiresAt), ms(req.Now),
+		req.Key.Scope, req.Key.StoredID(), req.Token)
+}
+
+// Release implements idem.Store with one fenced UPDATE (state released, the
+// lease ended at req.Now).
+func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	return s.fenced(ctx, s.q.release, nil, ms(req.Now), ms(req.Now),
+		req.Key.Scope, req.Key.StoredID(), req.Token)
+}
+
+// Renew implements idem.Store with one fenced UPDATE of the lease.
+func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	return s.fenced(ctx, s.q.renew, &req.Key, ms(req.LeaseUntil), ms(req.Now),
+		req.Key.Scope, req.Key.StoredID(), req.Token)
+}
+
+// fenced runs a fenced update and maps zero affected rows to
+// idem.ErrLeaseLost. MySQL counts changed rows, not matched ones, unless the
+// DSN sets clientFoundRows; a renewal to the very same lease and time changes
+// nothing, so for updates that may be no-ops (recheck != nil) a zero count is
+// confirmed by reading the fence.
+func (s *Store) fenced(ctx context.Context, query string, recheck *idem.Key, args ...any) error {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	if recheck != nil {
+		token := args[len(args)-1]
+		var one int
+		err := s.db.QueryRowContext(ctx, s.q.owns, recheck.Scope, recheck.StoredID(), token).Scan(&one)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+	}
+	return idem.ErrLeaseLost
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	r, err := scanRecord(s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.StoredID()))
+	if errors.Is(err, sql.ErrNoRows) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return r, err
+}

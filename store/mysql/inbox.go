@@ -1,0 +1,72 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idemgo/idem"
+)
+
+// InTx implements idem.TxStore: it begins a transaction at the server's
+// default isolation (REPEATABLE READ unless configured otherwise), runs fn,
+// and commits when fn returns nil, rolling back otherwise. It does not retry:
+// fn's work is the caller's.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			return errors.Join(err, fmt.Errorf("mysql: rollback: %w", rerr))
+		}
+		return err
+	}
+	return tx.Commit()
+}
+
+// Mark implements idem.TxStore: it writes the completed marker for req.Key in
+// the caller's transaction tx.
+//
+// The insert does nothing on an existing key except lock its record
+// exclusively: a concurrent transaction marking the same key waits for the
+// first to end, then finds its marker (or, after a rollback, inserts its own).
+// A locking read then loads the record, because under REPEATABLE READ a plain
+// read could answer from a snapshot taken before the other transaction
+// committed. Both statements lock one existing record and no gap, at any
+// isolation level, so unrelated keys never wait; and no shared lock is ever
+// upgraded, so two markers of one key cannot deadlock.
+func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := validateReq(req); err != nil {
+		return idem.Claim{}, err
+	}
+	fresh, _ := idem.ApplyMark(nil, req)
+	inserted, err := s.insertIfAbsent(ctx, tx, fresh.Record)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if inserted {
+		return fresh, nil
+	}
+	cur, err := scanRecord(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
+	if err != nil {
+		// The insert locked the record, so it cannot have gone.
+		return idem.Claim{}, err
+	}
+	c, write := idem.ApplyMark(&cur, req)
+	if write {
+		if _, err := tx.ExecContext(ctx, s.q.update, updateArgs(c.Record)...); err != nil {
+			return idem.Claim{}, err
+		}
+	}
+	return c, nil
+}
+
+// SaveResult implements idem.TxStore: it stores result on the marker written
+// by Mark in tx.
+func (s *Store) SaveResult(ctx context.Context, tx *sql.Tx, key idem.Key, result []byte) error {
+	_, err := tx.ExecContext(ctx, s.q.saveResult, resultArg(result), key.Scope, key.StoredID())
+	return err
+}

@@ -1,0 +1,120 @@
+package mysql
+
+import (
+	"database/sql"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Times are stored as BIGINT Unix milliseconds: no dependence on the DSN's
+// parseTime or loc, no time zone conversions, exact round trips of the
+// caller's clock, and a plain integer index for sweeps. The zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// columns in the order rowArgs and scanRecord use.
+const columns = "scope, id, display_id, state, fingerprint, result, token, attempts, lease_until, expires_at, created_at, updated_at"
+
+const nColumns = 12
+
+// displayArg returns the display id to store: NULL unless the id was hashed,
+// so the common short id is not stored twice (at 100M rows that matters).
+func displayArg(r idem.Record) any {
+	if r.DisplayID == "" || r.DisplayID == r.ID {
+		return nil
+	}
+	return r.DisplayID
+}
+
+func resultArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// rowArgs returns r's values in column order.
+func rowArgs(r idem.Record) []any {
+	return []any{
+		r.Scope, r.ID, displayArg(r), string(r.State), r.Fingerprint, resultArg(r.Result),
+		r.Token, r.Attempts, ms(r.LeaseUntil), ms(r.ExpiresAt), ms(r.CreatedAt), ms(r.UpdatedAt),
+	}
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(sc scanner) (idem.Record, error) {
+	var (
+		r                                idem.Record
+		display                          sql.NullString
+		state                            string
+		lease, expires, created, updated int64
+	)
+	err := sc.Scan(&r.Scope, &r.ID, &display, &state, &r.Fingerprint, &r.Result,
+		&r.Token, &r.Attempts, &lease, &expires, &created, &updated)
+	if err != nil {
+		return idem.Record{}, err
+	}
+	r.DisplayID = r.ID
+	if display.Valid {
+		r.DisplayID = display.String
+	}
+	r.State = idem.State(state)
+	r.LeaseUntil, r.ExpiresAt = fromMS(lease), fromMS(expires)
+	r.CreatedAt, r.UpdatedAt = fromMS(created), fromMS(updated)
+	return r, nil
+}
+
+// queries are the statements for one table, built once.
+type queries struct {
+	get, getForUpdate        string
+	insertIfAbsent           string // one row; LAST_INSERT_ID says whether it existed
+	update                   string // rewrite every mutable column of one locked row
+	complete, release, renew string
+	owns                     string
+	saveResult               string
+	sweep                    string
+}
+
+func buildQueries(t string) queries {
+	const pk = " WHERE scope = ? AND id = ?"
+	const fenced = pk + " AND token = ? AND state = 'in_progress'"
+	return queries{
+		get:          "SELECT " + columns + " FROM " + t + pk,
+		getForUpdate: "SELECT " + columns + " FROM " + t + pk + " FOR UPDATE",
+		// On a duplicate the assignment changes nothing but records the
+		// existing token with LAST_INSERT_ID(expr), which the server returns
+		// as the statement's insert id: 0 means "inserted", whatever the
+		// clientFoundRows setting does to the affected-rows count. The
+		// duplicate path takes an exclusive lock on the record (never a
+		// shared one that two transactions would then both try to upgrade).
+		insertIfAbsent: "INSERT INTO " + t + " (" + columns + ") VALUES (" + quoteList(nColumns, "?") +
+			") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)",
+		update: "UPDATE " + t + " SET display_id = ?, state = ?, fingerprint = ?, result = ?, token = ?, attempts = ?," +
+			" lease_until = ?, expires_at = ?, created_at = ?, updated_at = ?" + pk,
+		complete:   "UPDATE " + t + " SET state = 'completed', result = ?, expires_at = ?, updated_at = ?" + fenced,
+		release:    "UPDATE " + t + " SET state = 'released', lease_until = ?, updated_at = ?" + fenced,
+		renew:      "UPDATE " + t + " SET lease_until = ?, updated_at = ?" + fenced,
+		owns:       "SELECT 1 FROM " + t + fenced,
+		saveResult: "UPDATE " + t + " SET result = ?" + pk,
+		sweep:      "DELETE FROM " + t + " WHERE expires_at > 0 AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+	}
+}
+
+// updateArgs returns the arguments of queries.update for r.
+func updateArgs(r idem.Record) []any {
+	a := rowArgs(r)
+	return append(a[2:], r.Scope, r.ID)
+}
