@@ -1,0 +1,224 @@
+package amqpidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Options configure a Consumer. Queue and a dead-letter destination
+// (DeadLetterExchange, DeadLetterRoutingKey or both) are required; the zero
+// value of every other field is a sensible default.
+type Options struct {
+	// Queue is the queue to consume.
+	Queue string
+	// ConsumerTag names the AMQP consumer. Default: generated, unique.
+	ConsumerTag string
+	// Concurrency is how many deliveries are handled at once. Default 1.
+	Concurrency int
+	// Prefetch is the channel's QoS prefetch count: deliveries in flight,
+	// buffered or held for a retry back-off. Default 2*Concurrency.
+	Prefetch int
+	// DeadLetterExchange and DeadLetterRoutingKey say where conflicts,
+	// permanent failures, messages without a usable key and parked records
+	// are published. The empty exchange is AMQP's default exchange, which
+	// routes to the queue named by the routing key; an empty routing key
+	// reuses the delivery's. Declare and bind the dead-letter queue before
+	// consuming: an unroutable dead letter is dropped by the broker.
+	DeadLetterExchange   string
+	DeadLetterRoutingKey string
+	// Publisher is the channel dead letters are published on; it is put in
+	// confirm mode. Default: the consuming channel.
+	Publisher *amqp.Channel
+	// Backoff gives how long a retried delivery is held before it is
+	// requeued, from its attempt number (x-delivery-count + 1 on quorum
+	// queues; 1 or, when redelivered, 2 on classic queues). Default
+	// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	Backoff func(attempt int) time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
+	// its context ends before cancelling their contexts (it still waits for
+	// them to return). Default 30s.
+	ShutdownTimeout time.Duration
+	// OnResult, if set, is called after each delivery's broker action, from
+	// the goroutine that handled it.
+	OnResult func(d amqp.Delivery, r Report)
+	// Message maps a delivery to the idem.Message the guard sees. Default
+	// MessageOf.
+	Message func(amqp.Delivery) idem.Message
+}
+
+// Report is what happened to one delivery.
+type Report struct {
+	Result idem.Result   // the guard's result
+	Err    error         // the guard's error; nil when processed or duplicate
+	Action idem.Action   // the action taken: ack, retry or dead-letter
+	Reason string        // the dead-letter reason (idem.DeadLetterReason)
+	Delay  time.Duration // how long a retry was held before the requeue
+	// BrokerErr is the failure of the action itself (ack, nack, dead-letter
+	// publish). The broker then redelivers the message when the channel
+	// closes, which is safe: its record decides again.
+	BrokerErr error
+}
+
+// ErrDeliveriesClosed is returned by Run when the broker or the connection
+// stops the deliveries (channel or connection closed, queue deleted,
+// consumer cancelled by the server). Reconnect and run again; unacked
+// deliveries are requeued by the broker.
+var ErrDeliveriesClosed = errors.New("amqpidem: deliveries closed")
+
+// Consumer runs a Handler for the deliveries of one queue.
+type Consumer struct {
+	ch   *amqp.Channel
+	pub  *amqp.Channel
+	g    *idem.Guard
+	h    Handler
+	opts Options
+}
+
+// NewConsumer validates opts and returns a consumer of ch. Errors wrap
+// idem.ErrInvalidOptions.
+func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
+	switch {
+	case ch == nil:
+		return nil, fmt.Errorf("%w: amqpidem: nil channel", idem.ErrInvalidOptions)
+	case g == nil:
+		return nil, fmt.Errorf("%w: amqpidem: nil guard", idem.ErrInvalidOptions)
+	case h == nil:
+		return nil, fmt.Errorf("%w: amqpidem: nil handler (use Handle or HandleTx)", idem.ErrInvalidOptions)
+	case opts.Queue == "":
+		return nil, fmt.Errorf("%w: amqpidem: Options.Queue is required", idem.ErrInvalidOptions)
+	case opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == "":
+		return nil, fmt.Errorf("%w: amqpidem: a dead-letter destination is required (DeadLetterExchange and/or DeadLetterRoutingKey): conflicts are never dropped silently", idem.ErrInvalidOptions)
+	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Prefetch == 0 {
+		opts.Prefetch = 2 * opts.Concurrency
+	}
+	if opts.ConsumerTag == "" {
+		opts.ConsumerTag = fmt.Sprintf("idem-%.200s-%016x", opts.Queue, rand.Uint64())
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Message == nil {
+		opts.Message = MessageOf
+	}
+	pub := opts.Publisher
+	if pub == nil {
+		pub = ch
+	}
+	return &Consumer{ch: ch, pub: pub, g: g, h: h, opts: opts}, nil
+}
+
+// Consume is NewConsumer followed by Run.
+func Consume(ctx context.Context, ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) error {
+	c, err := NewConsumer(ch, g, h, opts)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// Run consumes the queue until ctx ends, then shuts down gracefully: it
+// cancels the AMQP consumer, requeues the deliveries received but not
+// started, requeues held retries at once, waits for the in-flight handlers
+// (cancelling their contexts after ShutdownTimeout) and returns nil.
+//
+// If the channel or connection closes under it, Run finishes its handlers
+// (their acks fail; the broker requeues the deliveries) and returns an error
+// wrapping ErrDeliveriesClosed. Run does not reconnect.
+//
+// Several consumers, on one channel each, may consume one queue: they
+// compete for its messages.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.ch.Qos(c.opts.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("amqpidem: set prefetch: %w", err)
+	}
+	if err := c.pub.Confirm(false); err != nil {
+		return fmt.Errorf("amqpidem: confirm mode for dead letters: %w", err)
+	}
+	closed := c.ch.NotifyClose(make(chan *amqp.Error, 1))
+	deliveries, err := c.ch.Consume(c.opts.Queue, c.opts.ConsumerTag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqpidem: consume %s: %w", c.opts.Queue, err)
+	}
+
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	flush := make(chan struct{}) // closed at shutdown: held retries requeue now
+	slots := make(chan struct{}, c.opts.Concurrency)
+	var wg sync.WaitGroup
+	var runErr error
+loop:
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				<-slots
+				runErr = c.closedErr(closed)
+				break loop
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				released := false
+				release := func() {
+					if !released {
+						released = true
+						<-slots
+					}
+				}
+				defer release()
+				r := c.process(workCtx, d, flush, release)
+				if c.opts.OnResult != nil {
+					c.opts.OnResult(d, r)
+				}
+			}()
+		case <-ctx.Done():
+			<-slots
+			break loop
+		}
+	}
+
+	if runErr == nil {
+		// Stop the broker sending; what it sent already is requeued untouched.
+		_ = c.ch.Cancel(c.opts.ConsumerTag, false)
+		for d := range deliveries {
+			_ = d.Nack(false, true)
+		}
+	}
+	close(flush)
+	t := time.AfterFunc(c.opts.ShutdownTimeout, cancelWork)
+	wg.Wait()
+	t.Stop()
+	return runErr
+}
+
+func (c *Consumer) closedErr(closed <-chan *amqp.Error) error {
+	select {
+	case e, ok := <-closed:
+		if ok && e != nil {
+			return fmt.Errorf("%w: queue %s: %w", ErrDeliveriesClosed, c.opts.Queue, e)
+		}
+	default:
+	}
+	return fmt.Errorf("%w: queue %s", ErrDeliveriesClosed, c.opts.Queue)
+}

@@ -1,0 +1,221 @@
+package amqpidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/store/memory"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// effects is the business side effect: how many times each id was applied.
+type effects struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (e *effects) add(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[string]int{}
+	}
+	e.n[id]++
+}
+
+func (e *effects) snapshot() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.n))
+	for k, v := range e.n {
+		out[k] = v
+	}
+	return out
+}
+
+// TestEffectivelyOnce publishes 2000 unique orders plus producer retries
+// (same message-id and body: RabbitMQ enqueues them again), conflicting
+// re-uses of ids, permanent failures and messages without an id, in random
+// order. Three consumers compete; one of them, on its own connection, closes
+// the connection from inside a handler a tenth of the way through, so its
+// unacked deliveries (finished ones included) are redelivered to the others.
+// Every order must be applied exactly once, and every conflict, permanent
+// failure and keyless message must reach the dead-letter queue with its
+// reason.
+func TestEffectivelyOnce(t *testing.T) {
+	e := newEnv(t)
+	const (
+		unique    = 2000
+		perms     = 10
+		keyless   = 5
+		conflicts = 20
+		dups      = 400
+	)
+	isDup := func(i int) bool { return i%5 == 0 }
+	isConflict := func(i int) bool { return i%100 == 1 }
+	isTransient := func(i int) bool { return i%25 == 2 }
+	var msgs []amqp.Publishing
+	add := func(id string, body []byte) {
+		msgs = append(msgs, amqp.Publishing{MessageId: id, ContentType: "application/json", Body: body,
+			Headers: amqp.Table{"tenant": "acme"}})
+	}
+	for i := 0; i < unique; i++ {
+		id := fmt.Sprintf("order-%d", i)
+		body := fmt.Appendf(nil, `{"order":%d,"amount":%d}`, i, 100+i)
+		add(id, body)
+		if isDup(i) {
+			add(id, body)
+		}
+		if isConflict(i) {
+			add(id, fmt.Appendf(nil, `{"order":%d,"amount":%d}`, i, 999999))
+		}
+	}
+	for i := 0; i < perms; i++ {
+		add(fmt.Sprintf("perm-%d", i), []byte(`{"bad":true}`))
+	}
+	for i := 0; i < keyless; i++ {
+		add("", fmt.Appendf(nil, `{"keyless":%d}`, i))
+	}
+	rand.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	for i := range msgs {
+		msgs[i].Headers["x-test-copy"] = int64(i)
+	}
+	total := len(msgs)
+	if total != unique+dups+conflicts+perms+keyless {
+		t.Fatalf("built %d messages", total)
+	}
+	e.publishAll(t, msgs)
+
+	store := memory.New()
+	var fx effects
+	var failedMu sync.Mutex
+	failed := map[string]bool{}
+	work := func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+		id := d.MessageId
+		if strings.HasPrefix(id, "perm-") {
+			return nil, idem.Permanent(errors.New("order rejected"))
+		}
+		var n int
+		if _, err := fmt.Sscanf(id, "order-%d", &n); err == nil && isTransient(n) {
+			failedMu.Lock()
+			first := !failed[id]
+			failed[id] = true
+			failedMu.Unlock()
+			if first {
+				return nil, errors.New("payment service unavailable")
+			}
+		}
+		fx.add(id)
+		return []byte("charged " + id), nil
+	}
+	tr := newTracker(total)
+	opts := amqpidem.Options{
+		Queue:                e.queue,
+		DeadLetterRoutingKey: e.dlq,
+		Concurrency:          4,
+		Prefetch:             16,
+		Backoff:              amqpidem.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
+		OnResult:             tr.onResult,
+	}
+	newGuard := func() *idem.Guard {
+		g, err := amqpidem.NewGuard(store, e.queue, idem.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		ch := e.channel(t)
+		go func() { errs <- amqpidem.Consume(ctx, ch, newGuard(), amqpidem.Handle(work), opts) }()
+	}
+
+	// The crashing consumer: its connection dies after a handler's work
+	// is recorded but before the ack.
+	connX, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connX.Close()
+	chX, err := connX.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handledX atomic.Int64
+	errX := make(chan error, 1)
+	go func() {
+		errX <- amqpidem.Consume(ctx, chX, newGuard(), amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+			v, err := work(ctx, d)
+			if handledX.Add(1) == int64(total/10) {
+				connX.Close()
+			}
+			return v, err
+		}), opts)
+	}()
+
+	select {
+	case <-tr.done:
+	case err := <-errs:
+		t.Fatalf("a consumer stopped early: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
+	}
+	cancel()
+	if err := <-errX; !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
+		t.Errorf("the crashed consumer's Consume returned %v, want ErrDeliveriesClosed", err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("Consume returned %v after shutdown, want nil", err)
+		}
+	}
+	tr.mu.Lock()
+	t.Logf("outcomes: %v", tr.counts)
+	tr.mu.Unlock()
+
+	got := fx.snapshot()
+	if len(got) != unique {
+		t.Errorf("%d orders applied, want %d", len(got), unique)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("order %s applied %d times", id, n)
+		}
+	}
+	if d := tr.count(idem.OutcomeDuplicate); d < dups {
+		t.Errorf("%d duplicates detected, want at least the %d producer retries", d, dups)
+	}
+
+	reasons := map[string]int{}
+	for _, dl := range e.deadLetters(t) {
+		reason := amqpidem.HeaderString(dl.Headers[amqpidem.HeaderReason])
+		reasons[reason]++
+		if amqpidem.HeaderString(dl.Headers[amqpidem.HeaderError]) == "" ||
+			amqpidem.HeaderString(dl.Headers[amqpidem.HeaderQueue]) != e.queue ||
+			amqpidem.HeaderString(dl.Headers["tenant"]) != "acme" {
+			t.Errorf("dead letter lacks error, queue or original headers: %v", dl.Headers)
+		}
+		if reason == "conflict" {
+			var n int
+			if _, err := fmt.Sscanf(dl.MessageId, "order-%d", &n); err != nil || !isConflict(n) {
+				t.Errorf("conflict dead letter for unexpected id %q", dl.MessageId)
+			}
+		}
+	}
+	want := map[string]int{"conflict": conflicts, "permanent": perms, "no_key": keyless}
+	if fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("dead letters by reason = %v, want %v", reasons, want)
+	}
+}

@@ -1,0 +1,69 @@
+// Package amqpidem makes RabbitMQ (AMQP 0-9-1, amqp091-go) consumers
+// idempotent.
+//
+// A [Consumer] consumes a queue with manual acknowledgements and a QoS
+// prefetch, runs the user's handler under an [idem.Guard] and maps each
+// outcome to an AMQP action with [idem.Decide]:
+//
+//   - processed or duplicate: Ack, only after the record is durable;
+//   - in progress elsewhere, a transient handler error, a store failure:
+//     the delivery is held for the back-off of [Options.Backoff], then
+//     Nack(requeue=true). Held deliveries keep counting against the prefetch,
+//     so a failing queue slows down instead of spinning;
+//   - conflict, permanent error, missing or invalid key, parked record:
+//     published to [Options.DeadLetterExchange] / [Options.DeadLetterRoutingKey]
+//     with the headers x-idem-reason and x-idem-error (and the original
+//     exchange, routing key and queue), confirmed by the broker, then the
+//     original is acked. If the publish is not confirmed the original is
+//     requeued instead, so nothing is lost.
+//
+// Dead letters are published by the consumer rather than rejected into the
+// queue's own x-dead-letter-exchange because rejection cannot carry the
+// reason: RabbitMQ only records "rejected" in x-death.
+//
+// Requeueing puts the message back at the head of the queue at once; the
+// hold before the Nack is what spaces retries out. For long delays, or to
+// free the prefetch while waiting, use a delay queue instead: a queue with
+// x-message-ttl (or a per-message expiration) and x-dead-letter-exchange
+// pointing back at the work queue, into which a handler republishes the
+// message. Quorum queues count deliveries in x-delivery-count, which the
+// back-off uses; classic queues only say whether a message was redelivered.
+//
+// Usage, two-phase:
+//
+//	ch, _ := conn.Channel()
+//	g, _ := amqpidem.NewGuard(store, "orders", idem.Options{}) // scope "orders"
+//	err := amqpidem.Consume(ctx, ch, g, amqpidem.Handle(
+//		func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+//			return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
+//		}), amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq", Concurrency: 8})
+//
+// With a store that has a transactional inbox (store/sqlite, store/postgres),
+// [HandleTx] runs the handler inside the store's transaction together with
+// the dedup marker (idem.DoTx).
+//
+// # Keys
+//
+// The key comes from the guard's [idem.Options.Key] applied to the
+// [idem.Message] built by [MessageOf]: Message.ID is the AMQP message-id
+// property (the default extractor, idem.MessageID, uses it), Headers are the
+// AMQP headers rendered as text, ContentType the content-type property.
+// idem.CloudEventsKey reads the CloudEvents AMQP binding's headers
+// (cloudEvents:id / cloudEvents_id and the source) and structured-mode
+// payloads. The delivery tag is never used: it numbers deliveries on one
+// channel and changes on every redelivery.
+//
+// # Scope
+//
+// The scope is the consumer identity, normally the queue name: [NewGuard]
+// fills it in. Two services consuming copies of one message from their own
+// queues then never block each other.
+//
+// # Producer side
+//
+// RabbitMQ has no broker-side duplicate detection: a producer retry after a
+// lost publisher confirm enqueues the message twice. [Publish] sets a stable
+// message-id (and optionally CloudEvents headers) so the consumer's guard
+// recognises the repeat, and waits for the publisher confirm when the
+// channel is in confirm mode.
+package amqpidem

@@ -1,0 +1,50 @@
+package amqpidem
+
+import (
+	"context"
+
+	"github.com/idemgo/idem"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Handler is the work a Consumer runs for each delivery under the guard.
+// Build one with Handle (two-phase record) or HandleTx (transactional inbox).
+type Handler interface {
+	run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
+}
+
+type handlerFunc func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
+
+func (f handlerFunc) run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
+	return f(ctx, g, im, d)
+}
+
+// Handle runs fn in two-phase mode (idem.Guard.Do): the key is claimed with
+// a lease, fn runs, and the record is completed with fn's result, which is
+// replayed to duplicates. fn's context carries the key (idem.DeriveKey) and is
+// cancelled if another owner takes the key over. Handle(nil) is nil.
+//
+// fn must not ack or nack the delivery: the Consumer does, after the record
+// is durable.
+func Handle(fn func(ctx context.Context, d amqp.Delivery) ([]byte, error)) Handler {
+	if fn == nil {
+		return nil
+	}
+	return handlerFunc(func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
+		return g.Do(ctx, im, func(ctx context.Context) ([]byte, error) { return fn(ctx, d) })
+	})
+}
+
+// HandleTx runs fn inside a transaction of the guard's store together with
+// the dedup marker (idem.DoTx): the business writes made through tx and the
+// marker commit together, or neither does. The guard's store must implement
+// idem.TxStore[Tx]; otherwise every delivery fails with idem.ErrNoTx and is
+// retried. HandleTx(nil) is nil.
+func HandleTx[Tx any](fn func(ctx context.Context, tx Tx, d amqp.Delivery) ([]byte, error)) Handler {
+	if fn == nil {
+		return nil
+	}
+	return handlerFunc(func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
+		return idem.DoTx(ctx, g, im, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, d) })
+	})
+}

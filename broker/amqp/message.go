@@ -1,0 +1,107 @@
+package amqpidem
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// MessageOf builds the idem.Message the guard sees: ID from the message-id
+// property, Headers from the AMQP headers rendered as text (see
+// HeaderString), Payload from the body and ContentType from the content-type
+// property. The delivery tag, the redelivered flag and x-delivery-count are
+// deliberately left out: they change on redelivery.
+func MessageOf(d amqp.Delivery) idem.Message {
+	im := idem.Message{ID: d.MessageId, Payload: d.Body, ContentType: d.ContentType}
+	if len(d.Headers) > 0 {
+		im.Headers = make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			im.Headers[k] = HeaderString(v)
+		}
+	}
+	return im
+}
+
+// HeaderString renders an AMQP table value as text: strings and byte slices
+// as they are, numbers and booleans in their usual decimal form, times as
+// RFC 3339 in UTC, nil as "", anything else (nested tables, arrays,
+// decimals) with fmt.
+func HeaderString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case int8:
+		return strconv.FormatInt(int64(x), 10)
+	case int16:
+		return strconv.FormatInt(int64(x), 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int:
+		return strconv.Itoa(x)
+	case uint8:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint16:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint32:
+		return strconv.FormatUint(uint64(x), 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprint(v)
+}
+
+// NewGuard is idem.New with opts.Scope defaulting to the queue name, the
+// consumer's identity.
+func NewGuard(store idem.Store, queue string, opts idem.Options) (*idem.Guard, error) {
+	if opts.Scope == "" {
+		opts.Scope = queue
+	}
+	return idem.New(store, opts)
+}
+
+// maxHeaderValue bounds the error text put in a dead-letter header.
+const maxHeaderValue = 1024
+
+// headerValue bounds s for a header, without splitting a UTF-8 sequence.
+func headerValue(s string) string {
+	if len(s) <= maxHeaderValue {
+		return s
+	}
+	cut := maxHeaderValue
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "") + "…"
+}
+
+// deliveries is the delivery's attempt number (1 for the first): from
+// x-delivery-count on quorum queues, else 2 for any redelivery.
+func deliveries(d amqp.Delivery) int {
+	if v, ok := d.Headers["x-delivery-count"]; ok {
+		if n, err := strconv.Atoi(HeaderString(v)); err == nil && n >= 0 {
+			return n + 1
+		}
+	}
+	if d.Redelivered {
+		return 2
+	}
+	return 1
+}
