@@ -1,0 +1,60 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// WriteTable prints the report as a short aligned table, and the offending
+// orders when the invariant does not hold.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "idem demo: %d consumers, %s, %s store (%s mode), seed %d, %.1fs\n\n",
+		r.Consumers, r.Broker, r.Store, r.Mode, r.Seed, float64(r.ElapsedMS)/1000)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(label string, v any, note string) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", label, alignRight(fmt.Sprint(v), 7), note)
+	}
+	row("published", r.Published, fmt.Sprintf("(%d producer retries, %d reusing an id with other content)", r.Retries, r.ConflictingSent))
+	row("unique orders", r.Unique, "")
+	row("deliveries", r.Deliveries, fmt.Sprintf("(chaos: %d crashes before ack, %d acks lost, %d handler failures)", r.Crashes, r.AcksLost, r.HandlerFailures))
+	row("duplicates suppressed", r.DuplicatesSuppressed, "")
+	row("conflicts dead-lettered", r.Conflicts, "")
+	row("charges applied by idem", r.EffectsApplied, "")
+	row("charges applied by naive consumer", r.NaiveEffectsApplied,
+		fmt.Sprintf("(%d orders charged more than once, ledger off by %s)", r.NaiveOvercharged, cents(r.NaiveBalanceError)))
+	if r.InvariantOK {
+		row("exactly-once invariant", "yes", "(every order charged once, balances right, reused ids dead-lettered)")
+	} else {
+		row("exactly-once invariant", "NO", "")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !r.InvariantOK {
+		fmt.Fprintln(w, "\nOffending orders:")
+		for _, o := range r.Offending {
+			fmt.Fprintln(w, "  "+o)
+		}
+		if len(r.Offending) == 0 {
+			fmt.Fprintf(w, "  idem applied %d charges for %d orders\n", r.EffectsApplied, r.Unique)
+		}
+	}
+	return nil
+}
+
+func cents(c int64) string {
+	sign := ""
+	if c < 0 {
+		sign, c = "-", -c
+	}
+	return fmt.Sprintf("%s%d.%02d", sign, c/100, c%100)
+}
+
+// alignRight right-aligns numbers in a column of width n.
+func alignRight(s string, n int) string {
+	for len(s) < n {
+		s = " " + s
+	}
+	return s
+}
