@@ -89,13 +89,20 @@ type sqlLedger struct {
 	db        *sql.DB
 	chargesT  string
 	accountsT string
+	upsert    string // adds to an account's balance, creating it if needed
 }
 
 // newSQLLedger creates the run's ledger tables. The charges table has no
 // unique constraint on the order id on purpose: a double charge must be
 // visible, not prevented by the schema.
-func newSQLLedger(ctx context.Context, db *sql.DB, runID string) (*sqlLedger, error) {
+func newSQLLedger(ctx context.Context, db *sql.DB, runID, dialect string) (*sqlLedger, error) {
 	l := &sqlLedger{db: db, chargesT: "idem_demo_charges_" + runID, accountsT: "idem_demo_accounts_" + runID}
+	l.upsert = `INSERT INTO ` + l.accountsT + ` (account, balance) VALUES (?, ?)
+		ON CONFLICT (account) DO UPDATE SET balance = ` + l.accountsT + `.balance + excluded.balance`
+	if dialect == "mysql" {
+		l.upsert = `INSERT INTO ` + l.accountsT + ` (account, balance) VALUES (?, ?)
+			ON DUPLICATE KEY UPDATE balance = balance + VALUES(balance)`
+	}
 	for _, q := range []string{
 		`CREATE TABLE ` + l.chargesT + ` (order_id VARCHAR(64) NOT NULL, account VARCHAR(64) NOT NULL, amount BIGINT NOT NULL)`,
 		`CREATE TABLE ` + l.accountsT + ` (account VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL)`,
@@ -119,8 +126,7 @@ func (l *sqlLedger) process(ctx context.Context, g *idem.Guard, msg idem.Message
 			o.ID, o.Account, o.Amount); err != nil {
 			return nil, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+l.accountsT+` (account, balance) VALUES (?, ?)
-			ON CONFLICT (account) DO UPDATE SET balance = `+l.accountsT+`.balance + excluded.balance`, o.Account, o.Amount); err != nil {
+		if _, err := tx.ExecContext(ctx, l.upsert, o.Account, o.Amount); err != nil {
 			return nil, err
 		}
 		return receipt(o), nil

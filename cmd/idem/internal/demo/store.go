@@ -74,7 +74,7 @@ func (s *demoStore) ledger(ctx context.Context, mode, runID string) (ledger, err
 	case mode == "two-phase" || !canTx:
 		return newMemLedger(), nil
 	}
-	return newSQLLedger(ctx, dber.DB(), runID)
+	return newSQLLedger(ctx, dber.DB(), runID, s.h.Scheme)
 }
 
 func (s *demoStore) close() {

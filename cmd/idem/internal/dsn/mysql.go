@@ -1,0 +1,48 @@
+package dsn
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/idemgo/idem/store/mysql"
+)
+
+func init() { register("mysql", openMySQL) }
+
+// openMySQL maps mysql://USER:PASS@HOST:PORT/DB?table=T&param=v to the
+// driver's USER:PASS@tcp(HOST:PORT)/DB?param=v. The table parameter picks
+// the records table (default idem_records).
+func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
+	q := u.Query()
+	table := q.Get("table")
+	q.Del("table")
+	host := u.Host
+	if host == "" {
+		host = "127.0.0.1:3306"
+	} else if u.Port() == "" {
+		host += ":3306"
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return nil, fmt.Errorf("%w: %s: name the database, e.g. mysql://user@127.0.0.1:3306/app", ErrBadDSN, redact(raw))
+	}
+	var cred string
+	if u.User != nil {
+		cred = u.User.Username()
+		if p, ok := u.User.Password(); ok {
+			cred += ":" + p
+		}
+		cred += "@"
+	}
+	d := cred + "tcp(" + host + ")/" + db
+	if len(q) > 0 {
+		d += "?" + q.Encode()
+	}
+	s, err := mysql.Open(d, mysql.Options{Table: table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+	}
+	return &Handle{Store: s, Native: s, Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
+}
