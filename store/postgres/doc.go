@@ -1,0 +1,139 @@
+// Package postgres is an idem store on PostgreSQL (pgx/v5): two-phase
+// records with leases and fencing tokens, a transactional inbox on pgx.Tx,
+// batch claims in one statement, and a sweeper safe to run from every
+// instance. It implements idem.Store, idem.BatchStore, idem.Inspector and
+// idem.TxStore[pgx.Tx].
+//
+// # Usage
+//
+//	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	...
+//	store, err := postgres.New(pool, postgres.Options{Table: "idem_records"})
+//	if err != nil { ... }                      // a bad table name: postgres.ErrInvalidTable
+//	if err := store.Migrate(ctx); err != nil { ... } // idempotent; safe from every instance
+//	g, err := idem.New(store, idem.Options{Scope: "billing"})
+//
+//	// Transactional inbox: the marker commits with the business writes.
+//	res, err := idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, id, amount)
+//		return nil, err
+//	})
+//
+//	// Two-phase, for side effects outside the database.
+//	res, err = g.Do(ctx, msg, sendMail)
+//
+//	// One sweeper per process; instances take turns through an advisory lock.
+//	go (&idem.Sweeper{Store: store}).Run(ctx)
+//
+// A poll of many messages (a Kafka batch) can be claimed with one statement
+// (ClaimBatch), or marked inside one transaction with its business writes
+// (MarkBatch).
+//
+// # Statements
+//
+// A claim is one statement of three branches over the same snapshot: an
+// INSERT .. ON CONFLICT (scope, id) DO NOTHING for a new key, an UPDATE that
+// takes an existing row when it is acquirable (retention ended, released,
+// or lease ended with TakeOverStale), and otherwise a read of the existing
+// row. A duplicate therefore costs a few index lookups: no row lock, no WAL, no
+// transaction id. No branch can raise a unique violation, so Mark is safe
+// inside the caller's transaction (PostgreSQL aborts a transaction on a
+// violation). When the conflicting row was committed by a concurrent claim
+// after the statement took its snapshot, none of the branches sees it; the
+// statement then runs again, and only then. Complete, Release and Renew are
+// single UPDATEs fenced by WHERE state = in_progress AND token = $token; no
+// row updated means idem.ErrLeaseLost.
+//
+// Two transactions marking one key: the second one's INSERT waits for the
+// first transaction to end. If it commits, the second sees its marker
+// (ClaimDuplicate) and skips its business writes; if it rolls back, the
+// second writes the marker. Exactly one set of business writes commits. The
+// inbox needs READ COMMITTED (InTx uses it); under REPEATABLE READ the
+// second transaction gets a serialization failure, which is retryable.
+//
+// # Schema (designed for 100M rows)
+//
+// Migrate creates Table, an index and Table+"_migrations" (applied versions),
+// in one transaction under an advisory lock, so concurrent instances migrate
+// once. The table:
+//
+//   - PRIMARY KEY (scope, id), both text COLLATE "C": ids are opaque, bytewise
+//     comparison is the cheapest, and it is the order List pages in. Ids over
+//     200 bytes are stored as their sha256 (idem.Key.StoredID), so the key stays
+//     small; the original is kept in display_id (NULL when equal to id).
+//   - state as a smallint (1 in_progress, 2 completed, 3 released), times as
+//     timestamptz, result as bytea, fixed-size columns first (no padding).
+//   - one secondary index, on sweep_at: expires_at rounded up to the minute.
+//
+// Why sweep_at and not expires_at: every two-phase record is inserted by its
+// claim and updated once by its complete, which moves expires_at by the
+// handler's duration. An update that changes no indexed column can be HOT:
+// the new version goes on the same heap page and no index gets a new entry,
+// so neither the primary key nor the sweep index grows with the update rate
+// and the dead version is pruned without VACUUM. An index on expires_at
+// would make every complete a non-HOT update; sweep_at changes only when the
+// handler crosses a minute boundary. The coarse value also lets the B-tree
+// deduplicate: a minute's rows share one posting list, so the index is a
+// fraction of the size of a timestamp index. The cost is that rows are swept
+// up to a minute after they expire, which nobody can observe (claims compare
+// expires_at itself).
+//
+// Why a B-tree and not BRIN: BRIN is tiny, but its ranges only widen. Once
+// sweeps free space in old pages, new rows with late expiry land there, the
+// ranges cover everything, and each sweep reads most of the table. (And on
+// PostgreSQL before 16 a BRIN index blocks HOT updates just as a B-tree does.)
+//
+// Fillfactor (Options.FillFactor, default 80): HOT needs free space on the
+// page for the new version. Rows are inserted at the claim and completed
+// right after, so pages fill by inserts and are then updated; at 100% fill
+// every complete would move its row to another page. 80% leaves room for the
+// completes of the page's rows (a result of a few hundred bytes included;
+// larger results are TOASTed). autovacuum_vacuum_scale_factor is set to 0.02
+// so dead rows from sweeps are vacuumed after 2% of the table, not 20%.
+//
+// # Cleanup: sweeping, and why not time partitions
+//
+// Sweep deletes at most Limit expired rows per statement, oldest sweep_at
+// first, with FOR UPDATE SKIP LOCKED (it never waits for a claim, and a
+// claim waits at most for one batch) under pg_try_advisory_xact_lock (one
+// instance sweeps a table at a time; the others get 0 at once). idem.Sweeper
+// repeats it until a batch comes back short.
+//
+// Dropping whole partitions is the cheapest cleanup PostgreSQL has (no dead
+// rows, no VACUUM, no index bloat), and it is the right tool for append-only
+// data. It does not fit a dedup table partitioned by expires_at or
+// created_at: PostgreSQL enforces a primary key on a partitioned table only
+// within each partition, so the key must include the partition column. With
+// PRIMARY KEY (scope, id, created_at), a redelivery arriving in a later
+// partition is not a conflict and would be processed twice, which is the one
+// thing this table exists to prevent; and expires_at changes on complete, so
+// a row would have to move between partitions, which INSERT .. ON CONFLICT
+// cannot do. Partitioning by time is only sound when the time is part of the
+// key itself: if every message carries an immutable event date and all its
+// redeliveries carry the same one, put the date in the id's scope (Scope
+// "billing-2030-01-02") and keep one table per period, dropping old tables
+// whole; idem cannot derive that date for you.
+//
+// What the store does offer for very large tables is hash partitioning
+// (Options.Partitions = N, for example 16): PARTITION BY HASH (scope, id)
+// keeps the primary key global (the partition key is the primary key), so
+// every statement is unchanged, while each partition is vacuumed, indexed
+// and swept in 1/N-sized pieces, and autovacuum works on several of them in
+// parallel. With the sweep index, HOT completes and a steady sweeper, a
+// 100M-row table stays at its retention window's size without bloat.
+//
+// # Errors
+//
+// Options errors wrap ErrInvalidTable (table names) and
+// idem.ErrInvalidOptions. Everything the database or the network returns is
+// wrapped with the operation's name ("postgres: claim: ...") and keeps the
+// driver's error reachable (*pgconn.PgError, net errors, context errors);
+// the guard reports them as *idem.StoreError, which idem.Decide retries, so
+// a message is never acked while its record is not durable.
+//
+// # Performance
+//
+// BENCH.md in this directory has the figures measured on a local server
+// (transactional inbox against a raw insert, two-phase claim+complete, batch
+// claims, sweeping while claiming), with the command that produced them.
+package postgres

@@ -1,0 +1,164 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+)
+
+// States as stored (smallint: 2 bytes a row instead of a dozen for the name).
+const (
+	stInProgress = 1
+	stCompleted  = 2
+	stReleased   = 3
+)
+
+// recordCols are the columns every statement returning records reads, in
+// the order rowRecord.dest expects.
+var recordCols = columns("")
+
+// statements holds the SQL of one table, built once in New.
+type statements struct {
+	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 take over stale
+	claimBatch, markBatch string // the same as unnested arrays
+	complete, release     string
+	renew, saveResult     string
+	get, sweep, stats     string
+	list                  string // WHERE and LIMIT appended by List
+}
+
+// acquire is the acquire rule of the Store contract (idem.ApplyClaim) as an
+// UPDATE of an existing row t with the request's values (r: now, scope, ...,
+// take_over): the row is taken when its retention ended, it was released, or
+// (with take_over) its lease ended. Otherwise the UPDATE matches nothing and
+// the row is neither written nor locked.
+func acquire(table, from string, state int, r func(string) string, match string) string {
+	expired := `t.expires_at <= ` + r("now")
+	return fmt.Sprintf(`UPDATE %[1]s AS t SET
+		state       = %[2]d,
+		token       = t.token + 1,
+		attempts    = CASE WHEN %[3]s THEN 1 ELSE t.attempts + 1 END,
+		fingerprint = CASE WHEN %[3]s OR t.state = %[4]d THEN %[6]s ELSE t.fingerprint END,
+		display_id  = CASE WHEN %[3]s THEN NULLIF(%[7]s, '') ELSE t.display_id END,
+		created_at  = CASE WHEN %[3]s THEN %[8]s ELSE t.created_at END,
+		retaken     = NOT (%[3]s OR t.state = %[4]d),
+		result      = NULL,
+		lease_until = %[9]s,
+		expires_at  = %[10]s,
+		sweep_at    = %[11]s,
+		updated_at  = %[8]s
+	%[12]s
+	WHERE %[13]s
+		AND (%[3]s OR t.state = %[4]d OR (t.state = %[5]d AND t.lease_until <= %[8]s AND %[14]s))
+	RETURNING `+columns("t."),
+		table, state, expired, stReleased, stInProgress, r("fingerprint"), r("display_id"), r("now"),
+		r("lease_until"), r("expires_at"), r("sweep_at"), from, match, r("take_over"))
+}
+
+const insertCols = `(scope, id, display_id, state, fingerprint, token, attempts, lease_until, expires_at, sweep_at, created_at, updated_at)`
+
+func buildStatements(table string) statements {
+	var s statements
+	// One key, one statement with three branches: the insert of a new row
+	// (ON CONFLICT DO NOTHING waits for a concurrent inserter of the key and
+	// never raises a unique violation), the update taking an existing
+	// acquirable row, and otherwise a plain read of the existing row. A
+	// duplicate thus costs a read: no row lock, no WAL. All three use the
+	// statement's snapshot, so a row committed by a concurrent claim after
+	// that snapshot can be missing from all three: the caller runs the
+	// statement again (see claimOne).
+	single := func(state int) string {
+		params := map[string]string{"scope": "$1", "id": "$2", "display_id": "$3::text", "fingerprint": "$4::text",
+			"now": "$5::timestamptz", "lease_until": "$6::timestamptz", "expires_at": "$7::timestamptz",
+			"sweep_at": "$8::timestamptz", "take_over": "$9::boolean"}
+		r := func(c string) string { return params[c] }
+		return `WITH ins AS (
+	INSERT INTO ` + table + ` AS t ` + insertCols + `
+	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(state) + `, $4, 1, 1, $6, $7, $8, $5, $5)
+	ON CONFLICT (scope, id) DO NOTHING
+	RETURNING ` + recordCols + `
+), upd AS (
+	` + acquire(table, "", state, r, `t.scope = $1 AND t.id = $2 AND NOT EXISTS (SELECT FROM ins)`) + `
+)
+SELECT true, * FROM ins
+UNION ALL
+SELECT true, * FROM upd
+UNION ALL
+SELECT false, ` + recordCols + ` FROM ` + table + `
+WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SELECT FROM upd)`
+	}
+	s.claim, s.mark = single(stInProgress), single(stCompleted)
+
+	// Many keys in one statement, the same three branches over unnested
+	// arrays. New rows are inserted in key order so that two overlapping
+	// batches wait for each other's keys in the same order and cannot
+	// deadlock on them.
+	batch := func(state int) string {
+		r := func(c string) string { return "r." + c }
+		return `WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
+		$7::timestamptz[], $8::timestamptz[], $9::boolean[])
+		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over)
+), ins AS (
+	INSERT INTO ` + table + ` AS t ` + insertCols + `
+	SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
+	FROM req ORDER BY scope, id
+	ON CONFLICT (scope, id) DO NOTHING
+	RETURNING ` + recordCols + `
+), upd AS (
+	` + acquire(table, "FROM req r", state, r,
+			`t.scope = r.scope AND t.id = r.id AND NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)`) + `
+)
+SELECT true, * FROM ins
+UNION ALL
+SELECT true, * FROM upd
+UNION ALL
+SELECT false, ` + columns("t.") + ` FROM ` + table + ` t JOIN req r ON t.scope = r.scope AND t.id = r.id
+WHERE NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)
+	AND NOT EXISTS (SELECT FROM upd WHERE upd.scope = r.scope AND upd.id = r.id)`
+	}
+	s.claimBatch, s.markBatch = batch(stInProgress), batch(stCompleted)
+
+	// The fenced updates. Complete usually leaves sweep_at unchanged (same
+	// minute as the claim's retention end) and touches no other indexed
+	// column, so PostgreSQL can update the row in place on its page (HOT).
+	fence := ` WHERE scope = $1 AND id = $2 AND state = ` + fmt.Sprint(stInProgress) + ` AND token = $3`
+	s.complete = `UPDATE ` + table + ` SET state = ` + fmt.Sprint(stCompleted) +
+		`, result = $4, expires_at = $5, sweep_at = $6, updated_at = $7` + fence
+	s.release = `UPDATE ` + table + ` SET state = ` + fmt.Sprint(stReleased) + `, lease_until = $4, updated_at = $4` + fence
+	s.renew = `UPDATE ` + table + ` SET lease_until = $4, updated_at = $5` + fence
+	s.saveResult = `UPDATE ` + table + ` SET result = $3 WHERE scope = $1 AND id = $2`
+	s.get = `SELECT ` + recordCols + ` FROM ` + table + ` WHERE scope = $1 AND id = $2`
+	s.list = `SELECT ` + recordCols + ` FROM ` + table
+
+	// One batch of expired rows, by one instance at a time: the advisory
+	// lock is tried once (an InitPlan) and a false result turns the whole
+	// statement into a no-op. SKIP LOCKED passes over rows a claim is
+	// reviving right now, so the sweep never waits for claims; claims wait at
+	// most for this one small statement. The rows are deleted through the
+	// primary key (a nested loop of index probes), which is also correct on
+	// a partitioned table, where a ctid names a row only within a partition.
+	s.sweep = `WITH victims AS (
+	SELECT scope, id FROM ` + table + `
+	WHERE sweep_at <= $1 AND expires_at <= $1 AND (SELECT pg_try_advisory_xact_lock($3, $4))
+	ORDER BY sweep_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)
+DELETE FROM ` + table + ` WHERE (scope, id) IN (SELECT scope, id FROM victims)`
+
+	s.stats = fmt.Sprintf(`SELECT scope,
+	count(*) FILTER (WHERE state = %[1]d),
+	count(*) FILTER (WHERE state = %[2]d),
+	count(*) FILTER (WHERE state = %[3]d),
+	count(*) FILTER (WHERE state = %[1]d AND lease_until <= $1),
+	count(*) FILTER (WHERE expires_at <= $1),
+	min(created_at) FILTER (WHERE state = %[1]d)
+FROM `+table+` GROUP BY scope ORDER BY scope`, stInProgress, stCompleted, stReleased)
+	return s
+}
+
+// columns is recordCols with each column qualified by p ("t.").
+func columns(p string) string {
+	return strings.NewReplacer("{p}", p).Replace(
+		`{p}scope, {p}id, {p}state, {p}token, {p}attempts, {p}retaken, {p}lease_until, {p}expires_at, ` +
+			`{p}created_at, {p}updated_at, {p}fingerprint, {p}result, COALESCE({p}display_id, {p}id)`)
+}

@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem"
+)
+
+// Store is an idem.Store on a PostgreSQL table. It is safe for concurrent
+// use; create it with New and the table with Migrate.
+type Store struct {
+	pool  *pgxpool.Pool
+	opts  Options
+	names names
+	sql   statements
+}
+
+var (
+	_ idem.Store           = (*Store)(nil)
+	_ idem.BatchStore      = (*Store)(nil)
+	_ idem.Inspector       = (*Store)(nil)
+	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
+)
+
+// New returns a store over pool. It validates opts (errors wrap
+// ErrInvalidTable or idem.ErrInvalidOptions) and does not touch the
+// database: call Migrate once at start-up.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: postgres.New with a nil pool", idem.ErrInvalidOptions)
+	}
+	n, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table)}, nil
+}
+
+// Table returns the quoted, possibly schema-qualified table name, for
+// callers that query it directly.
+func (s *Store) Table() string { return s.names.table }
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// maxAttempts bounds how often one claim re-runs its statement because the
+// conflicting row was committed after the statement's snapshot (or changed
+// again meanwhile). Each retry needs another transaction to commit on the
+// same key in between, so a handful is plenty.
+const maxAttempts = 16
+
+// micro truncates to PostgreSQL's precision so that the rules applied in Go
+// (idem.ApplyClaim on a row read back) agree with the comparisons made in SQL.
+func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+// sweepGranule is the rounding of the indexed sweep_at column; see sweepAt.
+const sweepGranule = time.Minute
+
+// sweepAt rounds a retention end up to the next minute. The sweep index is on
+// this value rather than on expires_at: a complete moves expires_at by the
+// handler's duration, which rarely crosses a minute, so the indexed value
+// stays the same and the update can be HOT. Rows are swept up to a minute
+// late, which no caller can observe: claims compare expires_at itself.
+func sweepAt(expires time.Time) time.Time {
+	return expires.Truncate(sweepGranule).Add(sweepGranule)
+}
+
+func normalize(req idem.ClaimRequest) idem.ClaimRequest {
+	req.Now, req.LeaseUntil, req.ExpiresAt = micro(req.Now), micro(req.LeaseUntil), micro(req.ExpiresAt)
+	return req
+}
+
+// displayArg is the display id to store: empty (NULL) when it equals the
+// stored id, which is every id up to idem.MaxIDLen bytes.
+func displayArg(k idem.Key) string {
+	if d := k.DisplayID(); d != k.StoredID() {
+		return d
+	}
+	return ""
+}
+
+// Claim implements idem.Store in one statement (re-run only when a
+// concurrent claim committed the key after the statement's snapshot).
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	return s.claimOne(ctx, s.pool, s.sql.claim, req, false)
+}
+
+func (s *Store) claimOne(ctx context.Context, q querier, query string, req idem.ClaimRequest, mark bool) (idem.Claim, error) {
+	op := "claim"
+	if mark {
+		op = "mark"
+	}
+	if err := req.Key.Validate(); err != nil {
+		return idem.Claim{}, err
+	}
+	req = normalize(req)
+	k := req.Key
+	for range maxAttempts {
+		var (
+			acquired bool
+			rr       rowRecord
+		)
+		dest := append([]any{&acquired}, rr.dest()...)
+		err := q.QueryRow(ctx, query, k.Scope, k.StoredID(), displayArg(k), req.Fingerprint,
+			req.Now, req.LeaseUntil, req.ExpiresAt, sweepAt(req.ExpiresAt), req.TakeOverStale && !mark).Scan(dest...)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The row that blocked the insert was committed after this
+			// statement's snapshot (or deleted since): run it again.
+			continue
+		case err != nil:
+			return idem.Claim{}, wrapErr(op, err)
+		}
+		c, ok := resolve(acquired, rr.record(), rr.retaken, req, mark)
+		if ok {
+			return c, nil
+		}
+	}
+	return idem.Claim{}, fmt.Errorf("postgres: %s %s: the record kept changing under %d attempts", op, k, maxAttempts)
+}
+
+// resolve turns one statement's answer into a claim. A row that was not
+// acquired is the statement snapshot's version; if the rules say it could
+// have been acquired, that version is older than the one the upsert saw and
+// ok is false: run the statement again.
+func resolve(acquired bool, r idem.Record, retaken bool, req idem.ClaimRequest, mark bool) (c idem.Claim, ok bool) {
+	if acquired {
+		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r, Retaken: retaken}, true
+	}
+	apply := idem.ApplyClaim
+	if mark {
+		apply = idem.ApplyMark
+	}
+	c, write := apply(&r, req)
+	if write {
+		return idem.Claim{}, false
+	}
+	return c, true
+}
+
+// Complete implements idem.Store: a fenced update; no row means the token is
+// no longer current (idem.ErrLeaseLost).
+func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	exp := micro(req.ExpiresAt)
+	return s.fenced(ctx, "complete", s.sql.complete, req.Key.Scope, req.Key.StoredID(), req.Token,
+		req.Result, exp, sweepAt(exp), micro(req.Now))
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	return s.fenced(ctx, "release", s.sql.release, req.Key.Scope, req.Key.StoredID(), req.Token, micro(req.Now))
+}
+
+// Renew implements idem.Store.
+func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	return s.fenced(ctx, "renew", s.sql.renew, req.Key.Scope, req.Key.StoredID(), req.Token,
+		micro(req.LeaseUntil), micro(req.Now))
+}
+
+func (s *Store) fenced(ctx context.Context, op, query string, args ...any) error {
+	tag, err := s.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return wrapErr(op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
+	var rr rowRecord
+	err := s.pool.QueryRow(ctx, s.sql.get, key.Scope, key.StoredID()).Scan(rr.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	if err != nil {
+		return idem.Record{}, wrapErr("get", err)
+	}
+	return rr.record(), nil
+}
+
+// wrapErr names the operation. The driver's error stays reachable with
+// errors.Is / errors.As (*pgconn.PgError, context errors, net errors); the
+// guard treats it as a retryable store failure.
+func wrapErr(op string, err error) error {
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
