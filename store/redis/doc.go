@@ -1,0 +1,112 @@
+// Package redisstore is an idem.Store on Redis (go-redis/v9), for teams whose
+// dedup state lives in Redis. It works with any redis.UniversalClient:
+// a single node, a sentinel failover client, a cluster or a ring. It
+// implements idem.Store, idem.BatchStore and idem.Inspector.
+//
+// The package lives in store/redis but is named redisstore, so it can be
+// imported next to go-redis (package redis) without an alias:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisstore.New(rdb, redisstore.Options{Prefix: "idem"})
+//	if err != nil {
+//		return err
+//	}
+//	g, err := idem.New(store, idem.Options{Scope: "mailer", Lease: 30 * time.Second})
+//	if err != nil {
+//		return err
+//	}
+//	res, err := g.Do(ctx, idem.Message{ID: evt.ID, Payload: evt.Data}, func(ctx context.Context) ([]byte, error) {
+//		return mail.Send(ctx, idem.DeriveKey(ctx, "send"), evt)
+//	})
+//
+// # Atomicity
+//
+// Claim, Complete, Release and Renew are each one Lua script (EVALSHA, with
+// a fallback to EVAL when Redis has not seen the script) that touches a
+// single key, so Redis runs each transition atomically and no interleaving
+// of clients can break it. Claim encodes exactly the rules of
+// idem.ApplyClaim; Complete, Release and Renew succeed only while the record
+// is in progress under the caller's fencing token and return
+// idem.ErrLeaseLost otherwise. Lease decisions use the time in the request
+// (the Guard's clock), never Redis's clock.
+//
+// # Keys
+//
+// Each record is one hash at
+//
+//	<prefix>:{<scope>:<stored id>}
+//
+// The braces are a cluster hash tag around the record's whole identity:
+// every script touches one key in one slot, and records spread over all
+// slots. Scope and id are percent-encoded for '%', '{', '}' and ':' so that
+// user text can neither break the tag nor blur the scope/id boundary. Hash
+// fields: scope, id, display_id (only for hashed long ids), state,
+// fingerprint, result, token, attempts, and lease_until, expires_at,
+// created_at, updated_at as unix milliseconds (empty for a zero time).
+//
+// # Expiry
+//
+// The in-progress lease is a field (lease_until); the key's Redis expiry is
+// the record's retention end (PEXPIREAT expires_at, moved forward by
+// Complete), so Redis deletes old records itself and Sweep usually has
+// nothing to do. Sweep still honours the contract for records whose
+// retention ended by the caller's clock but not yet by Redis's: it scans the
+// prefix a bounded number of keys per call, under an advisory lock, and
+// deletes those with expires_at <= Now. The store's clients and Redis should
+// agree on the time to well within the retention (days): a record whose
+// expires_at is already past by Redis's clock is deleted at once.
+//
+// A key Redis has expired is gone with its fencing token, so the next claim
+// starts again at token 1. That is safe because retention is orders of
+// magnitude longer than the lease: for an old token to collide, a worker
+// would have to stall past its lease (seconds) and then past the whole
+// retention (days) without noticing its lease was lost, and the Guard stops a
+// handler whose renewal fails long before that.
+//
+// # Durability
+//
+// Redis acknowledges a write before it reaches the disk, unless the server
+// runs with appendonly yes and appendfsync always. What a restart loses:
+//
+//   - no persistence (save "" and appendonly no): every record. Every
+//     message still inside the broker's redelivery window is processed again.
+//   - RDB snapshots only: everything written since the last snapshot
+//     (minutes).
+//   - appendonly yes, appendfsync everysec (the default AOF setting): up to
+//     about one second of writes, so completed records of the last second.
+//   - appendonly yes, appendfsync always: nothing acknowledged, at the cost
+//     of an fsync per write.
+//
+// A lost completed record means a redelivered duplicate is processed again;
+// a lost in-progress record means a second owner may run concurrently with
+// the first. For dedup that matters, run appendonly yes with appendfsync
+// always (or everysec if a second's duplicates are acceptable), and make
+// downstream effects idempotent with keys from idem.DeriveKey, which is the
+// backstop for every loss listed here.
+//
+// Replication is asynchronous: a claim acknowledged by a primary that fails
+// before replicating it is lost on failover, so a second consumer can claim
+// the same key and both run the handler (two owners); fencing tokens on the
+// promoted replica may also restart below ones already handed out. WAIT
+// narrows the window but does not close it. Again the downstream keys from
+// idem.DeriveKey are what keeps the effect single.
+//
+// # Errors
+//
+// Every Redis failure (connection refused, timeout, failover, a script
+// error) is returned as an error that wraps go-redis's, never as an outcome:
+// the Guard reports it as a retryable *idem.StoreError and nothing is acked
+// or reported acquired. go-redis retries some network errors itself; if a
+// claim ran but its reply was lost, the retry finds the caller's own record
+// in progress and the message is retried after the lease ends.
+//
+// # Inspection and sweeping cost
+//
+// Redis keeps no secondary index here, so List and Stats SCAN every record
+// under the prefix (each master of a cluster) and read them in pipelines:
+// linear in the store's size, meant for operators, not request paths.
+//
+// # Performance
+//
+// See BENCH.md in this directory for the figures and the command.
+package redisstore

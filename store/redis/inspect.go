@@ -1,0 +1,194 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+)
+
+// Redis has no secondary indexes here, so List and Stats SCAN every record
+// under the prefix (on every cluster master) and read each one: O(records)
+// work and round trips of scanCount keys per call. They are for operators
+// (the idem command's list and stats), not for request paths. SCAN does not
+// block Redis, but on a store of millions of records expect seconds.
+
+// List implements idem.Inspector. It scans the whole prefix (or one scope's
+// keys when f.Scope is set) and keeps the first f.Limit records in (scope,
+// stored id) order, so memory stays bounded by the page size.
+func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var afterScope, afterID string
+	paged := f.After != (idem.Key{})
+	if paged {
+		afterScope, afterID = f.After.Scope, f.After.StoredID()
+	}
+	var out []idem.Record
+	trim := func() {
+		sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
+		kept := out[:0]
+		for _, r := range out {
+			if len(kept) > 0 && kept[len(kept)-1].Scope == r.Scope && kept[len(kept)-1].ID == r.ID {
+				continue // SCAN returned the key twice
+			}
+			kept = append(kept, r)
+		}
+		out = kept[:min(len(kept), limit)]
+	}
+	err := s.scanAll(ctx, recordPattern(s.prefix, f.Scope), func(keys []string) error {
+		var want []string
+		for _, k := range keys {
+			scope, id, ok := parseKey(s.prefix, k)
+			if !ok || (f.Scope != "" && scope != f.Scope) {
+				continue
+			}
+			if paged && (scope < afterScope || scope == afterScope && id <= afterID) {
+				continue
+			}
+			want = append(want, k)
+		}
+		recs, err := s.readRecords(ctx, want)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if matches(r, f) {
+				out = append(out, r)
+			}
+		}
+		if len(out) > 2*limit {
+			trim()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	trim()
+	return out, nil
+}
+
+func less(a, b idem.Record) bool {
+	if a.Scope != b.Scope {
+		return a.Scope < b.Scope
+	}
+	return a.ID < b.ID
+}
+
+func matches(r idem.Record, f idem.ListFilter) bool {
+	switch {
+	case f.State != "" && r.State != f.State:
+		return false
+	case !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt):
+		return false
+	case !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore):
+		return false
+	}
+	return true
+}
+
+// readRecords reads keys in one pipeline, skipping keys gone since the scan.
+func (s *Store) readRecords(ctx context.Context, keys []string) ([]idem.Record, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*goredis.SliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HMGet(ctx, k, recordFields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]idem.Record, 0, len(keys))
+	for _, c := range cmds {
+		r, found, err := decodeRecord(c.Val())
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Stats implements idem.Inspector with one SCAN pass over the prefix. A key
+// SCAN returns twice while Redis rehashes is counted twice: the figures are
+// an operator's view, not an invariant.
+func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	by := map[string]*idem.ScopeStats{}
+	err := s.scanAll(ctx, recordPattern(s.prefix, ""), func(keys []string) error {
+		pipe := s.client.Pipeline()
+		cmds := make([]*goredis.SliceCmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = pipe.HMGet(ctx, k, fieldScope, fieldState, fieldLeaseUntil, fieldExpiresAt, fieldCreatedAt)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			v := c.Val()
+			if v[1] == nil {
+				continue // deleted since the scan
+			}
+			r := idem.Record{Scope: str(v[0]), State: idem.State(str(v[1]))}
+			var errs [3]error
+			r.LeaseUntil, errs[0] = msTime(str(v[2]))
+			r.ExpiresAt, errs[1] = msTime(str(v[3]))
+			r.CreatedAt, errs[2] = msTime(str(v[4]))
+			if err := errors.Join(errs[:]...); err != nil {
+				return err
+			}
+			count(by, r, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("stats", err)
+	}
+	out := make([]idem.ScopeStats, 0, len(by))
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Scope < out[j].Scope })
+	return out, nil
+}
+
+func count(by map[string]*idem.ScopeStats, r idem.Record, now time.Time) {
+	st := by[r.Scope]
+	if st == nil {
+		st = &idem.ScopeStats{Scope: r.Scope}
+		by[r.Scope] = st
+	}
+	switch r.State {
+	case idem.StateInProgress:
+		st.InProgress++
+		if r.LeaseExpired(now) {
+			st.Stale++
+		}
+		if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
+			st.OldestInProgress = r.CreatedAt
+		}
+	case idem.StateCompleted:
+		st.Completed++
+	case idem.StateReleased:
+		st.Released++
+	}
+	if r.Expired(now) {
+		st.Expired++
+	}
+}

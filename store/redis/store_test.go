@@ -1,0 +1,172 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
+	redisstore "github.com/idemgo/idem/store/redis"
+	"github.com/idemgo/idem/store/storetest"
+)
+
+var runID = func() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+var prefixSeq atomic.Int64
+
+// newClient connects to the test Redis (or skips) and closes the client at
+// the end of the test.
+func newClient(t testing.TB) *goredis.Client {
+	t.Helper()
+	addr := testenv.Redis.Need(t)
+	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 32})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// uniquePrefix returns a key prefix no other test (or run) uses and deletes
+// every key under it when the test ends.
+func uniquePrefix(t testing.TB, c *goredis.Client) string {
+	t.Helper()
+	p := "idemtest:" + runID + ":" + strconv.FormatInt(prefixSeq.Add(1), 10)
+	t.Cleanup(func() { deletePrefix(t, c, p) })
+	return p
+}
+
+func deletePrefix(t testing.TB, c *goredis.Client, prefix string) {
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, prefix+":*", 1000).Result()
+		if err != nil {
+			t.Errorf("cleanup scan %s: %v", prefix, err)
+			return
+		}
+		if len(keys) > 0 {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				t.Errorf("cleanup unlink: %v", err)
+				return
+			}
+		}
+		if next == 0 {
+			return
+		}
+		cursor = next
+	}
+}
+
+func newStore(t testing.TB, c *goredis.Client) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t, c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	c := newClient(t)
+	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) })
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil || s.Prefix() != redisstore.DefaultPrefix {
+		t.Fatalf("zero Options: %v, prefix %q", err, s.Prefix())
+	}
+	for _, p := range []string{"a{b}", "a}b", "idem*", "x?", "sp ace", "[x]", `back\slash`, string(make([]byte, 65))} {
+		if _, err := redisstore.New(c, redisstore.Options{Prefix: p}); !errors.Is(err, idem.ErrInvalidOptions) {
+			t.Errorf("prefix %q: err = %v, want ErrInvalidOptions", p, err)
+		}
+	}
+	for _, p := range []string{"idem", "app:idem", "team/app.v2_x-y"} {
+		if _, err := redisstore.New(c, redisstore.Options{Prefix: p}); err != nil {
+			t.Errorf("prefix %q: %v", p, err)
+		}
+	}
+	if _, err := redisstore.New(nil, redisstore.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Errorf("nil client: %v", err)
+	}
+}
+
+// closedAddr returns an address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestRedisDown: every operation against a client pointed at a closed port
+// returns an error, never an outcome, and the Guard neither runs the handler
+// nor lets the message be acked.
+func TestRedisDown(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	k := idem.Key{Scope: "s", ID: "down"}
+	req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+	if cl, err := s.Claim(ctx, req); err == nil || cl.Outcome == idem.ClaimAcquired {
+		t.Fatalf("Claim = %v, %v; want an error and no acquisition", cl.Outcome, err)
+	}
+	if cls, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); err == nil || cls != nil {
+		t.Fatalf("ClaimBatch = %v, %v; want an error and no claims", cls, err)
+	}
+	for name, err := range map[string]error{
+		"Complete": s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: now, ExpiresAt: now.Add(time.Hour)}),
+		"Release":  s.Release(ctx, idem.ReleaseRequest{Key: k, Token: 1, Now: now}),
+		"Renew":    s.Renew(ctx, idem.RenewRequest{Key: k, Token: 1, Now: now, LeaseUntil: now.Add(time.Minute)}),
+	} {
+		if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+			t.Errorf("%s = %v, want a connection error (not ErrLeaseLost)", name, err)
+		}
+	}
+	if _, err := s.Get(ctx, k); err == nil || errors.Is(err, idem.ErrNotFound) {
+		t.Errorf("Get = %v, want a connection error (not ErrNotFound)", err)
+	}
+	if _, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 10}); err == nil {
+		t.Error("Sweep succeeded against a closed port")
+	}
+	if _, err := s.List(ctx, idem.ListFilter{}); err == nil {
+		t.Error("List succeeded against a closed port")
+	}
+	if _, err := s.Stats(ctx, now); err == nil {
+		t.Error("Stats succeeded against a closed port")
+	}
+
+	g, err := idem.New(s, idem.Options{Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Do(ctx, idem.Message{ID: "m1", Payload: []byte("x")}, func(context.Context) ([]byte, error) {
+		t.Fatal("handler ran without a claim")
+		return nil, nil
+	})
+	var se *idem.StoreError
+	if !errors.As(err, &se) || idem.Decide(res, err) != idem.ActionRetry {
+		t.Fatalf("Do with Redis down = %v, %v (action %v); want a StoreError and retry", res.Outcome, err, idem.Decide(res, err))
+	}
+}

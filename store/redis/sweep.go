@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+)
+
+// sweepLockTTL bounds how long a crashed sweeper keeps others out. A sweep
+// call takes one SCAN budget, far less than this.
+const sweepLockTTL = time.Minute
+
+// sweepScanBudget is the least number of keys one Sweep call examines before
+// returning (10 per record of Limit when that is more), so a call stays
+// short even when nothing is expired.
+const sweepScanBudget = 1000
+
+// sweepPos is where the next Sweep resumes: a node and a SCAN cursor on it.
+type sweepPos struct {
+	node   string
+	cursor uint64
+}
+
+// Sweep implements idem.Store. Redis normally removes records itself at
+// ExpiresAt (PEXPIREAT), so Sweep usually finds nothing; it exists for
+// records whose retention ended by the caller's clock but not yet by
+// Redis's. Each call holds an advisory lock (SET NX with a one-minute
+// expiry; other instances get 0), resumes a SCAN over the prefix where the
+// previous call of this Store stopped, examines a bounded number of keys and
+// deletes at most req.Limit records whose ExpiresAt <= req.Now, each with a
+// script that re-checks the record so a key claimed again since the scan
+// survives.
+func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if req.Limit <= 0 {
+		return 0, nil
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	lk := lockKey(s.prefix)
+	ok, err := s.client.SetNX(ctx, lk, token, sweepLockTTL).Result()
+	if err != nil {
+		return 0, wrap("sweep lock", err)
+	}
+	if !ok {
+		return 0, nil // another instance is sweeping
+	}
+	defer func() {
+		// Unlock even if ctx was cancelled; the lock's expiry covers a failure.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		unlockScript.Run(uctx, s.client, []string{lk}, token)
+	}()
+
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	n, err := s.sweepLocked(ctx, req)
+	if err != nil {
+		return n, wrap("sweep", err)
+	}
+	return n, nil
+}
+
+func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, error) {
+	nodes, err := s.nodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(nodes) == 0 {
+		return 0, nil
+	}
+	i := 0
+	cursor := s.sweepAt.cursor
+	for j, n := range nodes {
+		if n.addr == s.sweepAt.node {
+			i = j
+			break
+		}
+	}
+	if nodes[i].addr != s.sweepAt.node {
+		cursor = 0 // the node we stopped on is gone: restart the pass there
+	}
+	budget := max(sweepScanBudget, 10*req.Limit)
+	now := req.Now.UnixMilli()
+	pattern := recordPattern(s.prefix, "")
+	deleted, examined := 0, 0
+	for {
+		keys, next, err := nodes[i].client.Scan(ctx, cursor, pattern, scanCount).Result()
+		if err != nil {
+			return deleted, err
+		}
+		examined += len(keys)
+		expired, err := s.expiredKeys(ctx, keys, now)
+		if err != nil {
+			return deleted, err
+		}
+		truncated := false
+		if room := req.Limit - deleted; len(expired) > room {
+			expired, truncated = expired[:room], true
+		}
+		n, err := s.deleteExpired(ctx, expired, req.Now)
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+		if truncated {
+			// Scan this batch again next time: SCAN accepts a cursor twice,
+			// and the records deleted now will simply be absent.
+			s.sweepAt = sweepPos{node: nodes[i].addr, cursor: cursor}
+			return deleted, nil
+		}
+		cursor = next
+		if cursor == 0 {
+			i++
+			if i == len(nodes) {
+				// A full pass ended: the next call starts a new one.
+				s.sweepAt = sweepPos{node: nodes[0].addr}
+				return deleted, nil
+			}
+		}
+		if deleted >= req.Limit || examined >= budget {
+			s.sweepAt = sweepPos{node: nodes[i].addr, cursor: cursor}
+			return deleted, nil
+		}
+	}
+}
+
+// expiredKeys returns the keys whose expires_at is at or before now (unix
+// ms), reading them in one pipeline.
+func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGet(ctx, k, fieldExpiresAt)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command: a missing key's redis.Nil is not one
+	var out []string
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+			return nil, err
+		}
+		exp, err := msTime(c.Val())
+		if err != nil || exp.IsZero() {
+			continue // gone since the scan, no expiry, or not ours to judge
+		}
+		if exp.UnixMilli() <= now {
+			out = append(out, keys[i])
+		}
+	}
+	return out, nil
+}
+
+// deleteExpired runs sweepScript on keys in one pipeline and counts the
+// records it deleted.
+func (s *Store) deleteExpired(ctx context.Context, keys []string, now time.Time) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	calls := make([]scriptCall, len(keys))
+	for i, k := range keys {
+		calls[i] = scriptCall{key: k, args: []any{nowArg(now)}}
+	}
+	cmds, err := s.evalPipelined(ctx, sweepScript, calls)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range cmds {
+		if v, _ := c.Int64(); v == 1 {
+			n++
+		}
+	}
+	return n, nil
+}
