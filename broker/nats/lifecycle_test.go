@@ -1,0 +1,286 @@
+package natsidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/store/memory"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func pending(t *testing.T, cons jetstream.Consumer) (ackPending int, numPending uint64) {
+	t.Helper()
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumAckPending, info.NumPending
+}
+
+// TestGracefulShutdown cancels Run while a handler is in flight: Run must
+// wait for it, ack its message (DoubleAck: confirmed by the server) and
+// return nil.
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t)
+	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "only-one", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cons := e.consumer(t, "shutdown", 30*time.Second)
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	reports := make(chan natsidem.Report, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			close(started)
+			<-release
+			return nil, ctx.Err() // the handler's context outlives Run's
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true,
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	<-started
+	cancel()
+	select {
+	case err := <-runDone:
+		t.Fatalf("Run returned %v with a handler in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	r := <-reports
+	if r.Action != idem.ActionAck || r.BrokerErr != nil || r.Result.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("report = %+v, want a processed, acked message", r)
+	}
+	if ack, num := pending(t, cons); ack != 0 || num != 0 {
+		t.Fatalf("after shutdown: %d awaiting ack, %d pending; want 0, 0", ack, num)
+	}
+}
+
+// TestShutdownTimeout: a handler that does not finish within
+// ShutdownTimeout has its context cancelled; its claim is released and the
+// message is nak'ed for another consumer, not acked.
+func TestShutdownTimeout(t *testing.T) {
+	e := newEnv(t)
+	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "slow", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cons := e.consumer(t, "slow", 30*time.Second)
+	store := memory.New()
+	g, err := natsidem.NewGuard(store, cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	reports := make(chan natsidem.Report, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, ShutdownTimeout: 10 * time.Millisecond,
+			Backoff:  func(int) time.Duration { return time.Hour },
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	<-started
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	r := <-reports
+	if r.Action != idem.ActionRetry || r.Delay != time.Hour || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("report = %+v, want a retry of the cancelled handler", r)
+	}
+	rec, err := store.Get(context.Background(), idem.Key{Scope: g.Options().Scope, ID: "slow"})
+	if err != nil || rec.State != idem.StateReleased {
+		t.Fatalf("record = %+v, %v after a cancelled handler; want it released", rec, err)
+	}
+}
+
+// TestDeadLetterUnavailable: when the dead-letter subject has no stream the
+// message is not terminated; once the stream exists it is dead-lettered.
+func TestDeadLetterUnavailable(t *testing.T) {
+	e := newEnv(t)
+	if err := e.js.DeleteStream(context.Background(), e.stream+"_DLQ"); err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(e.subject + ".x") // no Nats-Msg-Id: no key
+	m.Data = []byte(`{"x":1}`)
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	cons := e.consumer(t, "dlq", 30*time.Second)
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan natsidem.Report, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			return nil, nil
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
+			Backoff:  func(int) time.Duration { return 20 * time.Millisecond },
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	r := <-reports
+	if r.Action != idem.ActionDeadLetter || r.BrokerErr == nil || r.Reason != "no_key" {
+		t.Fatalf("first report = %+v, want a failed dead letter", r)
+	}
+	if _, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: e.stream + "_DLQ", Subjects: []string{e.dlq}, Storage: jetstream.MemoryStorage,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r.BrokerErr != nil {
+		select {
+		case r = <-reports:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the message was never dead-lettered")
+		}
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	dls := e.deadLetters(t)
+	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != "no_key" {
+		t.Fatalf("dead letters = %d (%v), want one with reason no_key", len(dls), dls)
+	}
+}
+
+// TestHandleTx runs the transactional inbox through the consumer: business
+// rows and markers commit together, a failed handler's rows roll back, and
+// producer retries and lost acks are skipped.
+func TestHandleTx(t *testing.T) {
+	e := newEnv(t)
+	const unique = 300
+	var originals, retries []*nats.Msg
+	for i := 0; i < unique; i++ {
+		m := nats.NewMsg(e.subject + ".tx")
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("tx-%d", i))
+		m.Data = fmt.Appendf(nil, `{"n":%d}`, i)
+		originals = append(originals, m)
+		if i%4 == 0 {
+			retries = append(retries, m)
+		}
+	}
+	e.publishAll(t, originals)
+	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
+	e.publishAll(t, retries)
+	total := int(e.streamMsgs(t))
+
+	store := newTxStore()
+	cons := e.consumer(t, "tx", time.Second)
+	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
+		md, err := m.Metadata()
+		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%7 == 0
+	}}
+	g, err := natsidem.NewGuard(store, cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(t)
+	tr.expect(total)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *memTx, msg jetstream.Msg) ([]byte, error) {
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			id := msg.Headers().Get(jetstream.MsgIDHeader)
+			tx.Charge(id)
+			if md.NumDelivered == 1 && md.Sequence.Stream%5 == 1 {
+				return nil, errors.New("deadlock detected, try again") // rolls the charge back
+			}
+			return []byte("ok"), nil
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
+			Backoff: natsidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
+	}()
+	select {
+	case <-tr.done:
+	case err := <-runDone:
+		t.Fatalf("Run stopped early: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	got := store.committedOrders()
+	if len(got) != unique {
+		t.Errorf("%d orders committed, want %d", len(got), unique)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("order %s committed %d times", id, n)
+		}
+	}
+	if d, want := tr.count(idem.OutcomeDuplicate), total-unique; d < want {
+		t.Errorf("%d duplicates, want at least %d", d, want)
+	}
+	if f := tr.count(idem.OutcomeFailed); f == 0 {
+		t.Error("no handler failed: the rollback path was not exercised")
+	}
+}
+
+// TestPublishCloudEvent: Publish sets Nats-Msg-Id (a retry inside the
+// window is dropped by the server) and CloudEvents headers that a guard
+// keyed with idem.CloudEventsKey reads.
+func TestPublishCloudEvent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i, wantDup := range []bool{false, true} {
+		ack, err := natsidem.Publish(ctx, e.js, e.subject+".ce", "evt-1", []byte(`{"total":5}`),
+			natsidem.WithCloudEvent("/orders", "order.created"), natsidem.WithContentType("application/json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Duplicate != wantDup {
+			t.Fatalf("publish %d: Duplicate = %v, want %v", i, ack.Duplicate, wantDup)
+		}
+	}
+	cons := e.consumer(t, "ce", 30*time.Second)
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{Key: idem.CloudEventsKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan natsidem.Report, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			k, _ := idem.KeyFromContext(ctx)
+			return []byte(k.ID), nil
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	r := <-reports
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if r.Action != idem.ActionAck || string(r.Result.Value) != "/orders|evt-1" || g.Options().Scope != e.stream+"/ce" {
+		t.Fatalf("report = %+v (scope %q), want the CloudEvents key processed", r, g.Options().Scope)
+	}
+}
