@@ -1,0 +1,336 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/idemgo/idem"
+)
+
+// Handler processes one record in two-phase mode (Consumer.Run). It returns
+// the result to record for the key (replayed to duplicates; may be nil). Its
+// context carries the record's key (idem.KeyFromContext, idem.DeriveKey).
+// Wrap an error with idem.Permanent to dead-letter the record instead of
+// retrying it.
+type Handler func(ctx context.Context, rec *kgo.Record) ([]byte, error)
+
+// TxHandler processes one record inside the store's transaction (RunTx):
+// every write that must happen once goes through tx.
+type TxHandler[Tx any] func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte, error)
+
+// Consumer consumes a group's partitions through an idem.Guard: each record
+// is processed at most once per key (effectively once), records of one
+// partition strictly in order, and an offset is committed only when its
+// record and every record before it in the partition are done (processed,
+// skipped as a duplicate, or dead-lettered with the dead letter
+// acknowledged).
+type Consumer struct {
+	cl   *kgo.Client
+	g    *idem.Guard
+	opts Options
+
+	ran atomic.Bool
+
+	mu    sync.Mutex                         // guards parts and base
+	parts map[tp]*partition                  // partitions that received records and are still owned
+	base  context.Context                    // parent of handler contexts; nil when not running
+	proc  func(*partition, *kgo.Record) bool // processes one record, reports it done; set by Run
+	sem   chan struct{}                      // bounds partitions processed at once
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// NewConsumer returns a consumer reading with cl and deduplicating with g.
+// cl must be built by the caller with kgo.ConsumerGroup, kgo.ConsumeTopics
+// and ClientOptions (which disables autocommit, blocks rebalances during
+// hand-over and installs the rebalance hooks); otherwise the error wraps
+// ErrClientConfig. Invalid options wrap idem.ErrInvalidOptions.
+//
+// The consumer never closes cl: after Run returns, close it yourself.
+func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error) {
+	if cl == nil || g == nil {
+		return nil, fmt.Errorf("%w: nil client or guard", idem.ErrInvalidOptions)
+	}
+	group, err := checkClient(cl)
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.fill(group); err != nil {
+		return nil, err
+	}
+	if opts.Producer == nil {
+		opts.Producer = cl
+	}
+	c := &Consumer{cl: cl, g: g, opts: opts, parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
+	if err := register(cl, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Scope returns the scope under which the consumer stores keys.
+func (c *Consumer) Scope() string { return c.opts.Scope }
+
+// Run consumes until ctx ends, running h for each record in two-phase mode
+// (idem.Guard semantics: claim with a lease, handle, complete). On shutdown
+// it stops fetching, lets in-flight handlers finish (up to DrainTimeout,
+// then cancels them, which releases their claims), commits what is done,
+// and returns nil; or the final commit's error. It returns early with an
+// error wrapping kgo.ErrClientClosed if the client is closed under it.
+func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
+	}
+	return c.run(ctx, func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error) {
+		return c.g.DoKey(ctx, key, fp, func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
+	}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+		return h(ctx, rec)
+	})
+}
+
+// RunTx is Run in transactional-inbox mode: fn runs in a transaction of the
+// guard's store together with the dedup marker (idem.DoTx), so the business
+// writes and the marker commit together or not at all. The guard's store
+// must implement idem.TxStore[Tx]; otherwise RunTx returns an error wrapping
+// idem.ErrNoTx before consuming anything.
+func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
+	}
+	ts, ok := c.g.Store().(idem.TxStore[Tx])
+	if !ok {
+		var zero Tx
+		return fmt.Errorf("%w: %T has none for %T", idem.ErrNoTx, c.g.Store(), zero)
+	}
+	return c.run(ctx, func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error) {
+		return idem.DoTxKey(ctx, c.g, key, fp, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, rec) })
+	}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+		var v []byte
+		err := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			var err error
+			v, err = fn(ctx, tx, rec)
+			return err
+		})
+		return v, err
+	})
+}
+
+type keyedFunc func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error)
+type unkeyedFunc func(ctx context.Context, rec *kgo.Record) ([]byte, error)
+
+func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc) (err error) {
+	if !c.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	c.mu.Lock()
+	c.base = base
+	c.proc = func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, keyed, unkeyed) }
+	c.mu.Unlock()
+
+	// Every poll that returns blocks rebalances until AllowRebalance, so
+	// the hand-over below and the commits never race a revoke.
+	defer c.cl.AllowRebalance()
+	lastCommit := time.Now()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, c.opts.CommitInterval)
+		fetches := c.cl.PollRecords(pctx, c.opts.MaxPollRecords)
+		cancel()
+		if fetches.IsClientClosed() {
+			c.shutdown(false)
+			return fmt.Errorf("kafka: consumer stopped: %w", kgo.ErrClientClosed)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+			if len(f.Records) > 0 {
+				c.dispatch(f.Topic, f.Partition, f.Records)
+			}
+		})
+		if time.Since(lastCommit) >= c.opts.CommitInterval {
+			c.commit(c.owned())
+			lastCommit = time.Now()
+		}
+		c.cl.AllowRebalance()
+	}
+	return c.shutdown(true)
+}
+
+// shutdown stops every partition (draining in-flight handlers), commits what
+// is done when commit is set, and forgets the partitions.
+func (c *Consumer) shutdown(commit bool) error {
+	c.mu.Lock()
+	parts := make([]*partition, 0, len(c.parts))
+	for k, p := range c.parts {
+		parts = append(parts, p)
+		delete(c.parts, k)
+	}
+	c.base = nil
+	c.mu.Unlock()
+	c.stopAll(parts, true)
+	if !commit {
+		return nil
+	}
+	return c.commit(parts)
+}
+
+// dispatch appends polled records to their partition's queue, starting its
+// worker on first use, and pauses fetching from partitions whose queue is
+// full.
+func (c *Consumer) dispatch(topic string, partition int32, recs []*kgo.Record) {
+	c.mu.Lock()
+	p := c.parts[tp{topic, partition}]
+	if p == nil {
+		p = newPartition(c, topic, partition, c.base)
+		c.parts[tp{topic, partition}] = p
+		go p.work()
+	}
+	c.mu.Unlock()
+	if p.push(recs) >= c.opts.MaxBuffered {
+		p.pause()
+	}
+}
+
+// owned returns the partitions currently worked on.
+func (c *Consumer) owned() []*partition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*partition, 0, len(c.parts))
+	for _, p := range c.parts {
+		out = append(out, p)
+	}
+	return out
+}
+
+// revoke is the rebalance hook: it stops the workers of the given
+// partitions, and on a revoke (graceful) lets their in-flight records finish
+// and commits what is done; on a loss it cancels handlers at once and
+// commits nothing (the generation is gone; the store's fencing keeps a
+// late handler from completing over the new owner).
+func (c *Consumer) revoke(tps map[string][]int32, graceful bool) {
+	var parts []*partition
+	c.mu.Lock()
+	for topic, ps := range tps {
+		for _, n := range ps {
+			if p := c.parts[tp{topic, n}]; p != nil {
+				parts = append(parts, p)
+				delete(c.parts, tp{topic, n})
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(parts) == 0 {
+		return
+	}
+	c.stopAll(parts, graceful)
+	if graceful {
+		c.commit(parts)
+	}
+	// A paused partition stays paused in the client across rebalances;
+	// resume it so that it is fetched if it comes back to this member.
+	resume := make(map[string][]int32)
+	for _, p := range parts {
+		resume[p.topic] = append(resume[p.topic], p.partition)
+	}
+	c.cl.ResumeFetchPartitions(resume)
+}
+
+// stopAll stops the workers of parts and waits for them. Graceful stops let
+// in-flight handlers run up to DrainTimeout before cancelling them.
+func (c *Consumer) stopAll(parts []*partition, graceful bool) {
+	for _, p := range parts {
+		p.stop()
+		if !graceful {
+			p.cancel()
+		}
+	}
+	if graceful {
+		timer := time.NewTimer(c.opts.DrainTimeout)
+		defer timer.Stop()
+		for _, p := range parts {
+			select {
+			case <-p.exited:
+			case <-timer.C:
+				for _, q := range parts {
+					q.cancel()
+				}
+			}
+		}
+	}
+	for _, p := range parts {
+		<-p.exited
+		p.cancel()
+	}
+}
+
+// commit commits the done offsets of parts that moved since their last
+// commit, in one synchronous request.
+func (c *Consumer) commit(parts []*partition) error {
+	offsets := make(map[string]map[int32]kgo.EpochOffset)
+	var moved []*partition
+	for _, p := range parts {
+		eo, ok := p.uncommitted()
+		if !ok {
+			continue
+		}
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = make(map[int32]kgo.EpochOffset)
+		}
+		offsets[p.topic][p.partition] = eo
+		moved = append(moved, p)
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.Options().StoreTimeout)
+	defer cancel()
+	var cerr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && cerr == nil {
+					cerr = err
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		plain := make(map[string]map[int32]int64, len(offsets))
+		for t, ps := range offsets {
+			plain[t] = make(map[int32]int64, len(ps))
+			for n, eo := range ps {
+				plain[t][n] = eo.Offset
+			}
+		}
+		err := &CommitError{Offsets: plain, Err: cerr}
+		c.reportError(err)
+		return err
+	}
+	for _, p := range moved {
+		p.committed(offsets[p.topic][p.partition])
+	}
+	return nil
+}
+
+func (c *Consumer) reportError(err error) {
+	if c.opts.OnError != nil && err != nil && !errors.Is(err, context.Canceled) {
+		c.opts.OnError(err)
+	}
+}

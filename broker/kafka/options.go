@@ -1,0 +1,157 @@
+package kafka
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+)
+
+// DefaultKeyHeader is the record header that carries the idempotency key by
+// default. Record sets it on the producer side.
+const DefaultKeyHeader = "idempotency-key"
+
+// Defaults for Options.
+const (
+	DefaultConcurrency    = 8
+	DefaultRetryMin       = 100 * time.Millisecond
+	DefaultRetryMax       = 10 * time.Second
+	DefaultCommitInterval = time.Second
+	DefaultDrainTimeout   = 15 * time.Second
+	DefaultMaxPollRecords = 500
+	DefaultMaxBuffered    = 1000
+)
+
+// Options configure a Consumer. The zero value works except DeadLetterTopic,
+// which is required: conflicts and permanent failures go there, because idem
+// never drops a record silently.
+type Options struct {
+	// Scope is the consumer identity under which keys are stored. Default:
+	// the client's consumer group, so two groups reading one topic never
+	// block each other. The guard's own Options.Scope is not used by the
+	// consumer (the guard's scope is fixed when it is built; this one
+	// follows the group).
+	Scope string
+
+	// Key extracts the record's stable id. Default:
+	// idem.HeaderKey("idempotency-key"). Use idem.CloudEventsKey for
+	// CloudEvents (binary mode ce_id / ce_source headers or a structured
+	// payload), idem.JSONFieldsKey for a business key, or idem.FirstOf to
+	// combine. Never use the offset: a producer retry without idempotence
+	// writes the same message at a new offset. The guard's own Options.Key
+	// is not used by the consumer; its Fingerprint, Lease, Retention,
+	// Stale, MissingKey and Observer settings are.
+	Key idem.KeyFunc
+
+	// DeadLetterTopic receives records that retrying cannot fix: key
+	// conflicts, permanent handler errors, missing or invalid keys, parked
+	// stale records, and records that failed MaxAttempts times. The dead
+	// letter keeps the record's key, value and headers and adds the headers
+	// idem-reason, idem-error, idem-original-topic, idem-original-partition
+	// and idem-original-offset. Required.
+	DeadLetterTopic string
+
+	// Producer writes dead letters. Default: the consumer's own client.
+	// Set it when the dead-letter topic lives in another cluster.
+	Producer *kgo.Client
+
+	// Concurrency is how many partitions are processed at the same time.
+	// Records of one partition are always processed one at a time, in
+	// offset order. Default 8.
+	Concurrency int
+
+	// RetryMin and RetryMax bound the back-off before a record is tried
+	// again after a transient handler error, a store error, a failed
+	// dead-letter produce, or a key in progress at another consumer. The
+	// back-off doubles from RetryMin up to RetryMax. The partition is held
+	// meanwhile: the record is never skipped and no later offset of its
+	// partition is committed. Defaults 100ms and 10s.
+	RetryMin, RetryMax time.Duration
+
+	// MaxAttempts dead-letters a record (reason "retries_exhausted") after
+	// its handler failed this many times in a row in this process. Zero
+	// retries forever. Keys in progress elsewhere and store errors are
+	// retried without limit: they resolve without the record's fault.
+	MaxAttempts int
+
+	// CommitInterval is how often done offsets are committed while running.
+	// Offsets are also committed when partitions are revoked and on
+	// shutdown. Default 1s.
+	CommitInterval time.Duration
+
+	// DrainTimeout bounds how long an in-flight handler may run after its
+	// partition was revoked or Run's context ended; then its context is
+	// cancelled (the claim is released and the record redelivered later).
+	// Keep it under the group's rebalance timeout (60s by default).
+	// Default 15s.
+	DrainTimeout time.Duration
+
+	// MaxPollRecords bounds the records taken from the client per poll.
+	// Default 500.
+	MaxPollRecords int
+
+	// MaxBuffered is how many fetched records a partition may hold waiting
+	// for processing before fetching from it pauses. Default 1000.
+	MaxBuffered int
+
+	// OnError, if set, receives errors the consumer handles by itself:
+	// failed commits (*CommitError) and failed dead-letter produces
+	// (*DeadLetterError). Handler and store outcomes go to the guard's
+	// Observer. It must be safe for concurrent use.
+	OnError func(error)
+}
+
+func (o *Options) fill(group string) error {
+	if o.Scope == "" {
+		o.Scope = group
+	}
+	if err := (idem.Key{Scope: o.Scope, ID: "x"}).Validate(); err != nil {
+		return fmt.Errorf("%w: Scope: %v", idem.ErrInvalidOptions, err)
+	}
+	if o.Key == nil {
+		o.Key = idem.HeaderKey(DefaultKeyHeader)
+	}
+	if o.DeadLetterTopic == "" {
+		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
+	}
+	if o.Concurrency < 0 || o.RetryMin < 0 || o.RetryMax < 0 || o.MaxAttempts < 0 ||
+		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 {
+		return fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.RetryMin == 0 {
+		o.RetryMin = DefaultRetryMin
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.RetryMax < o.RetryMin {
+		return fmt.Errorf("%w: RetryMax (%v) below RetryMin (%v)", idem.ErrInvalidOptions, o.RetryMax, o.RetryMin)
+	}
+	if o.CommitInterval == 0 {
+		o.CommitInterval = DefaultCommitInterval
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.MaxPollRecords == 0 {
+		o.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if o.MaxBuffered == 0 {
+		o.MaxBuffered = DefaultMaxBuffered
+	}
+	return nil
+}
+
+// backoff returns the pause before attempt n (1-based) of the same record.
+func (o *Options) backoff(n int) time.Duration {
+	d := o.RetryMin
+	for i := 1; i < n && d < o.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, o.RetryMax)
+}

@@ -1,0 +1,170 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partition is the worker of one owned topic partition. One goroutine (work)
+// takes its records in offset order; a record stays at the head of the
+// queue until it is done, so retries hold the partition and nothing after
+// the head is ever marked done before it.
+type partition struct {
+	c         *Consumer
+	topic     string
+	partition int32
+
+	ctx    context.Context // handler context: cancelled on loss or drain timeout
+	cancel context.CancelFunc
+
+	wake   chan struct{} // new records queued (buffered, 1)
+	quit   chan struct{} // closed by stop: finish the current record, then exit
+	once   sync.Once
+	exited chan struct{} // closed when work returns
+
+	mu        sync.Mutex
+	queue     []*kgo.Record
+	done      kgo.EpochOffset // next offset after the last done record
+	hasDone   bool
+	commitOff int64 // last committed offset; -1 before the first commit
+	paused    bool
+
+	// Owned by the work goroutine: how often the head record was tried,
+	// and how many of those tries the handler failed.
+	attempts, failures int
+}
+
+func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {
+	ctx, cancel := context.WithCancel(base)
+	return &partition{
+		c: c, topic: topic, partition: n, ctx: ctx, cancel: cancel,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}),
+		commitOff: -1,
+	}
+}
+
+// push appends records and returns the queue length.
+func (p *partition) push(recs []*kgo.Record) int {
+	p.mu.Lock()
+	p.queue = append(p.queue, recs...)
+	n := len(p.queue)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return n
+}
+
+func (p *partition) head() *kgo.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) == 0 {
+		return nil
+	}
+	return p.queue[0]
+}
+
+// finish marks the head record done and resumes fetching once the queue has
+// drained to half of MaxBuffered.
+func (p *partition) finish(rec *kgo.Record) {
+	p.mu.Lock()
+	p.queue[0] = nil
+	p.queue = p.queue[1:]
+	p.done = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
+	p.hasDone = true
+	p.attempts, p.failures = 0, 0
+	resume := p.paused && len(p.queue) <= p.c.opts.MaxBuffered/2
+	if resume {
+		p.paused = false
+	}
+	p.mu.Unlock()
+	if resume {
+		p.c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+func (p *partition) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		p.paused = true
+		p.c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+// uncommitted returns the done position if it moved past the last commit.
+func (p *partition) uncommitted() (kgo.EpochOffset, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done, p.hasDone && p.done.Offset > p.commitOff
+}
+
+func (p *partition) committed(eo kgo.EpochOffset) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.commitOff = max(p.commitOff, eo.Offset)
+}
+
+func (p *partition) stop() { p.once.Do(func() { close(p.quit) }) }
+
+func (p *partition) stopping() bool {
+	select {
+	case <-p.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// work processes the queue in order until stopped.
+func (p *partition) work() {
+	defer close(p.exited)
+	for {
+		rec := p.head()
+		if rec == nil {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.quit:
+				return
+			}
+		}
+		if p.stopping() || p.ctx.Err() != nil {
+			return
+		}
+		select {
+		case p.c.sem <- struct{}{}:
+		case <-p.quit:
+			return
+		}
+		done := p.c.proc(p, rec)
+		<-p.c.sem
+		if done {
+			p.finish(rec)
+			continue
+		}
+		// Hold the partition: the same record is tried again after a
+		// back-off, and nothing after it is marked done meanwhile.
+		if !p.wait(p.c.opts.backoff(p.attempts)) {
+			return
+		}
+	}
+}
+
+// wait pauses before retrying the head record; false when stopped meanwhile.
+func (p *partition) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.quit:
+		return false
+	case <-p.ctx.Done():
+		return false
+	}
+}
