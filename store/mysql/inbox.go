@@ -3,8 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 
 	"github.com/idemgo/idem"
 )
@@ -18,10 +16,8 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if err != nil {
 		return err
 	}
+	defer tx.Rollback() // a no-op after Commit; ends the transaction on an error or a panic in fn
 	if err := fn(ctx, tx); err != nil {
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			return errors.Join(err, fmt.Errorf("mysql: rollback: %w", rerr))
-		}
 		return err
 	}
 	return tx.Commit()
@@ -38,6 +34,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // committed. Both statements lock one existing record and no gap, at any
 // isolation level, so unrelated keys never wait; and no shared lock is ever
 // upgraded, so two markers of one key cannot deadlock.
+//
+// On an existing key the insert sets the session's LAST_INSERT_ID() to the
+// record's token (that is how it tells "existed" from "inserted"): take the
+// ids of your own inserts from sql.Result.LastInsertId, not from a later
+// SELECT LAST_INSERT_ID().
 func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := validateReq(req); err != nil {
 		return idem.Claim{}, err

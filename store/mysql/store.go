@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -66,12 +67,12 @@ func validateTable(name string) error {
 // idem.BatchStore, idem.Inspector and idem.TxStore[*sql.Tx]. It is safe for
 // concurrent use by many goroutines and many processes.
 type Store struct {
-	db     *sql.DB
-	owned  bool   // opened by Open: Close closes db
-	name   string // unquoted table name
-	table  string // quoted table name
-	q      queries
-	closed bool
+	db    *sql.DB
+	owned bool   // opened by Open: Close closes db
+	name  string // unquoted table name
+	table string // quoted table name
+	q     queries
+	close sync.Once
 }
 
 var (
@@ -133,11 +134,12 @@ func (s *Store) Table() string { return s.name }
 // Close closes the pool if the store opened it (Open); a pool passed to New
 // belongs to the caller and stays open.
 func (s *Store) Close() error {
-	if !s.owned || s.closed {
+	if !s.owned {
 		return nil
 	}
-	s.closed = true
-	return s.db.Close()
+	var err error
+	s.close.Do(func() { err = s.db.Close() })
+	return err
 }
 
 // validateReq checks what the columns can hold. The server would reject an
@@ -195,8 +197,8 @@ func (s *Store) inTxRC(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
+	defer tx.Rollback() // after Commit a no-op; on a panic in fn it ends the transaction
 	if err := fn(tx); err != nil {
-		tx.Rollback()
 		return err
 	}
 	return tx.Commit()
