@@ -1,0 +1,108 @@
+// Package entitypgx runs package entity's helpers on pgx: an entity.Querier
+// over a pgx.Tx, and a bookkeeping-free idem store whose transactions are
+// pgx transactions, for entity mode through idem.DoTx and the broker
+// integrations.
+//
+//	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp"}
+//	g, _ := idem.New(entitypgx.NewStore(pool), idem.Options{Scope: "orders"})
+//	idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		return nil, orders.Insert(ctx, entitypgx.Querier(tx), id, fp, cols, vals)
+//	})
+package entitypgx
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/entity"
+)
+
+// DB is what Querier needs: pgx.Tx, *pgxpool.Pool and *pgx.Conn have it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Querier adapts a pgx transaction (or pool, or connection) to entity.Querier.
+func Querier(db DB) entity.Querier { return querier{db} }
+
+type querier struct{ db DB }
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.db.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (q querier) QueryRow(ctx context.Context, query string, dest []any, args ...any) error {
+	err := q.db.QueryRow(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sql.ErrNoRows
+	}
+	return err
+}
+
+// Store is the pgx counterpart of entity.Store: no records, claims always
+// succeed, InTx runs a pgx transaction on the pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var (
+	_ idem.Store           = (*Store)(nil)
+	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
+)
+
+// NewStore returns a bookkeeping-free store whose transactions run on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Claim always acquires.
+func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Claim{}, err
+	}
+	return idem.Claim{Outcome: idem.ClaimAcquired, Record: idem.Record{
+		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(), State: idem.StateInProgress,
+		Fingerprint: req.Fingerprint, Token: 1, Attempts: 1, LeaseUntil: req.LeaseUntil, ExpiresAt: req.ExpiresAt,
+		CreatedAt: req.Now, UpdatedAt: req.Now,
+	}}, nil
+}
+
+// Complete records nothing.
+func (s *Store) Complete(context.Context, idem.CompleteRequest) error { return nil }
+
+// Release records nothing.
+func (s *Store) Release(context.Context, idem.ReleaseRequest) error { return nil }
+
+// Renew records nothing.
+func (s *Store) Renew(context.Context, idem.RenewRequest) error { return nil }
+
+// Get finds nothing: the business tables are the record.
+func (s *Store) Get(context.Context, idem.Key) (idem.Record, error) {
+	return idem.Record{}, idem.ErrNotFound
+}
+
+// Sweep deletes nothing.
+func (s *Store) Sweep(context.Context, idem.SweepRequest) (int, error) { return 0, nil }
+
+// InTx runs fn in a pgx transaction (pgx.BeginFunc: commit on nil, rollback
+// otherwise).
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+}
+
+// Mark writes nothing and acquires.
+func (s *Store) Mark(ctx context.Context, _ pgx.Tx, req idem.ClaimRequest) (idem.Claim, error) {
+	return s.Claim(ctx, req)
+}
+
+// SaveResult records nothing.
+func (s *Store) SaveResult(context.Context, pgx.Tx, idem.Key, []byte) error { return nil }
