@@ -34,7 +34,10 @@ type Options struct {
 	DeadLetterExchange   string
 	DeadLetterRoutingKey string
 	// Publisher is the channel dead letters are published on; it is put in
-	// confirm mode. Default: the consuming channel.
+	// confirm mode. Default: the consuming channel. A separate channel keeps
+	// a misconfigured dead-letter exchange (publishing to a missing exchange
+	// closes the channel) from stopping consumption; dead letters then fail
+	// and their deliveries are requeued until it is fixed.
 	Publisher *amqp.Channel
 	// Backoff gives how long a retried delivery is held before it is
 	// requeued, from its attempt number (x-delivery-count + 1 on quorum
