@@ -44,6 +44,13 @@ type Options struct {
 	// queues; 1 or, when redelivered, 2 on classic queues). Default
 	// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
 	Backoff func(attempt int) time.Duration
+	// MaxDeliveries, if positive, dead-letters (reason ReasonMaxDeliver) a
+	// delivery that would be retried on its MaxDeliveries-th attempt. It
+	// needs attempt counts, so quorum queues: set it at or below the queue's
+	// delivery-limit, past which RabbitMQ dead-letters the message itself,
+	// without idem's reason headers (or drops it when the queue has no
+	// dead-letter exchange).
+	MaxDeliveries int
 	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
 	// its context ends before cancelling their contexts (it still waits for
 	// them to return). Default 30s.
@@ -56,12 +63,16 @@ type Options struct {
 	Message func(amqp.Delivery) idem.Message
 }
 
+// ReasonMaxDeliver is the dead-letter reason of a delivery that would be
+// retried once more than Options.MaxDeliveries allows.
+const ReasonMaxDeliver = "max_deliver"
+
 // Report is what happened to one delivery.
 type Report struct {
 	Result idem.Result   // the guard's result
 	Err    error         // the guard's error; nil when processed or duplicate
 	Action idem.Action   // the action taken: ack, retry or dead-letter
-	Reason string        // the dead-letter reason (idem.DeadLetterReason)
+	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
 	Delay  time.Duration // how long a retry was held before the requeue
 	// BrokerErr is the failure of the action itself (ack, nack, dead-letter
 	// publish). The broker then redelivers the message when the channel
@@ -98,8 +109,8 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 		return nil, fmt.Errorf("%w: amqpidem: Options.Queue is required", idem.ErrInvalidOptions)
 	case opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == "":
 		return nil, fmt.Errorf("%w: amqpidem: a dead-letter destination is required (DeadLetterExchange and/or DeadLetterRoutingKey): conflicts are never dropped silently", idem.ErrInvalidOptions)
-	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
+	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0 || opts.MaxDeliveries < 0:
+		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch, MaxDeliveries or ShutdownTimeout", idem.ErrInvalidOptions)
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1

@@ -138,8 +138,8 @@ func TestEffectivelyOnce(t *testing.T) {
 	defer cancel()
 	errs := make(chan error, 2)
 	for range 2 {
-		ch := e.channel(t)
-		go func() { errs <- amqpidem.Consume(ctx, ch, newGuard(), amqpidem.Handle(work), opts) }()
+		ch, g := e.channel(t), newGuard()
+		go func() { errs <- amqpidem.Consume(ctx, ch, g, amqpidem.Handle(work), opts) }()
 	}
 
 	// The crashing consumer: its connection dies after a handler's work
@@ -155,8 +155,9 @@ func TestEffectivelyOnce(t *testing.T) {
 	}
 	var handledX atomic.Int64
 	errX := make(chan error, 1)
+	gX := newGuard()
 	go func() {
-		errX <- amqpidem.Consume(ctx, chX, newGuard(), amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+		errX <- amqpidem.Consume(ctx, chX, gX, amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
 			v, err := work(ctx, d)
 			if handledX.Add(1) == int64(total/10) {
 				connX.Close()

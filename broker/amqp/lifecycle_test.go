@@ -138,8 +138,8 @@ func TestHandleTx(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runDone := make(chan error, 1)
-	ch := e.channel(t)
-	go func() { runDone <- amqpidem.Consume(ctx, ch, newGuard(), handler(nil), opts) }()
+	ch, g := e.channel(t), newGuard()
+	go func() { runDone <- amqpidem.Consume(ctx, ch, g, handler(nil), opts) }()
 
 	connX, err := amqp.Dial(e.url)
 	if err != nil {
@@ -152,8 +152,9 @@ func TestHandleTx(t *testing.T) {
 	}
 	var handledX atomic.Int64
 	errX := make(chan error, 1)
+	gX := newGuard()
 	go func() {
-		errX <- amqpidem.Consume(ctx, chX, newGuard(), handler(func() {
+		errX <- amqpidem.Consume(ctx, chX, gX, handler(func() {
 			if handledX.Add(1) == 50 {
 				connX.Close() // inside the transaction: it still commits, the ack is lost
 			}
@@ -234,5 +235,69 @@ func TestPublishCloudEvent(t *testing.T) {
 		string(r2.Result.Value) != "/orders|evt-1" || r2.Action != idem.ActionAck {
 		t.Fatalf("calls %d, reports %+v / %+v; want one processed, one duplicate replaying key /orders|evt-1",
 			calls.Load(), r1, r2)
+	}
+}
+
+// TestMaxDeliveries: on a quorum queue, a delivery that keeps failing is
+// dead-lettered with reason max_deliver on its last allowed attempt.
+func TestMaxDeliveries(t *testing.T) {
+	e := newEnv(t)
+	quorum := e.queue + ".quorum"
+	ch := e.channel(t)
+	if _, err := ch.QueueDeclare(quorum, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := e.conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(quorum, false, false, false)
+		}
+	})
+	pub := e.channel(t)
+	if err := pub.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := amqpidem.Publish(context.Background(), pub, "", quorum, "flaky-1", amqp.Publishing{Body: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := amqpidem.NewGuard(memory.New(), quorum, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan amqpidem.Report, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	cch := e.channel(t)
+	go func() {
+		runDone <- amqpidem.Consume(ctx, cch, g, amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+			return nil, errors.New("still down")
+		}), amqpidem.Options{Queue: quorum, DeadLetterRoutingKey: e.dlq, MaxDeliveries: 3,
+			Backoff:  func(int) time.Duration { return time.Millisecond },
+			OnResult: func(_ amqp.Delivery, r amqpidem.Report) { reports <- r }})
+	}()
+	var actions []idem.Action
+	for {
+		r := <-reports
+		actions = append(actions, r.Action)
+		if r.Action == idem.ActionDeadLetter {
+			if r.Reason != amqpidem.ReasonMaxDeliver || r.BrokerErr != nil {
+				t.Fatalf("dead letter report %+v", r)
+			}
+			break
+		}
+		if len(actions) > 3 {
+			t.Fatalf("actions %v: never dead-lettered", actions)
+		}
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(actions) != "[retry retry dead_letter]" {
+		t.Fatalf("actions = %v, want two retries then the dead letter", actions)
+	}
+	dls := e.deadLetters(t)
+	if len(dls) != 1 || amqpidem.HeaderString(dls[0].Headers[amqpidem.HeaderReason]) != "max_deliver" {
+		t.Fatalf("dead letters = %v", dls)
 	}
 }

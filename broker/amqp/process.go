@@ -11,7 +11,7 @@ import (
 
 // Dead-letter headers.
 const (
-	HeaderReason     = "x-idem-reason"      // conflict, no_key, invalid_key, parked, permanent
+	HeaderReason     = "x-idem-reason"      // conflict, no_key, invalid_key, parked, permanent, max_deliver
 	HeaderError      = "x-idem-error"       // the error text (at most 1 KiB)
 	HeaderQueue      = "x-idem-queue"       // the queue the message was consumed from
 	HeaderExchange   = "x-idem-exchange"    // the exchange it was published to
@@ -39,6 +39,9 @@ func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) Report {
 func (c *Consumer) process(ctx context.Context, d amqp.Delivery, flush <-chan struct{}, release func()) Report {
 	res, err := c.h.run(ctx, c.g, c.opts.Message(d), d)
 	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}
+	if r.Action == idem.ActionRetry && c.opts.MaxDeliveries > 0 && deliveries(d) >= c.opts.MaxDeliveries {
+		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver
+	}
 	switch r.Action {
 	case idem.ActionAck:
 		r.BrokerErr = d.Ack(false)
@@ -50,7 +53,9 @@ func (c *Consumer) process(ctx context.Context, d amqp.Delivery, flush <-chan st
 		c.hold(r.Delay, flush)
 		r.BrokerErr = d.Nack(false, true)
 	case idem.ActionDeadLetter:
-		r.Reason = idem.DeadLetterReason(err)
+		if r.Reason == "" {
+			r.Reason = idem.DeadLetterReason(err)
+		}
 		if r.Reason == "" {
 			r.Reason = "permanent"
 		}

@@ -215,8 +215,9 @@ func TestEffectivelyOnce(t *testing.T) {
 	var muA sync.Mutex
 	errs := make(chan error, 2)
 	errA := make(chan error, 1)
+	gA := newGuard()
 	go func() {
-		errA <- natsidem.Consume(ctxA, lossy, newGuard(), handler, opts(func(m jetstream.Msg, r natsidem.Report) {
+		errA <- natsidem.Consume(ctxA, lossy, gA, handler, opts(func(m jetstream.Msg, r natsidem.Report) {
 			tr.onResult(m, r)
 			muA.Lock()
 			handledA++
@@ -227,8 +228,9 @@ func TestEffectivelyOnce(t *testing.T) {
 		}))
 	}()
 	for range 2 {
+		g := newGuard()
 		go func() {
-			errs <- natsidem.Consume(ctx, lossy, newGuard(), handler, opts(tr.onResult))
+			errs <- natsidem.Consume(ctx, lossy, g, handler, opts(tr.onResult))
 		}()
 	}
 

@@ -284,3 +284,134 @@ func TestPublishCloudEvent(t *testing.T) {
 		t.Fatalf("report = %+v (scope %q), want the CloudEvents key processed", r, g.Options().Scope)
 	}
 }
+
+// TestMaxDeliver: a message that keeps failing is dead-lettered with reason
+// max_deliver on the consumer's last allowed delivery, instead of being
+// dropped by JetStream.
+func TestMaxDeliver(t *testing.T) {
+	e := newEnv(t)
+	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "flaky-1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := e.js.CreateOrUpdateConsumer(context.Background(), e.stream, jetstream.ConsumerConfig{
+		Durable: "maxdeliver", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan natsidem.Report, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			return nil, errors.New("still down")
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
+			Backoff:  func(int) time.Duration { return time.Millisecond },
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	var actions []idem.Action
+	for len(actions) < 3 {
+		r := <-reports
+		actions = append(actions, r.Action)
+		if r.Action == idem.ActionDeadLetter && (r.Reason != natsidem.ReasonMaxDeliver || r.BrokerErr != nil) {
+			t.Fatalf("dead letter report %+v", r)
+		}
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(actions) != "[retry retry dead_letter]" {
+		t.Fatalf("actions = %v, want two retries then the dead letter", actions)
+	}
+	dls := e.deadLetters(t)
+	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != "max_deliver" || hdr(dls[0], natsidem.HeaderMsgID) != "flaky-1" {
+		t.Fatalf("dead letters = %v", dls)
+	}
+}
+
+// progressConsumer reports every InProgress a consumer sends.
+type progressConsumer struct {
+	jetstream.Consumer
+	ticks chan struct{}
+}
+
+func (c progressConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+	it, err := c.Consumer.Messages(opts...)
+	return progressIter{it, c.ticks}, err
+}
+
+type progressIter struct {
+	jetstream.MessagesContext
+	ticks chan struct{}
+}
+
+func (it progressIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
+	m, err := it.MessagesContext.Next(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return progressMsg{m, it.ticks}, nil
+}
+
+type progressMsg struct {
+	jetstream.Msg
+	ticks chan struct{}
+}
+
+func (m progressMsg) InProgress() error {
+	err := m.Msg.InProgress()
+	select {
+	case m.ticks <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// TestKeepAlive: a handler running for several AckWaits keeps its message
+// (the consumer sends InProgress), so it is delivered once.
+func TestKeepAlive(t *testing.T) {
+	e := newEnv(t)
+	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "long-1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cons := e.consumer(t, "long", 300*time.Millisecond)
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := make(chan struct{})
+	reports := make(chan natsidem.Report, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(ctx, progressConsumer{cons, ticks}, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+			for range 6 { // three AckWaits
+				<-ticks
+			}
+			return nil, nil
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true, Concurrency: 2,
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	r := <-reports
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if r.Action != idem.ActionAck || r.BrokerErr != nil {
+		t.Fatalf("report = %+v", r)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 1 {
+		t.Fatalf("%d deliveries, want 1: the long handler's message was redelivered", info.Delivered.Consumer)
+	}
+}
