@@ -23,7 +23,7 @@ type env struct {
 	dlq   string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	url := testenv.RabbitMQ.Need(t)
 	conn, err := amqp.Dial(url)
@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) channel(t *testing.T) *amqp.Channel {
+func (e *env) channel(t testing.TB) *amqp.Channel {
 	t.Helper()
 	ch, err := e.conn.Channel()
 	if err != nil {
@@ -59,7 +59,7 @@ func (e *env) channel(t *testing.T) *amqp.Channel {
 
 // publishAll publishes msgs to the work queue through the default exchange
 // and waits for every publisher confirm.
-func (e *env) publishAll(t *testing.T, msgs []amqp.Publishing) {
+func (e *env) publishAll(t testing.TB, msgs []amqp.Publishing) {
 	t.Helper()
 	ch := e.channel(t)
 	defer ch.Close()
@@ -84,7 +84,7 @@ func (e *env) publishAll(t *testing.T, msgs []amqp.Publishing) {
 }
 
 // deadLetters takes every message of the dead-letter queue.
-func (e *env) deadLetters(t *testing.T) []amqp.Delivery {
+func (e *env) deadLetters(t testing.TB) []amqp.Delivery {
 	t.Helper()
 	ch := e.channel(t)
 	defer ch.Close()

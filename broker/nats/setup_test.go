@@ -28,7 +28,7 @@ type env struct {
 	dlq     string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	url := testenv.NATS.Need(t)
 	nc, err := nats.Connect(url, nats.Name(t.Name()))
@@ -77,7 +77,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) consumer(t *testing.T, durable string, ackWait time.Duration) jetstream.Consumer {
+func (e *env) consumer(t testing.TB, durable string, ackWait time.Duration) jetstream.Consumer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -95,7 +95,7 @@ func (e *env) consumer(t *testing.T, durable string, ackWait time.Duration) jets
 }
 
 // streamMsgs is the number of messages the input stream holds.
-func (e *env) streamMsgs(t *testing.T) uint64 {
+func (e *env) streamMsgs(t testing.TB) uint64 {
 	t.Helper()
 	s, err := e.js.Stream(context.Background(), e.stream)
 	if err != nil {
@@ -109,7 +109,7 @@ func (e *env) streamMsgs(t *testing.T) uint64 {
 }
 
 // deadLetters reads every message of the dead-letter stream.
-func (e *env) deadLetters(t *testing.T) []*nats.Msg {
+func (e *env) deadLetters(t testing.TB) []*nats.Msg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,7 +133,7 @@ func (e *env) deadLetters(t *testing.T) []*nats.Msg {
 }
 
 // publishAll publishes msgs with async publishing and waits for every ack.
-func (e *env) publishAll(t *testing.T, msgs []*nats.Msg) {
+func (e *env) publishAll(t testing.TB, msgs []*nats.Msg) {
 	t.Helper()
 	for _, m := range msgs {
 		if _, err := e.js.PublishMsgAsync(m); err != nil {
