@@ -1,0 +1,108 @@
+package kafka_test
+
+import (
+	"context"
+	"log"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker/kafka"
+	"github.com/idemgo/idem/store/memory"
+	"github.com/idemgo/idem/store/postgres"
+)
+
+// A two-phase consumer: the handler calls a service outside the store and
+// passes it a key derived from the record's, so the service deduplicates a
+// repeat too.
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	g, err := idem.New(memory.New(), idem.Options{Scope: "mailer"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kafka.ClientOptions(
+		kgo.SeedBrokers("localhost:9092"),
+		kgo.ConsumerGroup("mailer"),
+		kgo.ConsumeTopics("signups"),
+	)...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close() // after Run has returned
+
+	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "signups.dlq"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Run(ctx, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+		return nil, sendWelcomeMail(ctx, idem.DeriveKey(ctx, "welcome-mail"), rec.Value)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func sendWelcomeMail(ctx context.Context, idempotencyKey string, body []byte) error { return nil }
+
+// A transactional inbox: the charge and the dedup marker commit together in
+// PostgreSQL.
+func ExampleRunTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://localhost/billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := idem.New(store, idem.Options{Scope: "billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kafka.ClientOptions(
+		kgo.SeedBrokers("localhost:9092"),
+		kgo.ConsumerGroup("billing"),
+		kgo.ConsumeTopics("orders"),
+	)...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	c, err := kafka.NewConsumer(cl, g, kafka.Options{
+		Key:             idem.CloudEventsKey, // ce_source + ce_id
+		DeadLetterTopic: "orders.dlq",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = kafka.RunTx(ctx, c, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
+		_, err := tx.Exec(ctx, `insert into charges(order_id, body) values ($1, $2)`, rec.Key, rec.Value)
+		return nil, err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Producing: a stable id per logical message, sent again unchanged on a
+// retry.
+func ExampleRecord() {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("localhost:9092")) // idempotent writes are on by default
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	rec := kafka.Record("orders", "customer-7", "order-42", []byte(`{"amount":500}`),
+		kafka.WithCloudEvent("/shop/checkout", "order.placed"))
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		log.Fatal(err)
+	}
+}

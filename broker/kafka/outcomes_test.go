@@ -1,0 +1,196 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker/kafka"
+	"github.com/idemgo/idem/store/memory"
+)
+
+func idOf(rec *kgo.Record) string {
+	for _, h := range rec.Headers {
+		if h.Key == kafka.DefaultKeyHeader {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// TestInProgressHoldsPartition: a key held by a live owner elsewhere holds
+// its partition. Later records wait, the commit stops before it, and once
+// the owner gives the key back everything proceeds in order.
+func TestInProgressHoldsPartition(t *testing.T) {
+	e := newEnv(t, "held", 1)
+	var recs []*kgo.Record
+	for i, id := range []string{"a", "b", "c"} {
+		r := kafka.Record(e.topic, "", id, payload(0, i))
+		recs = append(recs, r)
+	}
+	e.produce(recs...)
+	counter := &idem.Counter{}
+	g, st := newGuard(t, counter)
+	now := time.Now()
+	held, err := st.Claim(context.Background(), idem.ClaimRequest{
+		Key: idem.Key{Scope: e.group, ID: "b"}, Now: now,
+		LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour),
+	})
+	if err != nil || held.Outcome != idem.ClaimAcquired {
+		t.Fatal(held, err)
+	}
+	eff := newEffects(nil)
+	startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+
+	eventually(t, "several in-progress retries of b", func() bool { return counter.Count(idem.OutcomeInProgress) >= 5 })
+	eventually(t, "a committed", func() bool { return e.committed()[0] == 1 })
+	eff.mu.Lock()
+	gotC := eff.count["c"]
+	eff.mu.Unlock()
+	if gotC != 0 {
+		t.Fatal("c was processed while b, before it, was in progress elsewhere")
+	}
+	if got := e.committed()[0]; got != 1 {
+		t.Fatalf("committed %d while offset 1 is unfinished", got)
+	}
+
+	if err := st.Release(context.Background(), idem.ReleaseRequest{Key: held.Record.Key(), Token: held.Record.Token, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every offset committed", e.allCommitted)
+	eff.check(t, []string{"a", "b", "c"})
+	if got := eff.order[0]; !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("effect order %v", got)
+	}
+}
+
+// TestDeadLetterReasons: records that retrying cannot fix go to the
+// dead-letter topic with their reason, and the partition moves on.
+func TestDeadLetterReasons(t *testing.T) {
+	e := newEnv(t, "dead", 1)
+	e.produce(
+		&kgo.Record{Topic: e.topic, Value: []byte("no key")},
+		kafka.Record(e.topic, "", "perm", []byte("x")),
+		kafka.Record(e.topic, "", "flaky", []byte("x")),
+		&kgo.Record{Topic: e.topic, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte{0xff, 0}}}},
+		kafka.Record(e.topic, "", "ok", []byte("x")),
+	)
+	counter := &idem.Counter{}
+	g, _ := newGuard(t, counter)
+	var ok []string
+	h := func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+		switch idOf(rec) {
+		case "perm":
+			return nil, idem.Permanent(errors.New("rejected card"))
+		case "flaky":
+			return nil, errors.New("upstream down")
+		}
+		ok = append(ok, idOf(rec)) // one partition: one worker
+		return nil, nil
+	}
+	r := startConsumer(t, e, g, kafka.Options{MaxAttempts: 3, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond}, h)
+	eventually(t, "every offset committed", e.allCommitted)
+	r.stop(nil)
+
+	if !slices.Equal(ok, []string{"ok"}) {
+		t.Errorf("handled %v, want [ok]", ok)
+	}
+	want := []string{"no_key", "permanent", "retries_exhausted", "invalid_key"}
+	dl := e.dlqRecords(len(want))
+	for i, rec := range dl {
+		reason := ""
+		for _, h := range rec.Headers {
+			if h.Key == kafka.HeaderReason {
+				reason = string(h.Value)
+			}
+		}
+		if reason != want[i] {
+			t.Errorf("dead letter %d: reason %q, want %q", i, reason, want[i])
+		}
+	}
+	if n := counter.Count(idem.OutcomeFailed); n != 3 {
+		t.Errorf("flaky failed %d times, want MaxAttempts=3", n)
+	}
+	if n := counter.Count(idem.OutcomeNoKey); n != 2 {
+		t.Errorf("%d no-key events, want 2 (missing and invalid)", n)
+	}
+}
+
+// TestMissingKeyProcess: with the guard's MissingKeyProcess policy a record
+// without a key is processed without dedup instead of dead-lettered.
+func TestMissingKeyProcess(t *testing.T) {
+	e := newEnv(t, "unkeyed", 1)
+	e.produce(&kgo.Record{Topic: e.topic, Value: []byte("v")}, kafka.Record(e.topic, "", "k", []byte("v")))
+	counter := &idem.Counter{}
+	g, err := idem.New(memory.New(), idem.Options{Scope: "s", MissingKey: idem.MissingKeyProcess, Observer: counter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, func(context.Context, *kgo.Record) ([]byte, error) {
+		n++ // one partition: one worker
+		return nil, nil
+	})
+	eventually(t, "every offset committed", e.allCommitted)
+	if counter.Count(idem.OutcomeUnkeyed) != 1 || counter.Count(idem.OutcomeProcessed) != 1 {
+		t.Errorf("outcomes %v", counter.Counts())
+	}
+}
+
+// TestShutdownFinishesInFlight: cancelling Run lets the in-flight handler
+// finish and commits its record before returning.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	e := newEnv(t, "drain", 1)
+	e.produce(kafka.Record(e.topic, "", "slow", []byte("x")))
+	g, st := newGuard(t, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := startConsumer(t, e, g, kafka.Options{CommitInterval: time.Hour}, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+		close(entered)
+		<-release
+		return []byte("done"), ctx.Err()
+	})
+	<-entered
+	r.cancel()
+	close(release)
+	if err := <-r.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r.cancel = nil
+	r.cl.Close()
+	if got := e.committed()[0]; got != 1 {
+		t.Errorf("committed %d after shutdown, want 1", got)
+	}
+	rec, err := st.Get(context.Background(), idem.Key{Scope: e.group, ID: "slow"})
+	if err != nil || rec.State != idem.StateCompleted {
+		t.Errorf("record %v %v, want completed", rec.State, err)
+	}
+}
+
+// TestShutdownReleasesStuck: a handler that outlives DrainTimeout gets its
+// context cancelled; its claim is released and its offset not committed,
+// so the record is redelivered later.
+func TestShutdownReleasesStuck(t *testing.T) {
+	e := newEnv(t, "stuck", 1)
+	e.produce(kafka.Record(e.topic, "", "stuck", []byte("x")))
+	g, st := newGuard(t, nil)
+	entered := make(chan struct{})
+	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+		close(entered)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	<-entered
+	r.stop(nil)
+	if got := e.committed()[0]; got != -1 {
+		t.Errorf("committed %d, want nothing", got)
+	}
+	rec, err := st.Get(context.Background(), idem.Key{Scope: e.group, ID: "stuck"})
+	if err != nil || rec.State != idem.StateReleased {
+		t.Errorf("record %v %v, want released", rec.State, err)
+	}
+}

@@ -1,0 +1,119 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker/kafka"
+)
+
+func TestNewConsumerValidates(t *testing.T) {
+	e := newEnv(t, "valid", 1)
+	g, _ := newGuard(t, nil)
+	seed := kgo.SeedBrokers(e.c.ListenAddrs()...)
+	build := func(opts ...kgo.Opt) *kgo.Client {
+		cl, err := kgo.NewClient(append([]kgo.Opt{seed}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	tests := []struct {
+		name string
+		cl   *kgo.Client
+		opts kafka.Options
+		want error
+	}{
+		{"no group", build(kgo.ConsumeTopics(e.topic)), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
+		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(e.topic)), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
+		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
+		{"no dead-letter topic", build(kafka.ClientOptions(kgo.ConsumerGroup("g3"), kgo.ConsumeTopics(e.topic))...), kafka.Options{}, idem.ErrInvalidOptions},
+		{"retry bounds", build(kafka.ClientOptions(kgo.ConsumerGroup("g4"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := kafka.NewConsumer(tc.cl, g, tc.opts); !errors.Is(err, tc.want) {
+				t.Fatalf("NewConsumer = %v, want %v", err, tc.want)
+			}
+		})
+	}
+
+	cl := e.consumerClient()
+	defer cl.Close()
+	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Scope() != e.group {
+		t.Errorf("scope %q, want the group %q", c.Scope(), e.group)
+	}
+	if _, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq}); !errors.Is(err, kafka.ErrClientConfig) {
+		t.Errorf("second consumer on one client: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil }); err != nil {
+		t.Errorf("Run with an ended context: %v", err)
+	}
+	if err := c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil }); !errors.Is(err, kafka.ErrRunning) {
+		t.Errorf("second Run: %v", err)
+	}
+}
+
+func TestRecordAndKeys(t *testing.T) {
+	r := kafka.Record("orders", "cust-7", "order-42", []byte(`{"amount":5}`),
+		kafka.WithCloudEvent("/billing", "order.created"), kafka.WithHeader("content-type", "application/json"))
+	if string(r.Key) != "cust-7" || r.Topic != "orders" {
+		t.Fatalf("record %+v", r)
+	}
+	m := kafka.Message(r)
+	if m.ID != "" {
+		t.Errorf("Message.ID = %q: offsets and transport values are never ids", m.ID)
+	}
+	if m.ContentType != "application/json" {
+		t.Errorf("content type %q", m.ContentType)
+	}
+	if id, err := idem.HeaderKey(kafka.DefaultKeyHeader)(m); err != nil || id != "order-42" {
+		t.Errorf("header key %q %v", id, err)
+	}
+	if id, err := idem.CloudEventsKey(m); err != nil || id != "/billing|order-42" {
+		t.Errorf("CloudEvents key %q %v", id, err)
+	}
+	if kafka.Record("t", "", "x", nil).Key != nil {
+		t.Error("empty partitioning key must stay nil")
+	}
+	// A repeated header: the first value is the key.
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: kafka.DefaultKeyHeader, Value: []byte("other")})
+	if got := kafka.Message(r).Header(kafka.DefaultKeyHeader); got != "order-42" {
+		t.Errorf("repeated header gave %q", got)
+	}
+}
+
+func TestDeadLetterRecord(t *testing.T) {
+	orig := &kgo.Record{Topic: "orders", Partition: 3, Offset: 77, Key: []byte("k"), Value: []byte("v"),
+		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}}}
+	dl := kafka.DeadLetter("orders.dlq", orig, "conflict", errors.New(strings.Repeat("e", 5000)))
+	if dl.Topic != "orders.dlq" || string(dl.Key) != "k" || string(dl.Value) != "v" {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	got := make(map[string][]string)
+	for _, h := range dl.Headers {
+		got[h.Key] = append(got[h.Key], string(h.Value))
+	}
+	want := map[string]string{"a": "1", kafka.HeaderReason: "conflict", kafka.HeaderOriginalTopic: "orders",
+		kafka.HeaderOriginalPartition: "3", kafka.HeaderOriginalOffset: "77"}
+	for k, v := range want {
+		if len(got[k]) != 1 || got[k][0] != v {
+			t.Errorf("header %s = %v, want [%s]", k, got[k], v)
+		}
+	}
+	if n := len(got[kafka.HeaderError][0]); n == 0 || n > 1024 {
+		t.Errorf("error header of %d bytes", n)
+	}
+}
