@@ -26,7 +26,7 @@ func New(store idem.Store, opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := idem.New(store, guardOptions(cfg.Scope, cfg.Guard, cfg.MaxResponseSize+headerBudget))
+	g, err := idem.New(store, guardOptions(cfg.Scope, cfg.Guard, cfg.MaxResponseSize+headerBudget, DefaultRetention))
 	if err != nil {
 		return nil, err
 	}

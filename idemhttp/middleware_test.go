@@ -39,6 +39,12 @@ func parallel(t *testing.T, n int, client *http.Client, url, key string) []reply
 // 99 others have been answered: they must all be 409. Then the first
 // completes, and 100 more requests all get the replay.
 func TestConcurrentRequestsRunOnce(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) { testConcurrentRequestsRunOnce(t, st.open(t)) })
+	}
+}
+
+func testConcurrentRequestsRunOnce(t *testing.T, store idem.Store) {
 	var calls atomic.Int64
 	hold := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,7 +54,7 @@ func TestConcurrentRequestsRunOnce(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte("charged"))
 	})
-	srv := server(t, newStore(), idemhttp.Options{}, h)
+	srv := server(t, store, idemhttp.Options{}, h)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(hold) }) }) // before srv.Close, which waits for handlers
 	client := concurrentClient(t)
@@ -95,8 +101,14 @@ func TestConcurrentRequestsRunOnce(t *testing.T) {
 // TestConcurrentRequestsUnsynchronised lets 100 requests race freely: one runs
 // the handler, every other one sees 409 or the replay.
 func TestConcurrentRequestsUnsynchronised(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) { testConcurrentRequestsUnsynchronised(t, st.open(t)) })
+	}
+}
+
+func testConcurrentRequestsUnsynchronised(t *testing.T, store idem.Store) {
 	c := &counting{}
-	srv := server(t, newStore(), idemhttp.Options{}, c)
+	srv := server(t, store, idemhttp.Options{}, c)
 	var fresh, replayed, conflicts int
 	for _, r := range parallel(t, 100, concurrentClient(t), srv.URL, "k2") {
 		switch {

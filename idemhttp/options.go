@@ -139,13 +139,13 @@ func (o Options) config() (*config, error) {
 }
 
 // guardOptions builds the guard's options from the middleware's.
-func guardOptions(scope string, g idem.Options, maxResult int) idem.Options {
+func guardOptions(scope string, g idem.Options, maxResult int, retention time.Duration) idem.Options {
 	g.Scope = scope
 	g.Key = nil
 	g.Fingerprint = nil
 	g.MaxResultSize = maxResult
 	if g.Retention == 0 {
-		g.Retention = DefaultRetention
+		g.Retention = retention
 	}
 	return g
 }

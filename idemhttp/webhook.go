@@ -13,6 +13,10 @@ import (
 // at 25 MB.
 const DefaultWebhookMaxBodySize = 25 << 20
 
+// DefaultWebhookRetention is how long delivery ids are remembered: longer
+// than senders keep redelivering (Stripe retries for up to three days).
+const DefaultWebhookRetention = 7 * 24 * time.Hour
+
 // WebhookOptions configure a webhook receiver. Sender and one of IDHeader or
 // Key are required.
 type WebhookOptions struct {
@@ -55,8 +59,8 @@ type WebhookOptions struct {
 	RetryAfter time.Duration
 
 	// Guard sets the advanced guard options (Lease, Retention, Observer,
-	// ...), as in Options.Guard. Retention should outlast the sender's
-	// redelivery window (Stripe retries for three days).
+	// ...), as in Options.Guard. Retention (default 7 days) must outlast the
+	// sender's redelivery window, manual redeliveries included.
 	Guard idem.Options
 }
 
@@ -93,7 +97,7 @@ func Webhook(store idem.Store, opts WebhookOptions) (*Middleware, error) {
 	scope := "webhook/" + opts.Sender
 	// Only the status is recorded: senders do not read the answer to a
 	// duplicate beyond its status.
-	g, err := idem.New(store, guardOptions(scope, opts.Guard, headerBudget))
+	g, err := idem.New(store, guardOptions(scope, opts.Guard, headerBudget, DefaultWebhookRetention))
 	if err != nil {
 		return nil, err
 	}
