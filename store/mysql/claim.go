@@ -15,10 +15,6 @@ import (
 // when the transaction looked for it. Retried.
 var errVanished = errors.New("mysql: record vanished between insert and lock")
 
-// errRaced: another transaction inserted a key of the batch after the batch
-// found it absent. The batch transaction is rolled back and retried.
-var errRaced = errors.New("mysql: batch raced with a concurrent insert")
-
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -89,10 +85,18 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 const maxBatch = 1000
 
 // ClaimBatch implements idem.BatchStore. Each chunk of up to 1000 keys is one
-// READ COMMITTED transaction of three statements: one locking read of the
-// existing records, one multi-row insert of the absent keys, one multi-row
-// rewrite of the records the claims take. Rows are touched in primary-key
-// order, so concurrent batches do not deadlock on each other.
+// READ COMMITTED transaction whose first statement does the locking, in one
+// pass in primary-key order: a multi-row INSERT .. ON DUPLICATE KEY UPDATE
+// token = -token inserts the absent keys and marks the existing records by
+// negating their token (committed tokens are >= 1). Taking every lock in one
+// ordered pass is what keeps concurrent batches from deadlocking: two
+// batches meet at their first common key and the second waits there holding
+// only smaller keys. Inserted rows count 1 and changed rows 2 in the affected
+// rows whatever clientFoundRows says, so when the count equals the number of
+// keys every key was new and the batch is done in that one statement.
+// Otherwise one read fetches the marked records, idem.ApplyClaim decides each,
+// and one multi-row statement writes them back (taken, or restored as they
+// were).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	seen := make(map[rkey]bool, len(reqs))
 	for _, r := range reqs {
@@ -134,44 +138,44 @@ func (s *Store) claimChunk(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimReq
 		ka, kb := keys[order[a]], keys[order[b]]
 		return ka.scope < kb.scope || (ka.scope == kb.scope && ka.id < kb.id)
 	})
-	cur, err := s.lockRecords(ctx, tx, keys, order)
+	fresh := make([]idem.Record, len(order))
+	for j, i := range order {
+		c, _ := idem.ApplyClaim(nil, reqs[i])
+		out[i], fresh[j] = c, c.Record
+	}
+	res, err := tx.ExecContext(ctx, s.multiRow(len(fresh), "token = -token"), multiArgs(fresh)...)
 	if err != nil {
 		return err
 	}
-	var inserts, updates []idem.Record
-	for _, i := range order {
-		var (
-			c     idem.Claim
-			write bool
-		)
-		if r, ok := cur[keys[i]]; ok {
-			c, write = idem.ApplyClaim(&r, reqs[i])
-			if write {
-				updates = append(updates, c.Record)
-			}
-		} else {
-			c, write = idem.ApplyClaim(nil, reqs[i])
-			inserts = append(inserts, c.Record)
-		}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == int64(len(fresh)) {
+		return nil // every key was absent: the fresh records are in
+	}
+	existing, err := s.readMarked(ctx, tx, keys, order)
+	if err != nil {
+		return err
+	}
+	index := make(map[rkey]int, len(keys))
+	for i, k := range keys {
+		index[k] = i
+	}
+	back := make([]idem.Record, 0, len(existing))
+	for _, cur := range existing {
+		cur.Token = -cur.Token
+		i := index[rkey{cur.Scope, cur.ID}]
+		c, write := idem.ApplyClaim(&cur, reqs[i])
 		out[i] = c
-	}
-	if len(inserts) > 0 {
-		res, err := tx.ExecContext(ctx, s.multiRow(len(inserts), "token = LAST_INSERT_ID(token)"), multiArgs(inserts)...)
-		if err != nil {
-			return err
-		}
-		if id, err := res.LastInsertId(); err != nil {
-			return err
-		} else if id != 0 {
-			return errRaced
+		if write {
+			back = append(back, c.Record)
+		} else {
+			back = append(back, cur)
 		}
 	}
-	if len(updates) > 0 {
-		if _, err := tx.ExecContext(ctx, s.multiRow(len(updates), overwrite), multiArgs(updates)...); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = tx.ExecContext(ctx, s.multiRow(len(back), overwrite), multiArgs(back)...)
+	return err
 }
 
 // overwrite rewrites every mutable column of rows the batch holds locked.
@@ -193,10 +197,12 @@ func multiArgs(rs []idem.Record) []any {
 	return args
 }
 
-// lockRecords reads and locks the existing records among keys (one locking
-// read, in primary-key order, grouped by scope so the optimizer sees
-// primary-key ranges).
-func (s *Store) lockRecords(ctx context.Context, tx *sql.Tx, keys []rkey, order []int) (map[rkey]idem.Record, error) {
+// readMarked reads the records of keys whose token the batch negated (the
+// ones that existed), in primary-key order. The batch already holds their
+// locks; the read is a locking one so that it returns the current versions at
+// any isolation level. Grouping by scope lets the optimizer see primary-key
+// ranges.
+func (s *Store) readMarked(ctx context.Context, tx *sql.Tx, keys []rkey, order []int) ([]idem.Record, error) {
 	var (
 		where strings.Builder
 		args  = make([]any, 0, 2*len(keys))
@@ -217,19 +223,19 @@ func (s *Store) lockRecords(ctx context.Context, tx *sql.Tx, keys []rkey, order 
 		}
 		i = j
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE "+where.String()+
-		" ORDER BY scope, id FOR UPDATE", args...)
+	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE ("+where.String()+
+		") AND token < 0 ORDER BY scope, id FOR UPDATE", args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	cur := make(map[rkey]idem.Record)
+	var out []idem.Record
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
 			return nil, err
 		}
-		cur[rkey{r.Scope, r.ID}] = r
+		out = append(out, r)
 	}
-	return cur, rows.Err()
+	return out, rows.Err()
 }

@@ -166,7 +166,7 @@ const (
 )
 
 func retryable(err error) bool {
-	if errors.Is(err, errVanished) || errors.Is(err, errRaced) {
+	if errors.Is(err, errVanished) {
 		return true
 	}
 	var me *gomysql.MySQLError

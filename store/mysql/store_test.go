@@ -398,3 +398,73 @@ func TestStoreOutage(t *testing.T) {
 		t.Fatalf("DoTx with the store down: ran=%v outcome=%v err=%v", ran, res.Outcome, err)
 	}
 }
+
+// TestClaimsDuringSweep: workers claim expired records while a sweeper
+// deletes them. Each claim either takes the expired record over or, if the
+// sweep got there first, inserts a fresh one; none fails, none is lost, and
+// the sweep never deletes a record a claim just renewed.
+func TestClaimsDuringSweep(t *testing.T) {
+	s := newStore(t, openDB(t, true, false))
+	ctx := context.Background()
+	const keys, workers = 300, 4
+	key := func(i int) idem.Key { return idem.Key{Scope: "sweep", ID: fmt.Sprint("k-", i)} }
+	for i := range keys {
+		if _, err := s.Claim(ctx, req(key(i), t0)); err != nil { // expires at t0+1h
+			t.Fatal(err)
+		}
+	}
+	now := t0.Add(2 * time.Hour)
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		mu    sync.Mutex
+		errs  []error
+		swept int
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-start
+		for {
+			n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 7})
+			mu.Lock()
+			swept += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("sweep: %w", err))
+			}
+			mu.Unlock()
+			if n == 0 || err != nil {
+				return
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := w; i < keys; i += workers {
+				c, err := s.Claim(ctx, req(key(i), now))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if c.Outcome != idem.ClaimAcquired || c.Record.Attempts != 1 || c.Retaken {
+					errs = append(errs, fmt.Errorf("%s: %v %+v", key(i), c.Outcome, c.Record))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d errors, first: %v", len(errs), errs[0])
+	}
+	for i := range keys {
+		r, err := s.Get(ctx, key(i))
+		if err != nil || r.State != idem.StateInProgress || !r.ExpiresAt.Equal(now.Add(time.Hour)) {
+			t.Fatalf("%s after the race: %+v, %v", key(i), r, err)
+		}
+	}
+	t.Logf("the sweep removed %d of %d expired records before they were reclaimed", swept, keys)
+}
