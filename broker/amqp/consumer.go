@@ -112,6 +112,9 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0 || opts.MaxDeliveries < 0:
 		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch, MaxDeliveries or ShutdownTimeout", idem.ErrInvalidOptions)
 	}
+	if err := h.check(g); err != nil {
+		return nil, err
+	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}

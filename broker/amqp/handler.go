@@ -2,6 +2,7 @@ package amqpidem
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/idemgo/idem"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -11,12 +12,27 @@ import (
 // Build one with Handle (two-phase record) or HandleTx (transactional inbox).
 type Handler interface {
 	run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
+	check(g *idem.Guard) error
 }
 
 type handlerFunc func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
 
 func (f handlerFunc) run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
 	return f(ctx, g, im, d)
+}
+
+func (f handlerFunc) check(*idem.Guard) error { return nil }
+
+type txHandler[Tx any] struct{ handlerFunc }
+
+// check refuses, at construction, a guard whose store cannot run Tx
+// transactions: every message would otherwise fail with idem.ErrNoTx.
+func (txHandler[Tx]) check(g *idem.Guard) error {
+	if _, ok := g.Store().(idem.TxStore[Tx]); !ok {
+		var zero Tx
+		return fmt.Errorf("%w: %w: store %T has none for %T", idem.ErrInvalidOptions, idem.ErrNoTx, g.Store(), zero)
+	}
+	return nil
 }
 
 // Handle runs fn in two-phase mode (idem.Guard.Do): the key is claimed with
@@ -38,13 +54,14 @@ func Handle(fn func(ctx context.Context, d amqp.Delivery) ([]byte, error)) Handl
 // HandleTx runs fn inside a transaction of the guard's store together with
 // the dedup marker (idem.DoTx): the business writes made through tx and the
 // marker commit together, or neither does. The guard's store must implement
-// idem.TxStore[Tx]; otherwise every delivery fails with idem.ErrNoTx and is
-// retried. HandleTx(nil) is nil.
+// idem.TxStore[Tx] (store/sqlite for *sql.Tx, store/postgres for pgx.Tx):
+// NewConsumer refuses one that does not with an error wrapping idem.ErrNoTx.
+// HandleTx(nil) is nil.
 func HandleTx[Tx any](fn func(ctx context.Context, tx Tx, d amqp.Delivery) ([]byte, error)) Handler {
 	if fn == nil {
 		return nil
 	}
-	return handlerFunc(func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
+	return txHandler[Tx]{func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
 		return idem.DoTx(ctx, g, im, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, d) })
-	})
+	}}
 }

@@ -119,3 +119,15 @@ func TestPublishNeedsID(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoKey", err)
 	}
 }
+
+func TestHandleTxNeedsTxStore(t *testing.T) {
+	g, err := idem.New(memory.New(), idem.Options{Scope: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := amqpidem.HandleTx(func(context.Context, *memTx, amqp.Delivery) ([]byte, error) { return nil, nil })
+	_, err = amqpidem.NewConsumer(new(amqp.Channel), g, h, amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq"})
+	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)
+	}
+}

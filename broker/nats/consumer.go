@@ -97,6 +97,9 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: natsidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
 	}
+	if err := h.check(g); err != nil {
+		return nil, err
+	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}

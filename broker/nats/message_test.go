@@ -124,3 +124,17 @@ func TestExponentialBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestHandleTxNeedsTxStore(t *testing.T) {
+	g, err := idem.New(memory.New(), idem.Options{Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js jetstream.JetStream = struct{ jetstream.JetStream }{}
+	var cons jetstream.Consumer = struct{ jetstream.Consumer }{}
+	h := natsidem.HandleTx(func(context.Context, *memTx, jetstream.Msg) ([]byte, error) { return nil, nil })
+	_, err = natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq"})
+	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)
+	}
+}
