@@ -76,11 +76,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	r := strings.NewReplacer("{{table}}", quoteIdent(s.opts.Table), "{{index}}", quoteIdent(s.opts.Table+"_expires_at"))
 	// The version table is created first, on its own: the migration
 	// transaction takes the writer lock by writing to it.
-	if _, err := s.exec(ctx, `CREATE TABLE IF NOT EXISTS `+VersionTable+` (
-		table_name TEXT PRIMARY KEY,
-		version    INTEGER NOT NULL,
-		applied_at INTEGER NOT NULL
-	)`); err != nil {
+	if err := s.writeTxLock(ctx, "", func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+VersionTable+` (
+			table_name TEXT PRIMARY KEY,
+			version    INTEGER NOT NULL,
+			applied_at INTEGER NOT NULL
+		)`)
+		return err
+	}); err != nil {
 		return fmt.Errorf("sqlite: migrate %s: %w", s.opts.Table, err)
 	}
 	err = s.writeTxLock(ctx, `UPDATE `+VersionTable+` SET version = version WHERE 0`, func(ctx context.Context, tx *sql.Tx) error {

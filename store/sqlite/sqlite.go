@@ -130,6 +130,7 @@ type Store struct {
 	// one writer, and waiting here costs nothing, while waiting in SQLite's
 	// busy handler sleeps in millisecond steps.
 	wlock chan struct{}
+	stmts stmts
 }
 
 var (
@@ -223,6 +224,7 @@ func (s *Store) Table() string { return s.opts.Table }
 // Close closes the database if Open opened it; a store made by New leaves
 // the caller's database open.
 func (s *Store) Close() error {
+	s.stmts.close()
 	if s.ownsDB {
 		return s.db.Close()
 	}

@@ -43,7 +43,8 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 }
 
 // writeTxLock is writeTx with the no-op write that takes the lock on
-// databases whose transactions begin DEFERRED.
+// databases whose transactions begin DEFERRED ("": fn's first statement is a
+// write and takes it).
 func (s *Store) writeTxLock(ctx context.Context, lockNoop string, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	unlock, err := s.lock(ctx)
 	if err != nil {
@@ -60,8 +61,8 @@ func (s *Store) writeTxLock(ctx context.Context, lockNoop string, fn func(ctx co
 			_ = tx.Rollback()
 		}
 	}()
-	if !s.immediate {
-		if _, err := tx.ExecContext(ctx, lockNoop); err != nil {
+	if !s.immediate && lockNoop != "" {
+		if _, err := s.execStmt(ctx, tx, lockNoop); err != nil {
 			return fmt.Errorf("sqlite: take the writer lock: %w", err)
 		}
 	}
@@ -83,17 +84,21 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, err
 		return 0, err
 	}
 	defer unlock()
-	res, err := s.db.ExecContext(ctx, query, args...)
+	res, err := s.execStmt(ctx, nil, query, args...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
 }
 
-// get reads the record of key through q (the database or a transaction);
-// nil when absent.
-func (s *Store) get(ctx context.Context, q querier, key idem.Key) (*idem.Record, error) {
-	r, err := scanRecord(q.QueryRowContext(ctx, s.q.get, key.Scope, key.StoredID()))
+// get reads the record of key in tx (the database when nil); nil when
+// absent.
+func (s *Store) get(ctx context.Context, tx *sql.Tx, key idem.Key) (*idem.Record, error) {
+	row, err := s.queryRow(ctx, tx, s.q.get, key.Scope, key.StoredID())
+	if err != nil {
+		return nil, err
+	}
+	r, err := scanRecord(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -101,11 +106,6 @@ func (s *Store) get(ctx context.Context, q querier, key idem.Key) (*idem.Record,
 		return nil, err
 	}
 	return &r, nil
-}
-
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
 // claimTx applies the claim rules to the current record inside a write
@@ -117,7 +117,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) 
 	}
 	c, write := idem.ApplyClaim(cur, req)
 	if write {
-		if _, err := tx.ExecContext(ctx, s.q.put, recordArgs(c.Record)...); err != nil {
+		if _, err := s.execStmt(ctx, tx, s.q.put, recordArgs(c.Record)...); err != nil {
 			return idem.Claim{}, err
 		}
 	}
@@ -133,7 +133,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
-	cur, err := s.get(ctx, s.db, req.Key)
+	cur, err := s.get(ctx, nil, req.Key)
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("sqlite: claim %s: %w", req.Key, err)
 	}
@@ -211,7 +211,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	r, err := s.get(ctx, s.db, key)
+	r, err := s.get(ctx, nil, key)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("sqlite: get %s: %w", key, err)
 	}

@@ -36,8 +36,12 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 		return idem.Claim{}, errors.New("sqlite: mark: nil *sql.Tx")
 	}
 	k := req.Key
-	r, err := scanRecord(tx.QueryRowContext(ctx, s.q.mark, k.Scope, k.StoredID(), k.DisplayID(), req.Fingerprint,
-		ms(req.LeaseUntil), ms(req.ExpiresAt), ms(req.Now)))
+	row, err := s.queryRow(ctx, tx, s.q.mark, k.Scope, k.StoredID(), k.DisplayID(), req.Fingerprint,
+		ms(req.LeaseUntil), ms(req.ExpiresAt), ms(req.Now))
+	if err != nil {
+		return idem.Claim{}, fmt.Errorf("sqlite: mark %s: %w", k, err)
+	}
+	r, err := scanRecord(row)
 	if err == nil {
 		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r}, nil
 	}
@@ -63,7 +67,7 @@ func (s *Store) SaveResult(ctx context.Context, tx *sql.Tx, key idem.Key, result
 	if tx == nil {
 		return errors.New("sqlite: save result: nil *sql.Tx")
 	}
-	res, err := tx.ExecContext(ctx, s.q.saveResult, nullBytes(result), key.Scope, key.StoredID())
+	res, err := s.execStmt(ctx, tx, s.q.saveResult, nullBytes(result), key.Scope, key.StoredID())
 	if err != nil {
 		return fmt.Errorf("sqlite: save result %s: %w", key, err)
 	}

@@ -1,0 +1,79 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// stmts caches prepared statements. Parsing is a large share of a small
+// statement's cost in SQLite; database/sql keeps one prepared copy per
+// connection of a *sql.Stmt and reuses it inside transactions (Tx.StmtContext).
+// Statements are prepared on first use rather than in New, because the table
+// may not exist before Migrate.
+type stmts struct {
+	mu     sync.Mutex
+	m      map[string]*sql.Stmt
+	closed bool
+}
+
+// get returns the prepared statement for query, preparing it once.
+func (c *stmts) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.m[query]; st != nil {
+		return st, nil
+	}
+	if c.closed {
+		return nil, sql.ErrConnDone
+	}
+	st, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err // not cached: a later call retries (after Migrate, say)
+	}
+	if c.m == nil {
+		c.m = make(map[string]*sql.Stmt)
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+func (c *stmts) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.m {
+		st.Close()
+	}
+	c.m, c.closed = nil, true
+}
+
+// prepared returns query's statement for use on the database (tx nil) or
+// inside tx.
+func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := s.stmts.get(ctx, s.db, query)
+	if err != nil {
+		return nil, err
+	}
+	if tx != nil {
+		return tx.StmtContext(ctx, st), nil
+	}
+	return st, nil
+}
+
+// queryRow runs a one-row query through the statement cache.
+func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Row, error) {
+	st, err := s.prepared(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(ctx, args...), nil
+}
+
+// execStmt runs a statement through the statement cache.
+func (s *Store) execStmt(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := s.prepared(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
