@@ -199,9 +199,7 @@ func (c *Consumer) dispatch(topic string, partition int32, recs []*kgo.Record) {
 		go p.work()
 	}
 	c.mu.Unlock()
-	if p.push(recs) >= c.opts.MaxBuffered {
-		p.pause()
-	}
+	p.push(recs)
 }
 
 // owned returns the partitions currently worked on.

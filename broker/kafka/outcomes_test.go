@@ -194,3 +194,16 @@ func TestShutdownReleasesStuck(t *testing.T) {
 		t.Errorf("record %v %v, want released", rec.State, err)
 	}
 }
+
+// TestBackpressure: with a tiny buffer the consumer pauses and resumes
+// fetching over and over, and still processes every record once, in order.
+func TestBackpressure(t *testing.T) {
+	e := newEnv(t, "pressure", 2)
+	w := buildWorkload(e.topic, 2, 150)
+	e.produce(w.recs...)
+	g, _ := newGuard(t, nil)
+	eff := newEffects(nil)
+	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	eventually(t, "every offset committed", e.allCommitted)
+	eff.check(t, w.ids)
+}

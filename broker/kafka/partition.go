@@ -46,17 +46,21 @@ func newPartition(c *Consumer, topic string, n int32, base context.Context) *par
 	}
 }
 
-// push appends records and returns the queue length.
-func (p *partition) push(recs []*kgo.Record) int {
+// push appends records, and pauses fetching from the partition once its
+// queue is full (under the same lock as finish's resume, so a pause never
+// outlives the queue that caused it).
+func (p *partition) push(recs []*kgo.Record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, recs...)
-	n := len(p.queue)
+	if !p.paused && len(p.queue) >= p.c.opts.MaxBuffered {
+		p.paused = true
+		p.c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
-	return n
 }
 
 func (p *partition) head() *kgo.Record {
@@ -72,27 +76,15 @@ func (p *partition) head() *kgo.Record {
 // drained to half of MaxBuffered.
 func (p *partition) finish(rec *kgo.Record) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.queue[0] = nil
 	p.queue = p.queue[1:]
 	p.done = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
 	p.hasDone = true
 	p.attempts, p.failures = 0, 0
-	resume := p.paused && len(p.queue) <= p.c.opts.MaxBuffered/2
-	if resume {
+	if p.paused && len(p.queue) <= p.c.opts.MaxBuffered/2 {
 		p.paused = false
-	}
-	p.mu.Unlock()
-	if resume {
 		p.c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-	}
-}
-
-func (p *partition) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.paused {
-		p.paused = true
-		p.c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 	}
 }
 
