@@ -159,7 +159,8 @@ func Consume(ctx context.Context, ch *amqp.Channel, g *idem.Guard, h Handler, op
 // wrapping ErrDeliveriesClosed. Run does not reconnect.
 //
 // Several consumers, on one channel each, may consume one queue: they
-// compete for its messages.
+// compete for its messages. A Consumer runs once at a time (its consumer
+// tag is fixed); after ErrDeliveriesClosed, make a new one on a new channel.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.ch.Qos(c.opts.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqpidem: set prefetch: %w", err)

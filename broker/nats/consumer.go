@@ -156,7 +156,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	slots := make(chan struct{}, c.opts.Concurrency)
 	var wg sync.WaitGroup
-	var runErr error
+	var runErr, lastErr error
 loop:
 	for {
 		// Take a slot before pulling, so no message waits on a busy worker.
@@ -173,9 +173,13 @@ loop:
 				break loop
 			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 				runErr = fmt.Errorf("natsidem: consumer %s: %w", c.name, err)
+				if lastErr != nil { // what closed it (consumer deleted, ...)
+					runErr = fmt.Errorf("%w (after: %w)", runErr, lastErr)
+				}
 				break loop
 			}
-			c.reportErr(err) // the iterator keeps pulling
+			lastErr = err
+			c.reportErr(err) // the iterator keeps pulling unless err ended it
 			continue
 		}
 		wg.Add(1)

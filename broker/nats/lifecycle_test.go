@@ -415,3 +415,43 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatalf("%d deliveries, want 1: the long handler's message was redelivered", info.Delivered.Consumer)
 	}
 }
+
+// TestConnectionClosed: Run returns an error wrapping
+// jetstream.ErrMsgIteratorClosed when its connection closes.
+func TestConnectionClosed(t *testing.T) {
+	e := newEnv(t)
+	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "c-1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.consumer(t, "closing", 30*time.Second)
+	cons, err := js.Consumer(context.Background(), e.stream, "closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan natsidem.Report, 1)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(context.Background(), cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
+			return nil, nil
+		}), natsidem.Options{JetStream: js, DeadLetterSubject: e.dlq,
+			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+	}()
+	<-reports
+	nc.Close()
+	if err := <-runDone; !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		t.Fatalf("Run = %v, want ErrMsgIteratorClosed", err)
+	}
+}
