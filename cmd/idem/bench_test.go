@@ -1,0 +1,42 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBenchJSON(t *testing.T) {
+	for _, mode := range []string{"two-phase", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			code, out, errs := runCmd(t, "bench", "--store", "memory://", "--mode", mode, "--concurrency", "2",
+				"--duration", "200ms", "--batch", "10", "--json")
+			if code != exitOK {
+				t.Fatalf("exit %d\n%s%s", code, out, errs)
+			}
+			res := decode(t, out)
+			for _, k := range []string{"ops_per_sec", "p50_ms", "p99_ms", "baseline_ops_per_sec", "ratio"} {
+				v, ok := res[k].(float64)
+				if !ok || v <= 0 {
+					t.Errorf("%s = %v, want a positive number", k, res[k])
+				}
+			}
+			if res["p99_ms"].(float64) < res["p50_ms"].(float64) {
+				t.Errorf("p99 %v < p50 %v", res["p99_ms"], res["p50_ms"])
+			}
+		})
+	}
+}
+
+func TestBenchText(t *testing.T) {
+	code, out, errs := runCmd(t, "bench", "--store", "memory://", "--concurrency", "1", "--duration", "100ms")
+	if code != exitOK || !strings.Contains(out, "keys/s") || !strings.Contains(out, "baseline") || !strings.Contains(out, "ratio") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+}
+
+func TestBenchTxNeedsInbox(t *testing.T) {
+	code, _, errs := runCmd(t, "bench", "--store", "memory://", "--mode", "tx", "--duration", "100ms")
+	if code != exitUsage || !strings.Contains(errs, "no transactional inbox") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// demoKeys are the keys scripts rely on in idem demo --json.
+var demoKeys = []string{"published", "unique", "deliveries", "duplicates_suppressed", "conflicts",
+	"effects_applied", "naive_effects_applied", "invariant_ok"}
+
+func TestDemoDefaults(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo")
+	if code != exitOK {
+		t.Fatalf("idem demo: exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	for _, want := range []string{"published", "unique orders", "duplicates suppressed", "conflicts dead-lettered",
+		"charges applied by idem", "charges applied by naive consumer", "exactly-once invariant", "yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoChaosJSON(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--json", "--messages", "300", "--consumers", "4",
+		"--crash-rate", "0.3", "--dup-rate", "0.5", "--seed", "7")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	for _, k := range demoKeys {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("JSON report lacks %q", k)
+		}
+	}
+	num := func(k string) int {
+		v, _ := rep[k].(float64)
+		return int(v)
+	}
+	if rep["invariant_ok"] != true {
+		t.Fatalf("invariant broken: %v", rep["offending"])
+	}
+	if num("unique") != 300 || num("effects_applied") != 300 {
+		t.Errorf("unique %d, effects_applied %d; want 300 each", num("unique"), num("effects_applied"))
+	}
+	if num("naive_effects_applied") <= num("unique") {
+		t.Errorf("the naive consumer applied %d charges for %d orders: chaos and retries should make it over-apply",
+			num("naive_effects_applied"), num("unique"))
+	}
+	if num("duplicates_suppressed") == 0 || num("conflicts") == 0 || num("crashes") == 0 {
+		t.Errorf("chaos left no trace: %v", rep)
+	}
+	if num("deliveries") < num("published") {
+		t.Errorf("deliveries %d < published %d", num("deliveries"), num("published"))
+	}
+}

@@ -1,0 +1,207 @@
+// Package bench measures an idem store: throughput (keys per second) and
+// latency percentiles of one mode (two-phase claims, transactional inbox
+// marks, batch claims) under concurrent load, and in the same run the raw
+// baseline: the same write without idem (a plain conflict-free insert in its
+// own transaction for SQL stores, SET NX PX for Redis, a map insert under a
+// mutex for memory). The ratio says what idem's bookkeeping costs.
+//
+//	res, err := bench.Run(ctx, handle, bench.Config{Mode: "two-phase", Concurrency: 8, Duration: 5 * time.Second})
+//	fmt.Printf("%.0f keys/s, %.2fx the baseline\n", res.OpsPerSec, res.Ratio)
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+)
+
+// Modes.
+const (
+	ModeTwoPhase = "two-phase"
+	ModeTx       = "tx"
+	ModeBatch    = "batch"
+)
+
+// ErrMode means the store cannot run the requested mode.
+var ErrMode = errors.New("bench mode not available")
+
+// Config configures a run.
+type Config struct {
+	Mode        string        // two-phase, tx or batch
+	Concurrency int           // concurrent workers; default 8
+	Duration    time.Duration // per phase (idem, then baseline); default 5s
+	Batch       int           // keys per batch in batch mode; default 100
+}
+
+// Result is what a run measured. Ops count keys: a batch of 100 is 100 ops.
+type Result struct {
+	Store       string  `json:"store"`
+	Mode        string  `json:"mode"`
+	Concurrency int     `json:"concurrency"`
+	Batch       int     `json:"batch,omitempty"`
+	DurationS   float64 `json:"duration_s"`
+
+	Ops       int64   `json:"ops"`
+	Errors    int64   `json:"errors"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50ms     float64 `json:"p50_ms"` // latency of one call (one key, or one batch)
+	P99ms     float64 `json:"p99_ms"`
+
+	Baseline          string  `json:"baseline"`
+	BaselineOps       int64   `json:"baseline_ops"`
+	BaselineErrors    int64   `json:"baseline_errors"`
+	BaselineOpsPerSec float64 `json:"baseline_ops_per_sec"`
+	BaselineP50ms     float64 `json:"baseline_p50_ms"`
+	BaselineP99ms     float64 `json:"baseline_p99_ms"`
+
+	Ratio float64 `json:"ratio"` // ops_per_sec / baseline_ops_per_sec
+}
+
+// op is one timed call doing n keys; worker w, call i make keys unique.
+type op func(ctx context.Context, w, i int) (n int, err error)
+
+// Run benchmarks h's store in cfg.Mode, then the baseline, each for
+// cfg.Duration. Keys are unique to the run, in scope "idem-bench-<run>", with
+// a one-minute retention so idem sweep (or the store's sweeper) removes them.
+func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 5 * time.Second
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 100
+	}
+	runID := fmt.Sprintf("%08x", rand.Uint32())
+	g, err := idem.New(h.Store, idem.Options{Scope: "idem-bench-" + runID, Lease: 30 * time.Second, Retention: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	var idemOp op
+	switch cfg.Mode {
+	case ModeTwoPhase:
+		idemOp = func(ctx context.Context, w, i int) (int, error) {
+			_, err := g.Do(ctx, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)}, func(context.Context) ([]byte, error) { return nil, nil })
+			return 1, err
+		}
+	case ModeTx:
+		if idemOp, err = txOp(g, h); err != nil {
+			return nil, err
+		}
+	case ModeBatch:
+		idemOp = func(ctx context.Context, w, i int) (int, error) {
+			now := time.Now()
+			reqs := make([]idem.ClaimRequest, cfg.Batch)
+			for j := range reqs {
+				reqs[j] = idem.ClaimRequest{Key: idem.Key{Scope: g.Options().Scope, ID: fmt.Sprintf("k-%d-%d-%d", w, i, j)},
+					Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Minute)}
+			}
+			_, err := idem.ClaimBatch(ctx, h.Store, reqs)
+			return cfg.Batch, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown mode %q (two-phase, tx or batch)", ErrMode, cfg.Mode)
+	}
+	base, err := newBaseline(ctx, h, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer base.close()
+	baseOp := base.one
+	if cfg.Mode == ModeBatch {
+		baseOp = func(ctx context.Context, w, i int) (int, error) { return cfg.Batch, base.many(ctx, w, i, cfg.Batch) }
+	}
+
+	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(), Baseline: base.name}
+	if cfg.Mode == ModeBatch {
+		res.Batch = cfg.Batch
+	}
+	ph, err := phase(ctx, cfg, idemOp)
+	if err != nil {
+		return nil, fmt.Errorf("idem %s: %w", cfg.Mode, err)
+	}
+	res.Ops, res.Errors, res.OpsPerSec, res.P50ms, res.P99ms = ph.ops, ph.errs, ph.rate, ph.p50, ph.p99
+	bp, err := phase(ctx, cfg, baseOp)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	res.BaselineOps, res.BaselineErrors, res.BaselineOpsPerSec, res.BaselineP50ms, res.BaselineP99ms = bp.ops, bp.errs, bp.rate, bp.p50, bp.p99
+	if res.BaselineOpsPerSec > 0 {
+		res.Ratio = res.OpsPerSec / res.BaselineOpsPerSec
+	}
+	return res, nil
+}
+
+type phaseResult struct {
+	ops, errs      int64
+	rate, p50, p99 float64
+}
+
+// maxErrorShare fails a phase whose calls mostly fail: its figures would
+// measure error paths.
+const maxErrorShare = 0.5
+
+// phase runs op from cfg.Concurrency workers for cfg.Duration. Calls are
+// never cancelled half-way (a claim whose answer was cut off would be left
+// in progress): workers stop starting new ones when the time is up.
+func phase(ctx context.Context, cfg Config, o op) (phaseResult, error) {
+	var stop atomic.Bool
+	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
+	defer timer.Stop()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		total    hist
+		ops      atomic.Int64
+		errs     atomic.Int64
+		firstErr atomic.Value
+	)
+	start := time.Now()
+	for w := range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var h hist
+			for i := 0; !stop.Load() && ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				n, err := o(ctx, w, i)
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ops.Add(int64(n))
+				h.add(d)
+			}
+			mu.Lock()
+			total.merge(&h)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	r := phaseResult{ops: ops.Load(), errs: errs.Load()}
+	calls := total.n + r.errs
+	if calls == 0 || float64(r.errs) > maxErrorShare*float64(calls) {
+		err, _ := firstErr.Load().(error)
+		if err == nil {
+			err = errors.New("no call completed")
+		}
+		return r, fmt.Errorf("%d of %d calls failed: %w", r.errs, calls, err)
+	}
+	r.rate = float64(r.ops) / elapsed
+	r.p50 = ms(total.quantile(0.50))
+	r.p99 = ms(total.quantile(0.99))
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
