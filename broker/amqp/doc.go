@@ -1,5 +1,7 @@
 // Package amqpidem makes RabbitMQ (AMQP 0-9-1, amqp091-go) consumers
-// idempotent.
+// idempotent. Its name avoids a clash with amqp091-go's package amqp:
+//
+//	import amqpidem "github.com/idemgo/idem/broker/amqp"
 //
 // A [Consumer] consumes a queue with manual acknowledgements and a QoS
 // prefetch, runs the user's handler under an [idem.Guard] and maps each
@@ -40,7 +42,18 @@
 //
 // With a store that has a transactional inbox (store/sqlite, store/postgres),
 // [HandleTx] runs the handler inside the store's transaction together with
-// the dedup marker (idem.DoTx).
+// the dedup marker (idem.DoTx):
+//
+//	h := amqpidem.HandleTx(func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) ([]byte, error) {
+//		_, err := tx.Exec(ctx, `insert into charges(order_id, amount) values ($1, $2)`, ...)
+//		return nil, err
+//	})
+//
+// [Options.OnResult] sees every delivery's [Report] (outcome, action,
+// reason, broker error) for metrics; the guard's idem.Observer sees the
+// outcomes. A program with its own consume loop calls [Consumer.Process] per
+// delivery. Run returns [ErrDeliveriesClosed] when the channel or connection
+// goes away: reconnect and run a new Consumer.
 //
 // # Keys
 //

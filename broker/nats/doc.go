@@ -1,4 +1,7 @@
-// Package natsidem makes NATS JetStream consumers idempotent.
+// Package natsidem makes NATS JetStream consumers idempotent. Its name
+// avoids a clash with nats.go's package nats:
+//
+//	import natsidem "github.com/idemgo/idem/broker/nats"
 //
 // A [Consumer] pulls messages from a jetstream.Consumer, runs the user's
 // handler under an [idem.Guard] and maps each outcome to a JetStream action
@@ -25,7 +28,16 @@
 //
 // With a store that has a transactional inbox (store/sqlite, store/postgres),
 // [HandleTx] runs the handler inside the store's transaction together with
-// the dedup marker (idem.DoTx).
+// the dedup marker (idem.DoTx):
+//
+//	h := natsidem.HandleTx(func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) ([]byte, error) {
+//		_, err := tx.ExecContext(ctx, `insert into charges(order_id, amount) values (?, ?)`, ...)
+//		return nil, err
+//	})
+//
+// [Options.OnResult] sees every message's [Report] (outcome, action, reason,
+// broker error) for metrics; the guard's idem.Observer sees the outcomes. A
+// program with its own fetch loop calls [Consumer.Process] per message.
 //
 // # Keys, and which NATS ids survive what
 //
