@@ -21,6 +21,11 @@ const sweepLockTTL = time.Minute
 // short even when nothing is expired.
 const sweepScanBudget = 1000
 
+// sweepMaxScans bounds the SCAN calls of one Sweep (each examines about
+// scanCount slots), so a call stays short in a database shared with many
+// keys outside the prefix.
+const sweepMaxScans = 200
+
 // sweepPos is where the next Sweep resumes: a node and a SCAN cursor on it.
 type sweepPos struct {
 	node   string
@@ -35,7 +40,13 @@ type sweepPos struct {
 // previous call of this Store stopped, examines a bounded number of keys and
 // deletes at most req.Limit records whose ExpiresAt <= req.Now, each with a
 // script that re-checks the record so a key claimed again since the scan
-// survives.
+// survives. The lock is the key "<prefix>:sweep-lock".
+//
+// A call also returns early, with fewer than req.Limit deletions, once it
+// has examined its share of keys (at least 1000 records under the prefix,
+// or 200 SCAN calls); the next call resumes there. A short batch therefore
+// does not mean the pass is over, which costs nothing here: Redis deletes
+// expired records on its own.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -93,7 +104,7 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 	now := req.Now.UnixMilli()
 	pattern := recordPattern(s.prefix, "")
 	deleted, examined := 0, 0
-	for {
+	for scans := 1; ; scans++ {
 		keys, next, err := nodes[i].client.Scan(ctx, cursor, pattern, scanCount).Result()
 		if err != nil {
 			return deleted, err
@@ -127,7 +138,7 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 				return deleted, nil
 			}
 		}
-		if deleted >= req.Limit || examined >= budget {
+		if deleted >= req.Limit || examined >= budget || scans >= sweepMaxScans {
 			s.sweepAt = sweepPos{node: nodes[i].addr, cursor: cursor}
 			return deleted, nil
 		}

@@ -1,0 +1,164 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	redisstore "github.com/idemgo/idem/store/redis"
+	"github.com/idemgo/idem/store/storetest"
+)
+
+// seed claims n keys named prefix-i at T0 with retention ret and returns
+// their keys.
+func seed(t *testing.T, s idem.Store, name string, n int, ret time.Duration) []idem.Key {
+	t.Helper()
+	reqs := make([]idem.ClaimRequest, n)
+	keys := make([]idem.Key, n)
+	for i := range reqs {
+		keys[i] = idem.Key{Scope: "sweep", ID: fmt.Sprintf("%s-%d", name, i)}
+		reqs[i] = idem.ClaimRequest{Key: keys[i], Now: storetest.T0, LeaseUntil: storetest.T0.Add(time.Minute), ExpiresAt: storetest.T0.Add(ret)}
+	}
+	cs, err := idem.ClaimBatch(context.Background(), s, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		if c.Outcome != idem.ClaimAcquired {
+			t.Fatalf("seed %s: %v", keys[i], c.Outcome)
+		}
+	}
+	return keys
+}
+
+// TestSweepBoundedBatches: with far more expired records than Limit, every
+// call deletes at most Limit, repeated calls delete them all, and live
+// records stay.
+func TestSweepBoundedBatches(t *testing.T) {
+	s := newStore(t, newClient(t))
+	ctx := context.Background()
+	old := seed(t, s, "old", 2500, time.Hour)
+	live := seed(t, s, "live", 300, 48*time.Hour)
+	now := storetest.T0.Add(2 * time.Hour)
+	total := 0
+	for calls := 0; total < len(old); calls++ {
+		if calls > 100 {
+			t.Fatalf("swept %d of %d after %d calls", total, len(old), calls)
+		}
+		n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 100 {
+			t.Fatalf("Sweep deleted %d with Limit 100", n)
+		}
+		total += n
+	}
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100}); n != 0 || err != nil {
+		t.Fatalf("sweep after all deleted = %d, %v", n, err)
+	}
+	if total != len(old) {
+		t.Fatalf("swept %d, want %d", total, len(old))
+	}
+	for _, k := range old[:50] {
+		if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("%s after sweep: %v", k, err)
+		}
+	}
+	for _, k := range live {
+		if _, err := s.Get(ctx, k); err != nil {
+			t.Fatalf("live %s: %v", k, err)
+		}
+	}
+}
+
+// TestSweepOneInstanceAtATime: while another instance holds the sweep lock,
+// Sweep returns 0 and deletes nothing.
+func TestSweepOneInstanceAtATime(t *testing.T) {
+	c := newClient(t)
+	s := newStore(t, c)
+	ctx := context.Background()
+	old := seed(t, s, "old", 10, time.Hour)
+	now := storetest.T0.Add(2 * time.Hour)
+	lock := s.Prefix() + ":sweep-lock"
+	if err := c.Set(ctx, lock, "another-instance", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100}); n != 0 || err != nil {
+		t.Fatalf("Sweep while locked = %d, %v; want 0", n, err)
+	}
+	if _, err := s.Get(ctx, old[0]); err != nil {
+		t.Fatalf("record deleted while another instance held the lock: %v", err)
+	}
+	if err := c.Del(ctx, lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100}); n != 10 || err != nil {
+		t.Fatalf("Sweep after unlock = %d, %v; want 10", n, err)
+	}
+	// The sweeper released its lock.
+	if n, _ := c.Exists(ctx, lock).Result(); n != 0 {
+		t.Fatal("sweep lock left behind")
+	}
+}
+
+// TestSweepSparesReclaimed: records expired at the sweep's Now are claimed
+// again while two instances sweep; the sweep re-checks each record in its
+// delete script, so no fresh claim is deleted.
+func TestSweepSparesReclaimed(t *testing.T) {
+	a, b := twoStores(t)
+	ctx := context.Background()
+	old := seed(t, a, "old", 1000, time.Hour)
+	now := storetest.T0.Add(2 * time.Hour)
+	var (
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		acquired = make([]bool, len(old))
+		errs     = make(chan error, 3)
+	)
+	for _, s := range []*redisstore.Store{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range 200 {
+				if _, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 50}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-start
+		for i, k := range old {
+			c, err := b.Claim(ctx, idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			acquired[i] = c.Outcome == idem.ClaimAcquired
+		}
+	}()
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, k := range old {
+		if !acquired[i] {
+			t.Fatalf("claim of expired %s did not acquire", k)
+		}
+		r, err := a.Get(ctx, k)
+		if err != nil || r.State != idem.StateInProgress {
+			t.Fatalf("reclaimed %s after sweeps: %+v, %v", k, r, err)
+		}
+	}
+}
