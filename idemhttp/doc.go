@@ -59,6 +59,14 @@
 // context also carries the idem key, so idem.DeriveKey and Transport give its
 // downstream calls keys that are stable across the client's retries.
 //
+// The first client's response is streamed as the handler writes it; the
+// record is completed when the handler returns. A retry that arrives in
+// between gets 409 and retries after Retry-After. If the store cannot
+// complete the record (it went down mid-request), the key stays in progress
+// until its lease ends (Options.Guard.Lease, default 30s); a retry after
+// that runs the handler again, as after a crash. A hijacked connection
+// cannot be recorded and releases the key.
+//
 // # Webhooks
 //
 // Webhook returns a receiver that handles each delivery id once per sender;

@@ -33,7 +33,7 @@ func New(store idem.Store, opts Options) (*Middleware, error) {
 	k := &keyed{cfg: cfg, run: &runner{
 		guard: g, allow: cfg.replay, limit: cfg.MaxResponseSize, retryAfter: cfg.RetryAfter,
 		keep: func(status int) bool { return status < 500 || cfg.Record5xx },
-		dup:  replayRecorded,
+		dup:  replayRecorded, what: HeaderKey,
 	}}
 	return &Middleware{run: k.run, serve: k.serve}, nil
 }
@@ -145,6 +145,7 @@ type runner struct {
 	keep       func(int) bool  // statuses recorded; others release the key
 	retryAfter time.Duration   // on 409 and 503
 	dup        onDuplicate
+	what       string // what the key is called in problem details
 }
 
 // serve claims key, runs next with a recorder on the first request, and
@@ -166,17 +167,17 @@ func (rn *runner) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	switch {
-	case err == nil && res.Outcome == idem.OutcomeDuplicate:
+	case err == nil: // a duplicate: the handler ran for an earlier request
 		rn.dup(w, res, allow)
 	case errors.Is(err, idem.ErrConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
-			"This "+HeaderKey+" was used before with a different request (method, path, query, body or headers).", 0)
+			"This "+rn.what+" was used before with a different request (method, path, query, body or headers).", 0)
 	case errors.Is(err, idem.ErrInProgress):
 		writeProblem(w, http.StatusConflict, ProblemInProgress,
-			"A request with this "+HeaderKey+" is being processed. Retry later with the same key.", retryAfter)
+			"A request with this "+rn.what+" is being processed. Retry later with the same key.", retryAfter)
 	case errors.Is(err, idem.ErrStale):
 		writeProblem(w, http.StatusConflict, ProblemStale,
-			"An earlier attempt with this "+HeaderKey+" stopped before finishing and awaits an operator.", 0)
+			"An earlier attempt with this "+rn.what+" stopped before finishing and awaits an operator.", 0)
 	case errors.Is(err, idem.ErrNoKey), errors.Is(err, idem.ErrInvalidKey):
 		writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, keyDetail(err), 0)
 	default:

@@ -1,12 +1,14 @@
 package idemhttp_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
@@ -371,9 +373,41 @@ func TestOptionsValidation(t *testing.T) {
 		"no principal": {Scope: "s"},
 		"negative":     {Scope: "s", Principal: userPrincipal, MaxBodySize: -1},
 		"bad guard":    {Scope: "s", Principal: userPrincipal, Guard: idem.Options{Lease: -1}},
+		"reconcile": {Scope: "s", Principal: userPrincipal, Guard: idem.Options{Stale: idem.StaleReconcile,
+			Reconcile: func(context.Context, idem.Record) ([]byte, bool, error) { return nil, true, nil }}},
 	} {
 		if _, err := idemhttp.New(newStore(), o); !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("%s: err %v, want ErrInvalidOptions", name, err)
+		}
+	}
+}
+
+// An in-progress record whose lease ended (its server crashed mid-request) is
+// retaken by default, and parked for an operator with StalePark.
+func TestStaleRecord(t *testing.T) {
+	for _, park := range []bool{false, true} {
+		store := newStore()
+		now := time.Now()
+		// What a crashed server leaves: alice's key "k", in progress, lease over.
+		_, err := store.Claim(context.Background(), idem.ClaimRequest{
+			Key: idem.Key{Scope: "test", ID: "alice|k"}, Now: now.Add(-time.Hour),
+			LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(time.Hour),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := idemhttp.Options{}
+		if park {
+			opts.Guard.Stale = idem.StalePark
+		}
+		c := &counting{}
+		srv := server(t, store, opts, c)
+		r := post(t, srv.URL, "", "X-User", "alice", idemhttp.HeaderKey, "k")
+		switch {
+		case park && (r.status != http.StatusConflict || r.problem(t).Type != idemhttp.ProblemStale || c.calls.Load() != 0):
+			t.Fatalf("parked: %d %s calls %d", r.status, r.body, c.calls.Load())
+		case !park && (r.status != http.StatusCreated || c.calls.Load() != 1):
+			t.Fatalf("retaken: %d %s calls %d", r.status, r.body, c.calls.Load())
 		}
 	}
 }

@@ -90,8 +90,8 @@ type Options struct {
 	RetryAfter time.Duration
 
 	// Guard sets the advanced guard options: Lease, Retention (default here
-	// 24h), Stale, Reconcile, Observer, Clock, StoreTimeout. Scope, Key,
-	// Fingerprint and MaxResultSize are set by the middleware.
+	// 24h), Stale (StaleRetake or StalePark), Observer, Clock, StoreTimeout.
+	// Scope, Key, Fingerprint and MaxResultSize are set by the middleware.
 	Guard idem.Options
 }
 
@@ -109,6 +109,9 @@ func (o Options) config() (*config, error) {
 	if o.Principal == nil && !o.AllowAnonymous {
 		return nil, fmt.Errorf("%w: idemhttp: Principal is required: without it a client that guesses another's key "+
 			"receives that client's response (set AllowAnonymous to accept that risk)", idem.ErrInvalidOptions)
+	}
+	if err := checkGuard(o.Guard); err != nil {
+		return nil, err
 	}
 	if o.MaxBodySize < 0 || o.MaxResponseSize < 0 || o.RetryAfter < 0 {
 		return nil, fmt.Errorf("%w: idemhttp: negative MaxBodySize, MaxResponseSize or RetryAfter", idem.ErrInvalidOptions)
@@ -136,6 +139,15 @@ func (o Options) config() (*config, error) {
 		c.replay[http.CanonicalHeaderKey(h)] = true
 	}
 	return c, nil
+}
+
+// checkGuard rejects guard options that cannot work over HTTP.
+func checkGuard(g idem.Options) error {
+	if g.Stale == idem.StaleReconcile {
+		return fmt.Errorf("%w: idemhttp: Guard.Stale cannot be StaleReconcile: a reconciled request has no "+
+			"response to replay (use StaleRetake, the default, or StalePark)", idem.ErrInvalidOptions)
+	}
+	return nil
 }
 
 // guardOptions builds the guard's options from the middleware's.

@@ -19,43 +19,41 @@ type Problem struct {
 // Problem types. Each is a stable URI clients can compare; it points at the
 // package's README, which explains it.
 const (
-	problemBase = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#"
-
 	// ProblemKeyMissing (400): the route requires an Idempotency-Key and the
 	// request has none.
-	ProblemKeyMissing = problemBase + "key-missing"
+	ProblemKeyMissing = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#key-missing"
 	// ProblemKeyInvalid (400): the Idempotency-Key is malformed, too long, or
 	// sent more than once.
-	ProblemKeyInvalid = problemBase + "key-invalid"
+	ProblemKeyInvalid = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#key-invalid"
 	// ProblemUnauthenticated (401): the Principal function found no caller
 	// identity, which keyed requests need.
-	ProblemUnauthenticated = problemBase + "unauthenticated"
+	ProblemUnauthenticated = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#unauthenticated"
 	// ProblemInProgress (409): a request with this key is being processed;
 	// retry later (see Retry-After) with the same key.
-	ProblemInProgress = problemBase + "in-progress"
+	ProblemInProgress = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#in-progress"
 	// ProblemKeyReused (422): the key was used before for a different
 	// request (method, path, query, body or fingerprinted headers differ).
-	ProblemKeyReused = problemBase + "key-reused"
+	ProblemKeyReused = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#key-reused"
 	// ProblemTooLarge (413): the request body exceeds the limit the
 	// middleware buffers to fingerprint it.
-	ProblemTooLarge = problemBase + "body-too-large"
+	ProblemTooLarge = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#body-too-large"
 	// ProblemBadBody (400): the request body could not be read.
-	ProblemBadBody = problemBase + "body-unreadable"
+	ProblemBadBody = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#body-unreadable"
 	// ProblemNotReplayable (410): the request was processed, but its response
 	// was too large to record, so it cannot be replayed. Do not retry with a
 	// new key: the effect has happened.
-	ProblemNotReplayable = problemBase + "response-not-replayable"
+	ProblemNotReplayable = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#response-not-replayable"
 	// ProblemStale (409): a previous attempt with this key stopped without
 	// finishing and the guard's stale policy parked it for an operator.
-	ProblemStale = problemBase + "stale"
+	ProblemStale = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#stale"
 	// ProblemUnavailable (503): the idempotency store could not be reached;
 	// retry later with the same key.
-	ProblemUnavailable = problemBase + "store-unavailable"
+	ProblemUnavailable = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#store-unavailable"
 	// ProblemWebhookUnverified (401): a webhook's Verify function rejected
 	// the delivery.
-	ProblemWebhookUnverified = problemBase + "webhook-unverified"
+	ProblemWebhookUnverified = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#webhook-unverified"
 	// ProblemWebhookNoID (400): a webhook delivery has no delivery id.
-	ProblemWebhookNoID = problemBase + "webhook-no-id"
+	ProblemWebhookNoID = "https://github.com/idemgo/idem/blob/main/idemhttp/README.md#webhook-no-id"
 )
 
 var problemTitles = map[string]string{

@@ -82,6 +82,9 @@ func Webhook(store idem.Store, opts WebhookOptions) (*Middleware, error) {
 	case opts.MaxBodySize < 0 || opts.RetryAfter < 0:
 		return nil, fmt.Errorf("%w: idemhttp: negative MaxBodySize or RetryAfter", idem.ErrInvalidOptions)
 	}
+	if err := checkGuard(opts.Guard); err != nil {
+		return nil, err
+	}
 	if opts.Key == nil {
 		opts.Key = idem.HeaderKey(opts.IDHeader)
 	}
@@ -104,7 +107,7 @@ func Webhook(store idem.Store, opts WebhookOptions) (*Middleware, error) {
 	wh := &webhook{opts: opts, scope: scope, methods: make(map[string]bool), run: &runner{
 		guard: g, allow: map[string]bool{}, limit: 0, retryAfter: opts.RetryAfter,
 		keep: func(status int) bool { return status >= 200 && status < 300 },
-		dup:  acknowledgeDuplicate,
+		dup:  acknowledgeDuplicate, what: "delivery id",
 	}}
 	for _, m := range opts.Methods {
 		wh.methods[m] = true

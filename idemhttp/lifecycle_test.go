@@ -1,0 +1,102 @@
+package idemhttp_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemhttp"
+)
+
+// TestClientDisconnect: the client gives up while the handler runs. The
+// handler sees its context cancelled; what it answers anyway is recorded, so
+// the client's retry gets the outcome instead of running the work again.
+func TestClientDisconnect(t *testing.T) {
+	started := make(chan struct{})
+	events := make(chan idem.Event, 4)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done() // the server noticed the client leave
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("done anyway"))
+	})
+	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{
+		Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) { events <- e }),
+	}}, h)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.Header.Set("X-User", "u")
+	req.Header.Set(idemhttp.HeaderKey, "k")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client: %v, want context.Canceled", err)
+	}
+	if e := <-events; e.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("outcome %v (%v), want processed", e.Outcome, e.Err)
+	}
+	r := post(t, srv.URL, "{}", "X-User", "u", idemhttp.HeaderKey, "k")
+	if r.status != http.StatusCreated || !r.replayed() || r.body != "done anyway" {
+		t.Fatalf("retry: %d %q replayed=%v", r.status, r.body, r.replayed())
+	}
+}
+
+// A handler that hijacks the connection answers the client itself; nothing
+// can be recorded, so the key is released and a retry runs it again.
+func TestHijackReleases(t *testing.T) {
+	var calls atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		_ = buf.Flush()
+	})
+	srv := server(t, newStore(), idemhttp.Options{}, h)
+	for i := range 2 {
+		if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated || r.replayed() {
+			t.Fatalf("request %d: %d replayed=%v", i, r.status, r.replayed())
+		}
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2", calls.Load())
+	}
+}
+
+// Informational responses pass through unrecorded; streamed bodies are
+// flushed to the client and recorded whole.
+func TestEarlyHintsAndFlush(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("part1 "))
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Error(err)
+		}
+		_, _ = w.Write([]byte("part2"))
+	})
+	srv := server(t, newStore(), idemhttp.Options{}, h)
+	first := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
+	again := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
+	if first.status != 200 || first.body != "part1 part2" || again.status != 200 || again.body != first.body || !again.replayed() {
+		t.Fatalf("first %d %q, replay %d %q", first.status, first.body, again.status, again.body)
+	}
+}
