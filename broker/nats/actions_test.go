@@ -1,0 +1,208 @@
+package natsidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/store/memory"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// recMsg is a jetstream.Msg that records the action taken on it.
+type recMsg struct {
+	jetstream.Msg
+	id, subject string
+	data        []byte
+	delivered   uint64
+
+	mu      sync.Mutex
+	actions []string
+}
+
+func (m *recMsg) Headers() nats.Header {
+	if m.id == "" {
+		return nats.Header{}
+	}
+	return nats.Header{jetstream.MsgIDHeader: {m.id}}
+}
+func (m *recMsg) Data() []byte    { return m.data }
+func (m *recMsg) Subject() string { return m.subject }
+func (m *recMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{NumDelivered: m.delivered, Stream: "S",
+		Sequence: jetstream.SequencePair{Stream: 7}}, nil
+}
+func (m *recMsg) record(a string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.actions = append(m.actions, a)
+	return nil
+}
+func (m *recMsg) Ack() error                         { return m.record("ack") }
+func (m *recMsg) DoubleAck(context.Context) error    { return m.record("double-ack") }
+func (m *recMsg) NakWithDelay(d time.Duration) error { return m.record(fmt.Sprint("nak ", d)) }
+func (m *recMsg) Term() error                        { return m.record("term") }
+func (m *recMsg) InProgress() error                  { return nil }
+func (m *recMsg) got() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return fmt.Sprint(m.actions)
+}
+
+// recJS records dead letters, or fails them.
+type recJS struct {
+	jetstream.JetStream
+	fail bool
+	mu   sync.Mutex
+	dls  []*nats.Msg
+}
+
+func (js *recJS) PublishMsg(ctx context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if js.fail {
+		return nil, errors.New("no responders")
+	}
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.dls = append(js.dls, m)
+	return &jetstream.PubAck{}, nil
+}
+
+type infoConsumer struct {
+	jetstream.Consumer
+	info *jetstream.ConsumerInfo
+}
+
+func (c infoConsumer) CachedInfo() *jetstream.ConsumerInfo { return c.info }
+
+// failingStore is a store that is down.
+type failingStore struct{ *memory.Store }
+
+func (failingStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return idem.Claim{}, errors.New("connection refused")
+}
+
+// TestActions checks the JetStream action taken for each outcome, without
+// a server.
+func TestActions(t *testing.T) {
+	cons := infoConsumer{info: &jetstream.ConsumerInfo{Stream: "S", Name: "c",
+		Config: jetstream.ConsumerConfig{MaxDeliver: 5}}}
+	backoff := func(attempt int) time.Duration { return time.Duration(attempt) * time.Second }
+	ok := natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) { return []byte("done"), nil })
+	transient := natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) { return nil, errors.New("timeout") })
+	permanent := natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
+		return nil, idem.Permanent(errors.New("bad order"))
+	})
+	type step struct {
+		h          natsidem.Handler
+		msg        *recMsg
+		wantAction string
+		wantDLQ    string // reason of a dead letter published
+	}
+	tests := []struct {
+		name    string
+		store   idem.Store
+		failDLQ bool
+		steps   []step
+	}{
+		{"processed then duplicate acked", nil, false, []step{
+			{ok, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[ack]", ""},
+			{ok, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[ack]", ""},
+		}},
+		{"transient error naks with the attempt's back-off", nil, false, []step{
+			{transient, &recMsg{id: "a", data: []byte("1"), delivered: 2}, "[nak 2s]", ""},
+		}},
+		{"last allowed delivery dead-letters", nil, false, []step{
+			{transient, &recMsg{id: "a", data: []byte("1"), delivered: 5}, "[term]", "max_deliver"},
+		}},
+		{"conflict dead-letters", nil, false, []step{
+			{ok, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[ack]", ""},
+			{ok, &recMsg{id: "a", data: []byte("2"), delivered: 1}, "[term]", "conflict"},
+		}},
+		{"permanent error dead-letters", nil, false, []step{
+			{permanent, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[term]", "permanent"},
+		}},
+		{"missing key dead-letters", nil, false, []step{
+			{ok, &recMsg{data: []byte("1"), delivered: 1}, "[term]", "no_key"},
+		}},
+		{"failed dead letter naks instead of terminating", nil, true, []step{
+			{permanent, &recMsg{id: "a", data: []byte("1"), delivered: 3}, "[nak 3s]", ""},
+		}},
+		{"store down naks", failingStore{memory.New()}, false, []step{
+			{ok, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[nak 1s]", ""},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := tt.store
+			if store == nil {
+				store = memory.New()
+			}
+			g, err := natsidem.NewGuard(store, cons, idem.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			js := &recJS{fail: tt.failDLQ}
+			for i, s := range tt.steps {
+				c, err := natsidem.NewConsumer(cons, g, s.h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq", Backoff: backoff})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.msg.subject = "orders.x"
+				r := c.Process(context.Background(), s.msg)
+				if got := s.msg.got(); got != s.wantAction {
+					t.Fatalf("step %d: actions %s, want %s (report %+v)", i, got, s.wantAction, r)
+				}
+				if s.wantDLQ != "" {
+					js.mu.Lock()
+					dl := js.dls[len(js.dls)-1]
+					js.mu.Unlock()
+					if dl.Header.Get(natsidem.HeaderReason) != s.wantDLQ || r.Reason != s.wantDLQ ||
+						dl.Header.Get(natsidem.HeaderSubject) != "orders.x" || dl.Header.Get(natsidem.HeaderStreamSeq) != "7" ||
+						dl.Header.Get(jetstream.MsgIDHeader) != "idem-dlq:S:7" || dl.Header.Get(natsidem.HeaderConsumer) != "S/c" {
+						t.Fatalf("step %d: dead letter headers %v, report reason %q; want reason %q", i, dl.Header, r.Reason, s.wantDLQ)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestInProgressElsewhere: a redelivery that arrives while the first
+// delivery's handler still runs is nak'ed, not acked and not handled.
+func TestInProgressElsewhere(t *testing.T) {
+	cons := infoConsumer{info: &jetstream.ConsumerInfo{Stream: "S", Name: "c"}}
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var calls int
+	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
+		calls++
+		close(started)
+		<-release
+		return nil, nil
+	}), natsidem.Options{JetStream: &recJS{}, DeadLetterSubject: "dlq", Backoff: func(int) time.Duration { return time.Second }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &recMsg{id: "a", data: []byte("1"), delivered: 1}
+	done := make(chan natsidem.Report)
+	go func() { done <- c.Process(context.Background(), first) }()
+	<-started
+	again := &recMsg{id: "a", data: []byte("1"), delivered: 2}
+	r := c.Process(context.Background(), again)
+	if !errors.Is(r.Err, idem.ErrInProgress) || again.got() != "[nak 1s]" {
+		t.Fatalf("redelivery: actions %s, report %+v; want a nak for in progress", again.got(), r)
+	}
+	close(release)
+	if r := <-done; r.Action != idem.ActionAck || first.got() != "[ack]" || calls != 1 {
+		t.Fatalf("first delivery: actions %s, report %+v, %d calls", first.got(), r, calls)
+	}
+}
