@@ -73,8 +73,8 @@
 // costs what it deletes, never a scan; it runs in a READ COMMITTED transaction
 // (no gap locks in front of inserts) from one instance at a time (GET_LOCK
 // named after the database and table; other instances return 0 at once).
-// Keep batches small (the default 1000 rows is a few milliseconds of locks)
-// and sweep often enough to keep up with the arrival rate.
+// Keep batches small and sweep often enough to keep up with the arrival
+// rate.
 //
 // Range partitioning by expires_at, the usual way to drop a day of rows at
 // once, is not possible here: MySQL and MariaDB require every unique key,
@@ -88,4 +88,13 @@
 // delete more per statement. Hash partitioning (PARTITION BY KEY (scope, id))
 // is compatible with the schema and spreads a huge table over smaller
 // B-trees, but it does not make cleanup cheaper.
+//
+// # Performance
+//
+// At 8 workers on a local MariaDB, measured interleaved with
+// go test -run '^$' -bench BenchmarkRatios -benchtime=20x -count=5: the
+// inbox runs at 0.87 of the rate of the bare business insert (one
+// transaction each), two-phase claim + complete at 0.67, and batch claims at
+// 0.45 of a raw multi-row insert. BENCH.md in this directory has the figures
+// and how to read them.
 package mysql
