@@ -78,6 +78,9 @@ func (m *keyed) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		return
 	}
 	clientKey, err := ParseKey(values[0])
+	if err == nil && c.ValidateKey != nil {
+		err = c.ValidateKey(clientKey)
+	}
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, keyDetail(err), 0)
 		return

@@ -141,10 +141,14 @@ func TestPrincipalsNeverShareResponses(t *testing.T) {
 	if a.replayed() || b.replayed() || c.calls.Load() != 2 {
 		t.Fatalf("two principals with one key: replayed %v/%v, calls %d", a.replayed(), b.replayed(), c.calls.Load())
 	}
-	// A principal crafted to look like another principal's key prefix.
-	e := post(t, srv.URL, "same", "X-User", "alice|shared", idemhttp.HeaderKey, "x")
-	if e.replayed() {
-		t.Fatal("escaped principal collided")
+	// Without escaping, ("alice", "shared|x") and ("alice|shared", "x") would
+	// both be stored as "alice|shared|x".
+	post(t, srv.URL, "same", "X-User", "alice", idemhttp.HeaderKey, "shared|x")
+	if e := post(t, srv.URL, "same", "X-User", "alice|shared", idemhttp.HeaderKey, "x"); e.replayed() {
+		t.Fatal("a principal containing the separator collided with another principal's key")
+	}
+	if c.calls.Load() != 4 {
+		t.Fatalf("calls %d, want 4", c.calls.Load())
 	}
 	for user, want := range map[string]reply{"alice": a, "bob": b} {
 		r := post(t, srv.URL, "same", "X-User", user, idemhttp.HeaderKey, "shared")
@@ -226,6 +230,24 @@ func TestBadRequests(t *testing.T) {
 	// Methods not covered pass through without a key.
 	if r := do(t, http.DefaultClient, http.MethodPut, srv.URL, "", "X-User", "u"); r.status != http.StatusCreated {
 		t.Fatalf("PUT: %d", r.status)
+	}
+}
+
+func TestValidateKey(t *testing.T) {
+	c := &counting{}
+	uuidLike := func(k string) error {
+		if len(k) != 36 || strings.Count(k, "-") != 4 {
+			return errors.New("the key must be a UUID")
+		}
+		return nil
+	}
+	srv := server(t, newStore(), idemhttp.Options{ValidateKey: uuidLike}, c)
+	r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "1")
+	if r.status != http.StatusBadRequest || r.problem(t).Detail != "the key must be a UUID" || r.header.Get("Content-Language") != "en" {
+		t.Fatalf("low-entropy key: %d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`); r.status != http.StatusCreated {
+		t.Fatalf("UUID key: %d %s", r.status, r.body)
 	}
 }
 

@@ -52,6 +52,13 @@ type Options struct {
 	// definition).
 	Methods []string
 
+	// ValidateKey checks the client's key against the format the API
+	// publishes (a UUID, say), as the draft's security considerations
+	// advise: low-entropy keys are easier to guess. An error answers 400
+	// with the error's text as the detail. Default: any key of 1..MaxKeyLen
+	// printable ASCII characters.
+	ValidateKey func(key string) error
+
 	// Required answers 400 to a covered request without an Idempotency-Key.
 	// Otherwise such a request is served without deduplication.
 	Required bool

@@ -76,6 +76,7 @@ var problemTitles = map[string]string{
 func writeProblem(w http.ResponseWriter, status int, typ, detail string, retryAfter time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Language", "en")
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")
 	if retryAfter > 0 {
