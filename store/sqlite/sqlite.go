@@ -144,6 +144,10 @@ var (
 // journal, the busy timeout, the synchronous setting and transactions that
 // begin IMMEDIATE. Callers opening the database themselves for New pass it to
 // sql.Open(DriverName, ...).
+//
+// IMMEDIATE applies to every transaction on the database, so each holds the
+// writer lock until it ends: begin transactions that only read with
+// &sql.TxOptions{ReadOnly: true}, which begin DEFERRED.
 func DSN(path string, opts Options) (string, error) {
 	if err := opts.validate(); err != nil {
 		return "", err
