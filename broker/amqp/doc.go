@@ -17,7 +17,10 @@
 //     with the headers x-idem-reason and x-idem-error (and the original
 //     exchange, routing key and queue), confirmed by the broker, then the
 //     original is acked. If the publish is not confirmed the original is
-//     requeued instead, so nothing is lost.
+//     requeued instead, so nothing is lost. Dead-lettering is at least once
+//     too: if the connection drops between the confirm and the ack, the
+//     redelivery is dead-lettered again, so readers of the dead-letter queue
+//     should expect the odd repeat.
 //
 // Dead letters are published by the consumer rather than rejected into the
 // queue's own x-dead-letter-exchange because rejection cannot carry the

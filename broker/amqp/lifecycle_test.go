@@ -139,7 +139,14 @@ func TestHandleTx(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	ch, g := e.channel(t), newGuard()
-	go func() { runDone <- amqpidem.Consume(ctx, ch, g, handler(nil), opts) }()
+	xStarted := make(chan struct{}) // the other consumer joins once the crashing one is busy
+	go func() {
+		select {
+		case <-xStarted:
+		case <-ctx.Done():
+		}
+		runDone <- amqpidem.Consume(ctx, ch, g, handler(nil), opts)
+	}()
 
 	connX, err := amqp.Dial(e.url)
 	if err != nil {
@@ -155,7 +162,10 @@ func TestHandleTx(t *testing.T) {
 	gX := newGuard()
 	go func() {
 		errX <- amqpidem.Consume(ctx, chX, gX, handler(func() {
-			if handledX.Add(1) == 50 {
+			switch handledX.Add(1) {
+			case 10:
+				close(xStarted)
+			case 50:
 				connX.Close() // inside the transaction: it still commits, the ack is lost
 			}
 		}), opts)
@@ -168,12 +178,18 @@ func TestHandleTx(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
 	}
+	// The crashed consumer stopped by itself, long before the end.
+	select {
+	case err := <-errX:
+		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
+			t.Errorf("crashed consumer: %v, want ErrDeliveriesClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the crashing consumer handled %d messages and did not stop", handledX.Load())
+	}
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
-	}
-	if err := <-errX; !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
-		t.Errorf("crashed consumer: %v, want ErrDeliveriesClosed", err)
 	}
 	got := store.committedOrders()
 	if len(got) != unique {

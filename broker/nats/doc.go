@@ -15,7 +15,9 @@
 //     published to [Options.DeadLetterSubject] with the headers Idem-Reason,
 //     Idem-Error, Idem-Subject, Idem-Msg-Id, Idem-Stream, Idem-Stream-Seq and
 //     Idem-Consumer, then Term. If the dead-letter publish fails the message is
-//     not terminated but retried, so nothing is lost.
+//     not terminated but retried, so nothing is lost. A dead letter carries
+//     Nats-Msg-Id "idem-dlq:<stream>:<sequence>", so a repeat after a lost
+//     Term is dropped by the dead-letter stream's duplicate window.
 //
 // Usage, two-phase (the side effect lives outside the store):
 //
