@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -9,19 +10,38 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// InTx implements idem.TxStore: it begins a READ COMMITTED transaction, runs
-// fn, and commits when fn returns nil (rolling back otherwise), like
-// pgx.BeginFunc.
+// InTx implements idem.TxStore: it runs fn in a READ COMMITTED transaction
+// and commits when fn returns nil, rolling back otherwise (or on a panic),
+// like pgx.BeginTxFunc.
+//
+// The BEGIN is not sent on its own: it travels with fn's first statement
+// (pgx's Batch.BeginTx). With idem.DoTx that statement is the marker, so the
+// inbox costs the business transaction exactly one statement and no extra
+// round trip.
 //
 // READ COMMITTED is what the inbox needs: a transaction marking a key that a
 // concurrent transaction has just committed must see that marker. Under
 // REPEATABLE READ or SERIALIZABLE PostgreSQL reports a serialization failure
 // (SQLSTATE 40001) instead; callers that run Mark in such transactions of
 // their own get that error and must retry the whole transaction.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		return fn(ctx, tx)
-	})
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return wrapErr("begin", err)
+	}
+	// A connection released inside a transaction (a failed rollback) is
+	// closed by the pool, never reused.
+	defer c.Release()
+	tx := &lazyTx{conn: c.Conn(), opts: pgx.TxOptions{IsoLevel: pgx.ReadCommitted}}
+	defer func() {
+		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
+			err = rerr
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // Mark implements idem.TxStore: it writes a completed marker for req.Key

@@ -1,0 +1,245 @@
+package postgres_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/postgres"
+)
+
+var sweepRows = flag.Int("sweeprows", 1_000_000, "expired rows BenchmarkSweepWhileClaiming sweeps")
+
+// benchWorkers is the concurrency of every benchmark: the figures in
+// BENCH.md are for 8 workers on one local server.
+const benchWorkers = 8
+
+// runWorkers runs op n times spread over benchWorkers goroutines and returns
+// the wall time. op gets a globally unique sequence number.
+func runWorkers(b *testing.B, n int, op func(ctx context.Context, seq int64) error) time.Duration {
+	b.Helper()
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	base := seqBase.Add(int64(n)) - int64(n)
+	start := time.Now()
+	for range benchWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if err := op(context.Background(), base+i); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+	return time.Since(start)
+}
+
+// seqBase keeps sequence numbers (and so keys) unique across calls.
+var seqBase atomic.Int64
+
+// BenchmarkRatios measures, in one run and interleaved round by round so
+// that load on the machine hits all sides alike, at 8 workers:
+//
+//   - raw: the business insert alone, INSERT .. ON CONFLICT DO NOTHING in its
+//     own transaction (BEGIN, INSERT, COMMIT);
+//   - inbox: idem.DoTx with the same insert (BEGIN, marker, INSERT, COMMIT);
+//   - two-phase: Guard.Do with an empty handler (claim, then complete).
+//
+// Each of the b.N rounds runs 1000 operations of each kind. Metrics are
+// operations per second and the ratios against raw.
+func BenchmarkRatios(b *testing.B) {
+	s := newStore(b, postgres.Options{})
+	pool := testPool(b)
+	ctx := context.Background()
+	ledger := s.Table()[:len(s.Table())-len(`"idem_records"`)] + `"charges"`
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+ledger+` (order_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	insert := `INSERT INTO ` + ledger + ` (order_id, amount) VALUES ($1, 5) ON CONFLICT DO NOTHING`
+	g, err := idem.New(s, idem.Options{Scope: "billing"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	modes := []struct {
+		name string
+		op   func(ctx context.Context, seq int64) error
+	}{
+		{"raw", func(ctx context.Context, seq int64) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, insert, fmt.Sprintf("raw-%d", seq))
+				return err
+			})
+		}},
+		{"inbox", func(ctx context.Context, seq int64) error {
+			id := fmt.Sprintf("inbox-%d", seq)
+			_, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, insert, id)
+				return nil, err
+			})
+			return err
+		}},
+		{"twophase", func(ctx context.Context, seq int64) error {
+			id := fmt.Sprintf("2p-%d", seq)
+			_, err := g.Do(ctx, idem.Message{ID: id, Payload: []byte(id)}, func(context.Context) ([]byte, error) {
+				return nil, nil
+			})
+			return err
+		}},
+	}
+	const perRound = 1000
+	// Warm the pool's connections and statement caches outside the timing.
+	for _, m := range modes {
+		runWorkers(b, 2*benchWorkers, m.op)
+	}
+	took := make([]time.Duration, len(modes))
+	b.ResetTimer()
+	for range b.N {
+		for i, m := range modes {
+			took[i] += runWorkers(b, perRound, m.op)
+		}
+	}
+	b.StopTimer()
+	rate := func(i int) float64 { return float64(b.N*perRound) / took[i].Seconds() }
+	for i, m := range modes {
+		b.ReportMetric(rate(i), m.name+"/s")
+	}
+	b.ReportMetric(rate(1)/rate(0), "inbox/raw")
+	b.ReportMetric(rate(2)/rate(0), "twophase/raw")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkClaimBatch claims batches of 100 and 1000 new keys from 8
+// workers; the metric is keys claimed per second.
+func BenchmarkClaimBatch(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", size), func(b *testing.B) {
+			s := newStore(b, postgres.Options{})
+			now := time.Now()
+			op := func(ctx context.Context, seq int64) error {
+				reqs := make([]idem.ClaimRequest, size)
+				for i := range reqs {
+					reqs[i] = idem.ClaimRequest{Key: idem.Key{Scope: "poll", ID: fmt.Sprintf("b-%d-%d", seq, i)},
+						Fingerprint: "0123456789abcdef0123456789abcdef", Now: now,
+						LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(7 * 24 * time.Hour), TakeOverStale: true}
+				}
+				cs, err := s.ClaimBatch(ctx, reqs)
+				if err == nil && cs[size-1].Outcome != idem.ClaimAcquired {
+					err = fmt.Errorf("batch item = %v", cs[size-1].Outcome)
+				}
+				return err
+			}
+			runWorkers(b, benchWorkers, op) // warm up
+			b.ResetTimer()
+			took := runWorkers(b, b.N, op)
+			b.ReportMetric(float64(b.N*size)/took.Seconds(), "keys/s")
+		})
+	}
+}
+
+// BenchmarkSweepWhileClaiming fills a table with rows expired long ago, then
+// measures 8 workers' claim latency twice: without a sweep, and while one
+// sweeper deletes every expired row in batches of 1000. Metrics: the p99
+// claim latency of each phase, their ratio, and the sweep's rows per second.
+// Set the row count with -sweeprows (default 1,000,000); b.N is ignored,
+// run it with -benchtime=1x.
+func BenchmarkSweepWhileClaiming(b *testing.B) {
+	s := newStore(b, postgres.Options{})
+	pool := testPool(b)
+	ctx := context.Background()
+	rows := *sweepRows
+	// Fill with one INSERT .. SELECT: the row layout of the store, expired a
+	// day ago (sweep_at rounded up to the minute, as the store writes it).
+	_, err := pool.Exec(ctx, `INSERT INTO `+s.Table()+`
+		(scope, id, state, fingerprint, token, attempts, lease_until, expires_at, sweep_at, created_at, updated_at)
+		SELECT 'old', 'expired-' || g, 2, 'fp', 1, 1, t - interval '7 days', t, date_trunc('minute', t) + interval '1 minute', t - interval '7 days', t
+		FROM generate_series(1, $1::int) g, LATERAL (SELECT now() - interval '1 day' - (g % 3600) * interval '1 second' AS t) tt`, rows)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s.Table()); err != nil {
+		b.Fatal(err)
+	}
+	claims := func(n int) []time.Duration {
+		lat := make([]time.Duration, 0, n)
+		var mu sync.Mutex
+		runWorkers(b, n, func(ctx context.Context, seq int64) error {
+			now := time.Now()
+			c, err := s.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "new", ID: fmt.Sprintf("n-%d", seq)},
+				Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour)})
+			d := time.Since(now)
+			if err == nil && c.Outcome != idem.ClaimAcquired {
+				err = fmt.Errorf("claim = %v", c.Outcome)
+			}
+			mu.Lock()
+			lat = append(lat, d)
+			mu.Unlock()
+			return err
+		})
+		return lat
+	}
+	p99 := func(lat []time.Duration) time.Duration {
+		slices.Sort(lat)
+		return lat[len(lat)*99/100]
+	}
+	b.ResetTimer()
+	base := p99(claims(20000))
+	var (
+		swept     int
+		sweepTook time.Duration
+		sweepErr  error
+		stop      atomic.Bool
+	)
+	// Claims run in rounds until the sweeper is through.
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		st := time.Now()
+		sw := &idem.Sweeper{Store: s, BatchSize: 1000}
+		swept, sweepErr = sw.SweepOnce(ctx)
+		sweepTook = time.Since(st)
+		stop.Store(true)
+	}()
+	var during []time.Duration
+	for !stop.Load() {
+		during = append(during, claims(2000)...)
+	}
+	<-sweepDone
+	b.StopTimer()
+	if sweepErr != nil || swept != rows {
+		b.Fatalf("sweep deleted %d of %d rows: %v", swept, rows, sweepErr)
+	}
+	sweeping := p99(during)
+	b.ReportMetric(float64(base.Microseconds())/1000, "p99-ms-idle")
+	b.ReportMetric(float64(sweeping.Microseconds())/1000, "p99-ms-sweeping")
+	b.ReportMetric(float64(sweeping)/float64(base), "p99-ratio")
+	b.ReportMetric(float64(len(during)), "claims-during-sweep")
+	b.ReportMetric(float64(swept)/sweepTook.Seconds(), "swept/s")
+	b.ReportMetric(0, "ns/op")
+}

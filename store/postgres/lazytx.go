@@ -1,0 +1,201 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// lazyTx is the pgx.Tx that InTx hands to its function. It sends BEGIN with
+// the first statement instead of before it: a first QueryRow or Exec goes out
+// as one batch with the BEGIN (pgx's Batch.BeginTx), so the transaction
+// costs no round trip of its own. In idem.DoTx the first statement is always
+// the marker, so the inbox adds no round trip to the business transaction
+// beyond the marker itself. Every other method begins the transaction the
+// ordinary way first; from then on everything is delegated to the pgx.Tx.
+type lazyTx struct {
+	conn   *pgx.Conn
+	opts   pgx.TxOptions
+	tx     pgx.Tx // nil until begun
+	closed bool   // committed or rolled back before anything began
+}
+
+var _ pgx.Tx = (*lazyTx)(nil)
+
+// begin starts the transaction with a round trip of its own, for methods
+// that cannot carry it.
+func (t *lazyTx) begin(ctx context.Context) (pgx.Tx, error) {
+	if t.tx != nil {
+		return t.tx, nil
+	}
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	tx, err := t.conn.BeginTx(ctx, t.opts)
+	if err != nil {
+		return nil, err
+	}
+	t.tx = tx
+	return tx, nil
+}
+
+// batched sends BEGIN and one statement in one batch. The transaction is
+// t.tx afterwards (closed if the BEGIN failed). The caller reads the
+// statement's result from br and then closes br.
+func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(t.opts)
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	if _, err := br.Exec(); err != nil { // the BEGIN
+		br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+// QueryRow implements pgx.Tx; when it is the first statement it carries the
+// BEGIN.
+func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.tx != nil || t.closed {
+		tx, err := t.begin(ctx)
+		if err != nil {
+			return errRow{err}
+		}
+		return tx.QueryRow(ctx, sql, args...)
+	}
+	br, err := t.batched(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{br: br, row: br.QueryRow()}
+}
+
+// Exec implements pgx.Tx; when it is the first statement it carries the
+// BEGIN.
+func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.tx != nil || t.closed {
+		tx, err := t.begin(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return tx.Exec(ctx, sql, args...)
+	}
+	br, err := t.batched(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Query implements pgx.Tx.
+func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Query(ctx, sql, args...)
+}
+
+// Begin implements pgx.Tx (a savepoint, as pgx does).
+func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+// Commit implements pgx.Tx. A transaction that never began has nothing to
+// commit.
+func (t *lazyTx) Commit(ctx context.Context) error {
+	if t.tx == nil {
+		if t.closed {
+			return pgx.ErrTxClosed
+		}
+		t.closed = true
+		return nil
+	}
+	return t.tx.Commit(ctx)
+}
+
+// Rollback implements pgx.Tx.
+func (t *lazyTx) Rollback(ctx context.Context) error {
+	if t.tx == nil {
+		if t.closed {
+			return pgx.ErrTxClosed
+		}
+		t.closed = true
+		return nil
+	}
+	return t.tx.Rollback(ctx)
+}
+
+// CopyFrom implements pgx.Tx.
+func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return tx.CopyFrom(ctx, table, cols, src)
+}
+
+// SendBatch implements pgx.Tx.
+func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return tx.SendBatch(ctx, b)
+}
+
+// LargeObjects implements pgx.Tx. It has no context to begin with, so it
+// begins without one; if that fails, the returned LargeObjects report a
+// closed transaction.
+func (t *lazyTx) LargeObjects() pgx.LargeObjects {
+	tx, err := t.begin(context.Background())
+	if err != nil {
+		b := &pgx.Batch{}
+		b.BeginTx(t.opts)
+		return pgx.FailedBatchResults(b, err).Tx().LargeObjects()
+	}
+	return tx.LargeObjects()
+}
+
+// Prepare implements pgx.Tx.
+func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	tx, err := t.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Prepare(ctx, name, sql)
+}
+
+// Conn implements pgx.Tx.
+func (t *lazyTx) Conn() *pgx.Conn { return t.conn }
+
+// batchRow is the first statement's row; scanning it closes the batch.
+type batchRow struct {
+	br  pgx.BatchResults
+	row pgx.Row
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	cerr := r.br.Close()
+	if err == nil || (errors.Is(err, pgx.ErrNoRows) && cerr != nil) {
+		err = cerr
+	}
+	return err
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -1,0 +1,147 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgo/idem/store/postgres"
+)
+
+// InTx's transaction begins with its first statement, whatever that is, and
+// behaves like a pgx transaction: isolation, rollback, savepoints, closed
+// state.
+func TestInTxBehavesLikeATransaction(t *testing.T) {
+	s := newStore(t, postgres.Options{})
+	ctx := context.Background()
+	table := s.Table()[:len(s.Table())-len(`"idem_records"`)] + `"notes"`
+	if _, err := testPool(t).Exec(ctx, `CREATE TABLE `+table+` (n int)`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var n int
+		if err := testPool(t).QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	boom := errors.New("boom")
+
+	// A first QueryRow carries the BEGIN: the transaction is open and READ COMMITTED.
+	err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var iso string
+		if err := tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&iso); err != nil {
+			return err
+		}
+		if iso != "read committed" {
+			t.Errorf("isolation %q", iso)
+		}
+		var inBlock bool
+		if err := tx.QueryRow(ctx, `SELECT now() = statement_timestamp()`).Scan(&inBlock); err != nil {
+			return err
+		}
+		if inBlock {
+			t.Error("the second statement ran outside the first one's transaction")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for name, first := range map[string]func(ctx context.Context, tx pgx.Tx) error{
+		"Exec": func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (1)`)
+			return err
+		},
+		"QueryRow": func(ctx context.Context, tx pgx.Tx) error {
+			var n int
+			return tx.QueryRow(ctx, `INSERT INTO `+table+` VALUES (1) RETURNING n`).Scan(&n)
+		},
+		"Query": func(ctx context.Context, tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `INSERT INTO `+table+` VALUES (1) RETURNING n`)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		},
+	} {
+		before := count()
+		// Rolled back: the first statement's write is gone.
+		if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := first(ctx, tx); err != nil {
+				return err
+			}
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatalf("%s first, rolled back: %v", name, err)
+		}
+		if count() != before {
+			t.Fatalf("%s first: the write survived the rollback", name)
+		}
+		// Committed: it stays.
+		if err := s.InTx(ctx, first); err != nil {
+			t.Fatalf("%s first, committed: %v", name, err)
+		}
+		if count() != before+1 {
+			t.Fatalf("%s first: the committed write is missing", name)
+		}
+	}
+
+	// Savepoints: an inner rollback keeps the outer writes.
+	before := count()
+	err = s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (2)`); err != nil {
+			return err
+		}
+		inner, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := inner.Exec(ctx, `INSERT INTO `+table+` VALUES (3)`); err != nil {
+			return err
+		}
+		return inner.Rollback(ctx)
+	})
+	if err != nil || count() != before+1 {
+		t.Fatalf("savepoint: %v, %d rows added, want 1", err, count()-before)
+	}
+
+	// A statement error fails the commit; nothing is written.
+	before = count()
+	err = s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		tx.Exec(ctx, `INSERT INTO `+table+` VALUES (4)`)
+		tx.Exec(ctx, `SELECT 1/0`)
+		return nil
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) || count() != before {
+		t.Fatalf("commit after a failed statement = %v", err)
+	}
+
+	// A transaction that ran nothing commits nothing; a closed one refuses work.
+	var kept pgx.Tx
+	if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { kept = tx; return nil }); err != nil {
+		t.Fatalf("empty transaction: %v", err)
+	}
+	if _, err := kept.Exec(ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("Exec on a finished transaction = %v, want ErrTxClosed", err)
+	}
+	if err := kept.QueryRow(ctx, `SELECT 1`).Scan(new(int)); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Fatalf("QueryRow on a finished transaction = %v, want ErrTxClosed", err)
+	}
+
+	// A panic rolls back and leaves the pool usable.
+	func() {
+		defer func() { _ = recover() }()
+		s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			tx.Exec(ctx, `INSERT INTO `+table+` VALUES (5)`)
+			panic("handler bug")
+		})
+	}()
+	if n := count(); n != before {
+		t.Fatalf("a panicking transaction left %d rows", n-before)
+	}
+}
