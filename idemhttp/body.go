@@ -26,22 +26,20 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte,
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	capHint := r.ContentLength
-	if capHint < 0 || capHint > limit {
-		capHint = 512
+	hint := r.ContentLength
+	if hint < 0 || hint > limit {
+		hint = 512
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, capHint+1))
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	body, err := readAll(io.LimitReader(r.Body, limit+1), int(hint)+1)
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe) || int64(buf.Len()) > limit:
+	case errors.As(err, &mbe) || int64(len(body)) > limit:
 		tooLarge()
 		return nil, false
 	case err != nil:
 		writeProblem(w, http.StatusBadRequest, ProblemBadBody, "The request body could not be read.", 0)
 		return nil, false
 	}
-	body = buf.Bytes()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -58,4 +56,23 @@ func fingerprint(r *http.Request, body []byte, headers []string) string {
 		parts = append(parts, []byte(strings.ToLower(h)), []byte(strings.Join(r.Header.Values(h), "\x00")))
 	}
 	return idem.Fingerprint(parts...)
+}
+
+// readAll is io.ReadAll starting from a buffer of size hint: with the
+// Content-Length known, the body is read with one allocation.
+func readAll(r io.Reader, hint int) ([]byte, error) {
+	b := make([]byte, 0, hint)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// Middleware makes non-idempotent endpoints safe to retry with an
-// Idempotency-Key. It is safe for concurrent use; build it once with New and
-// wrap any number of handlers.
+// Middleware makes the handlers it wraps idempotent: New's keyed by the
+// client's Idempotency-Key and caller, Webhook's by the sender's delivery id.
+// It is safe for concurrent use; build it once and wrap any number of
+// handlers.
 type Middleware struct {
 	run   *runner
 	serve func(w http.ResponseWriter, r *http.Request, next http.Handler)
