@@ -288,3 +288,93 @@ func TestMarkTxCallerTransaction(t *testing.T) {
 		t.Fatalf("conflicting MarkTx = %v", err)
 	}
 }
+
+// TestDoTxTwoStoresOneFile runs two stores on one file, as two processes on
+// one host would: they share no in-process lock, so SQLite's own writer lock
+// (taken at the start of each transaction) and busy timeout arbitrate. Every
+// order is charged once and mailed once (two-phase), with no errors besides
+// ErrInProgress for a mail claimed by the other side at that moment.
+func TestDoTxTwoStoresOneFile(t *testing.T) {
+	const perStore, orders = 4, 30
+	for _, mode := range []string{"open", "new-deferred"} {
+		t.Run(mode, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "shop.db")
+			var guards, mailers []*idem.Guard
+			var first *sqlite.Store
+			for range 2 {
+				var s *sqlite.Store
+				if mode == "open" {
+					s, _ = openInbox(t, path)
+				} else {
+					db, err := sql.Open(sqlite.DriverName, path+"?_journal_mode=WAL&_busy_timeout=10000")
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { db.Close() })
+					if s, err = sqlite.New(db, sqlite.Options{}); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Migrate(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := db.Exec(chargesDDL); err != nil {
+						t.Fatal(err)
+					}
+				}
+				defer s.Close()
+				if first == nil {
+					first = s
+				}
+				g, err := idem.New(s, idem.Options{Scope: "billing"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := idem.New(s, idem.Options{Scope: "mailer"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				guards, mailers = append(guards, g), append(mailers, m)
+			}
+			var (
+				wg        sync.WaitGroup
+				start     = make(chan struct{})
+				processed atomic.Int64
+				mailed    atomic.Int64
+			)
+			for w := range 2 * perStore {
+				g, m := guards[w%2], mailers[w%2]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					rng := rand.New(rand.NewPCG(uint64(w), 11))
+					for _, i := range rng.Perm(orders) {
+						id := fmt.Sprintf("order-%03d", i)
+						res, err := idem.DoTx(context.Background(), g, idem.Message{ID: id, Payload: []byte("1")},
+							func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+								_, err := tx.ExecContext(ctx, `INSERT INTO charges (order_id, amount) VALUES (?, 1)`, id)
+								return nil, err
+							})
+						if err != nil {
+							t.Errorf("DoTx(%s): %v", id, err)
+						} else if res.Outcome == idem.OutcomeProcessed {
+							processed.Add(1)
+						}
+						_, err = m.Do(context.Background(), idem.Message{ID: id, Payload: []byte("1")}, func(context.Context) ([]byte, error) {
+							mailed.Add(1)
+							return nil, nil
+						})
+						if err != nil && !errors.Is(err, idem.ErrInProgress) {
+							t.Errorf("Do(%s): %v", id, err)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n := countCharges(t, first.DB(), ""); n != orders || processed.Load() != orders || mailed.Load() != orders {
+				t.Fatalf("%d charges, %d processed, %d mailed, for %d orders", n, processed.Load(), mailed.Load(), orders)
+			}
+		})
+	}
+}

@@ -240,3 +240,28 @@ func TestWriteLockAtBegin(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedWriteInsideInTx: a store write from inside InTx's fn (instead of
+// through tx) cannot get the writer lock while the transaction holds it; it
+// fails with ErrBusy after BusyTimeout rather than hanging.
+func TestNestedWriteInsideInTx(t *testing.T) {
+	s := openStore(t, sqlite.Options{BusyTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	var inner error
+	err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, inner = s.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "s", ID: "nested"}, Now: storetest.T0,
+			LeaseUntil: storetest.T0.Add(time.Second), ExpiresAt: storetest.T0.Add(time.Hour)})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(inner, sqlite.ErrBusy) {
+		t.Fatalf("nested Claim = %v, want ErrBusy", inner)
+	}
+	// Once the transaction ended the key is claimable.
+	if c, err := s.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "s", ID: "nested"}, Now: storetest.T0,
+		LeaseUntil: storetest.T0.Add(time.Second), ExpiresAt: storetest.T0.Add(time.Hour)}); err != nil || c.Outcome != idem.ClaimAcquired {
+		t.Fatalf("Claim after InTx = %v, %v", c.Outcome, err)
+	}
+}
