@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
@@ -98,5 +99,59 @@ func TestEarlyHintsAndFlush(t *testing.T) {
 	again := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
 	if first.status != 200 || first.body != "part1 part2" || again.status != 200 || again.body != first.body || !again.replayed() {
 		t.Fatalf("first %d %q, replay %d %q", first.status, first.body, again.status, again.body)
+	}
+}
+
+// fakeClock is the guard's clock in tests that move time.
+type fakeClock struct{ now atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.now.Load()).UTC() }
+func (c *fakeClock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+// Keys are replayed for the retention and forgotten after it.
+func TestRetention(t *testing.T) {
+	clock := newFakeClock()
+	c := &counting{}
+	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Retention: time.Hour}}, c)
+	post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
+	clock.Advance(59 * time.Minute)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); !r.replayed() {
+		t.Fatal("not replayed within the retention")
+	}
+	clock.Advance(time.Minute)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.replayed() || c.calls.Load() != 2 {
+		t.Fatalf("after the retention: replayed=%v calls=%d", r.replayed(), c.calls.Load())
+	}
+}
+
+// completeFails accepts claims but cannot complete them, like a database
+// that went down while the handler ran.
+type completeFails struct{ idem.Store }
+
+func (completeFails) Complete(context.Context, idem.CompleteRequest) error {
+	return errors.New("connection reset")
+}
+
+// When the record cannot be completed, the client still has its response;
+// retries get 409 until the lease ends, then run the handler again, as after
+// a crash.
+func TestCompleteFails(t *testing.T) {
+	clock := newFakeClock()
+	c := &counting{}
+	srv := server(t, completeFails{newStore()}, idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Lease: time.Minute}}, c)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusConflict {
+		t.Fatalf("within the lease: %d, want 409", r.status)
+	}
+	clock.Advance(time.Minute)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated || c.calls.Load() != 2 {
+		t.Fatalf("after the lease: %d calls %d", r.status, c.calls.Load())
 	}
 }
