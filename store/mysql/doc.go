@@ -48,9 +48,9 @@
 //     READ COMMITTED because under REPEATABLE READ a locking read that finds
 //     nothing (the record was swept meanwhile) would lock the gap around the
 //     key. Claimers of one key queue on its record lock, each taking one lock,
-//     so they cannot deadlock; should InnoDB report a deadlock or a lock wait
-//     timeout anyway (a claim meeting a sweep of the same expired row), the
-//     store retries its own transaction, at most 5 times.
+//     so they cannot deadlock; should InnoDB report a deadlock anyway (a claim
+//     meeting a sweep of the same expired row), the store retries its own
+//     transaction, at most 5 times in all.
 //   - Complete, Release and Renew are one fenced UPDATE each (token and state
 //     in the WHERE clause); no matching row means idem.ErrLeaseLost.
 //   - Mark runs in the caller's transaction at whatever isolation it has. Its

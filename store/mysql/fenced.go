@@ -13,30 +13,28 @@ import (
 // changes, so zero affected rows means the fence failed whatever the
 // connection's clientFoundRows setting.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	return s.fenced(ctx, s.q.complete, nil, resultArg(req.Result), ms(req.ExpiresAt), ms(req.Now),
-		req.Key.Scope, req.Key.StoredID(), req.Token)
+	return s.fenced(ctx, s.q.complete, req.Key, req.Token, false, resultArg(req.Result), ms(req.ExpiresAt), ms(req.Now))
 }
 
 // Release implements idem.Store with one fenced UPDATE (state released, the
 // lease ended at req.Now).
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	return s.fenced(ctx, s.q.release, nil, ms(req.Now), ms(req.Now),
-		req.Key.Scope, req.Key.StoredID(), req.Token)
+	return s.fenced(ctx, s.q.release, req.Key, req.Token, false, ms(req.Now), ms(req.Now))
 }
 
 // Renew implements idem.Store with one fenced UPDATE of the lease.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	return s.fenced(ctx, s.q.renew, &req.Key, ms(req.LeaseUntil), ms(req.Now),
-		req.Key.Scope, req.Key.StoredID(), req.Token)
+	return s.fenced(ctx, s.q.renew, req.Key, req.Token, true, ms(req.LeaseUntil), ms(req.Now))
 }
 
-// fenced runs a fenced update and maps zero affected rows to
+// fenced runs an UPDATE whose WHERE clause is the fence (key, token,
+// in_progress) after the SET arguments set, and maps zero affected rows to
 // idem.ErrLeaseLost. MySQL counts changed rows, not matched ones, unless the
 // DSN sets clientFoundRows; a renewal to the very same lease and time changes
-// nothing, so for updates that may be no-ops (recheck != nil) a zero count is
+// nothing, so for updates that may be no-ops (mayBeNoop) a zero count is
 // confirmed by reading the fence.
-func (s *Store) fenced(ctx context.Context, query string, recheck *idem.Key, args ...any) error {
-	res, err := s.db.ExecContext(ctx, query, args...)
+func (s *Store) fenced(ctx context.Context, query string, key idem.Key, token int64, mayBeNoop bool, set ...any) error {
+	res, err := s.db.ExecContext(ctx, query, append(set, key.Scope, key.StoredID(), token)...)
 	if err != nil {
 		return err
 	}
@@ -47,10 +45,9 @@ func (s *Store) fenced(ctx context.Context, query string, recheck *idem.Key, arg
 	if n > 0 {
 		return nil
 	}
-	if recheck != nil {
-		token := args[len(args)-1]
+	if mayBeNoop {
 		var one int
-		err := s.db.QueryRowContext(ctx, s.q.owns, recheck.Scope, recheck.StoredID(), token).Scan(&one)
+		err := s.db.QueryRowContext(ctx, s.q.owns, key.Scope, key.StoredID(), token).Scan(&one)
 		if err == nil {
 			return nil
 		}

@@ -17,6 +17,8 @@ import (
 
 const errNoSuchTable = 1146
 
+var errMigrateLock = errors.New("mysql: migrate: could not take the migration lock")
+
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 

@@ -21,12 +21,11 @@ const DefaultTable = "idem_records"
 // characters and Migrate adds the "_migrations" suffix for its version table.
 const MaxTableLen = 64 - len(migrationsSuffix)
 
-// Column limits. Keys fit the primary key (200 + 200 bytes, well under
-// InnoDB's 3072-byte index limit); longer ids are hashed by idem.Key.StoredID.
-const (
-	maxDisplayLen     = idem.MaxDisplayLen
-	MaxFingerprintLen = 1024 // longest fingerprint stored (hex SHA-256 is 64)
-)
+// MaxFingerprintLen is the longest fingerprint the store keeps (a hex
+// SHA-256 is 64 bytes). Keys need no such limit here: idem.Key.Validate
+// bounds scopes and idem.Key.StoredID hashes long ids, so (scope, id) fits the
+// primary key in 400 bytes.
+const MaxFingerprintLen = 1024
 
 // Options configure a Store. The zero value works.
 type Options struct {
@@ -156,13 +155,15 @@ func validateReq(req idem.ClaimRequest) error {
 	return nil
 }
 
-// Retried errors: InnoDB reports a deadlock (the transaction was rolled back)
-// or a lock wait timeout. The store retries its own short transactions a few
-// times; callers' transactions (Mark) are never retried behind their back.
+// errDeadlock is InnoDB's "deadlock found; the transaction was rolled back".
+// The store retries its own short transactions on it, a few times; callers'
+// transactions (Mark) are never retried behind their back. A lock wait
+// timeout (1205) is not retried: it means another transaction held the record
+// for all of innodb_lock_wait_timeout, and waiting again at once would not
+// help. It surfaces as a store error, so the message is redelivered later.
 const (
-	errDeadlock        = 1213
-	errLockWaitTimeout = 1205
-	maxAttempts        = 5
+	errDeadlock = 1213
+	maxAttempts = 5
 )
 
 func retryable(err error) bool {
@@ -170,7 +171,7 @@ func retryable(err error) bool {
 		return true
 	}
 	var me *gomysql.MySQLError
-	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
+	return errors.As(err, &me) && me.Number == errDeadlock
 }
 
 // retry runs fn until it succeeds, fails with a non-retryable error, or has

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -77,5 +76,3 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	}
 	return int(n), nil
 }
-
-var errMigrateLock = errors.New("mysql: migrate: could not take the migration lock")
