@@ -36,8 +36,9 @@
 //
 // # Locking
 //
-// Every statement locks only the records of the keys it names, never a gap,
-// so consumers of unrelated keys never wait for each other:
+// Every statement locks only the records of the keys it names, never a gap
+// (inserts take insert-intention locks, which do not block each other), so
+// consumers of unrelated keys never wait for each other:
 //
 //   - Claim of an unseen key is one autocommit INSERT .. ON DUPLICATE KEY
 //     UPDATE token = LAST_INSERT_ID(token): it inserts, or changes nothing and
@@ -60,9 +61,14 @@
 //     waits for the first and then reads its marker with a locking read,
 //     which sees committed rows even under REPEATABLE READ. Duplicate keys
 //     are never caught as errors.
-//   - ClaimBatch is one READ COMMITTED transaction per 1000 keys: a locking
-//     read of the existing records, a multi-row insert of the absent keys and
-//     a multi-row rewrite of the records it takes, in primary-key order.
+//   - ClaimBatch is one READ COMMITTED transaction per 1000 keys whose first
+//     statement takes every lock in one pass in primary-key order: a multi-row
+//     INSERT .. ON DUPLICATE KEY UPDATE token = -token inserts the absent keys
+//     and marks the existing records (tokens are >= 1, so a negative one means
+//     "existed"). Batches meet at their first common key, so they never
+//     deadlock on each other. A batch of new keys is done in that one statement; otherwise
+//     one read fetches the marked records and one multi-row statement writes
+//     them back, taken or restored.
 //
 // # 100 million rows
 //
