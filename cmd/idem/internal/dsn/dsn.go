@@ -18,11 +18,15 @@ package dsn
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
 )
@@ -51,8 +55,16 @@ type Handle struct {
 	// Store is the idem store.
 	Store idem.Store
 	// Native is the store package's own value (*sqlite.Store, ...), for
-	// callers that need more than idem.Store (a transactional inbox).
+	// callers that need more than idem.Store.
 	Native any
+	// SQL is the database of stores over database/sql (sqlite, mysql), for
+	// callers that write beside the records (the demo's ledger, bench's
+	// baseline); nil otherwise.
+	SQL *sql.DB
+	// PG is the pool of the postgres store; nil otherwise.
+	PG *pgxpool.Pool
+	// Redis is the client of the redis store; nil otherwise.
+	Redis goredis.UniversalClient
 	// Migrate creates or upgrades the schema; nil when the store has none.
 	Migrate func(ctx context.Context) error
 	// Probe checks that the server answers and the schema exists; nil when

@@ -44,5 +44,5 @@ func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
+	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
 }
