@@ -45,7 +45,10 @@
 //
 // The marker is one conflict-free upsert (INSERT .. ON CONFLICT DO UPDATE ..
 // WHERE the record is expired or released); no statement ever fails on the
-// primary key. Inside fn, write through tx only.
+// primary key. Inside fn, write through tx only: a write through the store or
+// another connection waits for the transaction's own lock and fails after the
+// busy timeout ([ErrBusy] from the store's methods). To manage the transaction yourself, begin it on
+// [Store.DB] and call idem.MarkTx.
 //
 // # Concurrency and deployment
 //

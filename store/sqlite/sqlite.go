@@ -126,9 +126,11 @@ type Store struct {
 	// transaction holds the writer lock from its first statement. Otherwise
 	// write transactions take it with a no-op write first.
 	immediate bool
-	// wlock serialises this Store's write transactions in-process: SQLite has
-	// one writer, and waiting here costs nothing, while waiting in SQLite's
-	// busy handler sleeps in millisecond steps.
+	// wlock serialises this Store's write transactions in-process. SQLite
+	// has one writer anyway; waiting here is a queue that hands the lock over
+	// at once, while SQLite's busy handler polls with millisecond sleeps in no
+	// order, so that under many concurrent writers throughput collapses and a
+	// starved writer can run past the busy timeout.
 	wlock chan struct{}
 	stmts stmts
 }
