@@ -47,8 +47,8 @@
 // WHERE the record is expired or released); no statement ever fails on the
 // primary key. Inside fn, write through tx only: a write through the store or
 // another connection waits for the transaction's own lock and fails after the
-// busy timeout ([ErrBusy] from the store's methods). To manage the transaction yourself, begin it on
-// [Store.DB] and call idem.MarkTx.
+// busy timeout ([ErrBusy] from the store's methods). To manage the
+// transaction yourself, begin it on [Store.DB] and call idem.MarkTx.
 //
 // # Concurrency and deployment
 //
@@ -66,5 +66,6 @@
 // One table, primary key (scope, id), with display_id, state, fingerprint,
 // result (BLOB), token and attempts; lease_until, expires_at, created_at and
 // updated_at are integer unix milliseconds (0: unset). An index on expires_at
-// serves Sweep, which deletes one bounded batch per call.
+// serves Sweep, which deletes one bounded batch per call: run an idem.Sweeper
+// over the store so the file stays the size of the retention window.
 package sqlite
