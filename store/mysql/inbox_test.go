@@ -188,3 +188,39 @@ func TestMarkLocksNoGaps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMarkSeesCommittedUnderRR: a REPEATABLE READ transaction whose snapshot
+// was taken before another transaction committed a marker must still find
+// that marker (a duplicate), not its stale snapshot's "absent". This is why
+// Mark reads with a locking read.
+func TestMarkSeesCommittedUnderRR(t *testing.T) {
+	db := openDB(t, true, false)
+	s := newStore(t, db)
+	ctx := context.Background()
+	k := idem.Key{Scope: "inbox", ID: "late"}
+	late, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback()
+	var n int
+	if err := late.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.Table()+"`").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("snapshot read: %d, %v", n, err)
+	}
+	if err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		c, err := s.Mark(ctx, tx, req(k, t0))
+		if err == nil && c.Outcome != idem.ClaimAcquired {
+			err = fmt.Errorf("first Mark = %v", c.Outcome)
+		}
+		if err == nil {
+			err = s.SaveResult(ctx, tx, k, []byte("first"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Mark(ctx, late, req(k, t0))
+	if err != nil || c.Outcome != idem.ClaimDuplicate || string(c.Record.Result) != "first" {
+		t.Fatalf("Mark in the older snapshot = %v %q, %v; want the committed marker as a duplicate", c.Outcome, c.Record.Result, err)
+	}
+}
