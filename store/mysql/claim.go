@@ -97,6 +97,10 @@ const maxBatch = 1000
 // Otherwise one read fetches the marked records, idem.ApplyClaim decides each,
 // and one multi-row statement writes them back (taken, or restored as they
 // were).
+//
+// Batches over 1000 keys commit chunk by chunk: when a later chunk fails, the
+// keys of the earlier ones stay claimed in progress and are retaken once
+// their lease ends, like those of a consumer that crashed.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	seen := make(map[rkey]bool, len(reqs))
 	for _, r := range reqs {
