@@ -109,3 +109,25 @@ func TestBatchMatchesMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchOverChunk: batches larger than one statement's 1000 keys come back
+// complete and in request order.
+func TestBatchOverChunk(t *testing.T) {
+	s := newStore(t, openDB(t, true, false))
+	ctx := context.Background()
+	reqs := make([]idem.ClaimRequest, 2345)
+	for i := range reqs {
+		reqs[i] = req(idem.Key{Scope: "big", ID: fmt.Sprintf("k-%d", len(reqs)-i)}, t0) // descending ids
+	}
+	for round, want := range []idem.ClaimOutcome{idem.ClaimAcquired, idem.ClaimInProgress} {
+		claims, err := s.ClaimBatch(ctx, reqs)
+		if err != nil || len(claims) != len(reqs) {
+			t.Fatalf("round %d: %d claims, %v", round, len(claims), err)
+		}
+		for i, c := range claims {
+			if c.Outcome != want || c.Record.ID != reqs[i].Key.ID {
+				t.Fatalf("round %d: claim %d = %v %q, want %v %q", round, i, c.Outcome, c.Record.ID, want, reqs[i].Key.ID)
+			}
+		}
+	}
+}
