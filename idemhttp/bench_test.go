@@ -31,8 +31,16 @@ func benchRequest(key string) *http.Request {
 	return r
 }
 
+// reportCPU adds a cpu-ns/op metric for the loop that follows (call it with
+// defer before b.Loop).
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }
+}
+
 // BenchmarkBare is the handler alone: the baseline for the ratios.
 func BenchmarkBare(b *testing.B) {
+	defer reportCPU(b)()
 	for b.Loop() {
 		benchHandler.ServeHTTP(httptest.NewRecorder(), benchRequest(""))
 	}
@@ -48,6 +56,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 		h := mw.Wrap(benchHandler)
 		b.Run(st.name+"/first", func(b *testing.B) {
+			defer reportCPU(b)()
 			i := 0
 			for b.Loop() {
 				i++
@@ -60,6 +69,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 		b.Run(st.name+"/replay", func(b *testing.B) {
 			h.ServeHTTP(httptest.NewRecorder(), benchRequest("replay"))
+			defer reportCPU(b)()
 			for b.Loop() {
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, benchRequest("replay"))
