@@ -82,6 +82,9 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		handlerErr error
 	)
 	txErr := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		// A store may run fn again (after a deadlock or serialization
+		// failure): only the last attempt's decisions count.
+		handlerErr = nil
 		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev)
 		if outcomeErr != nil {
 			return outcomeErr
