@@ -13,20 +13,22 @@ import (
 
 // baseline is the same write as idem's claim, without idem.
 type baseline struct {
-	name  string
-	one   op                                           // one key per call
-	many  func(ctx context.Context, w, i, n int) error // n keys in one call
-	close func()
+	name     string                                       // what one does
+	manyName string                                       // what many does
+	one      op                                           // one key per call
+	many     func(ctx context.Context, w, i, n int) error // n keys in one call
+	close    func()
 }
 
-// sqlDBer is implemented by stores over database/sql.
-type sqlDBer interface{ DB() *sql.DB }
-
 func newBaseline(ctx context.Context, h *dsn.Handle, runID string) (*baseline, error) {
-	if db, ok := h.Native.(sqlDBer); ok {
-		return sqlBaseline(ctx, db.DB(), h.Scheme, runID)
-	}
-	if h.Scheme == "memory" {
+	switch {
+	case h.SQL != nil:
+		return sqlBaseline(ctx, h.SQL, h.Scheme, runID)
+	case h.PG != nil:
+		return pgBaseline(ctx, h.PG, runID)
+	case h.Redis != nil:
+		return redisBaseline(h.Redis, runID), nil
+	case h.Scheme == "memory":
 		return memBaseline(), nil
 	}
 	return nil, fmt.Errorf("%w: no baseline for the %s store", ErrMode, h.Scheme)
@@ -45,7 +47,8 @@ func memBaseline() *baseline {
 		}
 	}
 	return &baseline{
-		name: "map insert under a mutex",
+		name:     "map insert under a mutex",
+		manyName: "map inserts under one mutex hold",
 		one: func(_ context.Context, w, i int) (int, error) {
 			k := fmt.Sprintf("k-%d-%d", w, i)
 			mu.Lock()
@@ -88,7 +91,8 @@ func sqlBaseline(ctx context.Context, db *sql.DB, dialect, runID string) (*basel
 		return tx.Commit()
 	}
 	return &baseline{
-		name: strings.TrimSpace(strings.Replace(ins, table, "…", 1)+"(?)"+tail) + " per transaction",
+		name:     strings.TrimSpace(strings.Replace(ins, table, "…", 1)+"(?)"+tail) + " per transaction",
+		manyName: strings.TrimSpace(strings.Replace(ins, table, "…", 1)+"(?),(?),…"+tail) + " (one multi-row insert per transaction)",
 		one: func(ctx context.Context, w, i int) (int, error) {
 			return 1, inTx(ctx, ins+"(?)"+tail, fmt.Sprintf("k-%d-%d", w, i))
 		},

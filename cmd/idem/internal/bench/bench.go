@@ -122,7 +122,7 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 
 	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(), Baseline: base.name}
 	if cfg.Mode == ModeBatch {
-		res.Batch = cfg.Batch
+		res.Batch, res.Baseline = cfg.Batch, base.manyName
 	}
 	ph, err := phase(ctx, cfg, idemOp)
 	if err != nil {

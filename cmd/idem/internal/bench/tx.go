@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
@@ -17,6 +19,13 @@ func txOp(g *idem.Guard, h *dsn.Handle) (op, error) {
 		return func(ctx context.Context, w, i int) (int, error) {
 			_, err := idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
 				func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil })
+			return 1, err
+		}, nil
+	}
+	if _, ok := h.Store.(idem.TxStore[pgx.Tx]); ok {
+		return func(ctx context.Context, w, i int) (int, error) {
+			_, err := idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
+				func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
 			return 1, err
 		}, nil
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
@@ -58,23 +60,25 @@ func openStore(ctx context.Context, raw, runID string) (*demoStore, error) {
 	return s, nil
 }
 
-// sqlDBer is implemented by stores over database/sql (store/sqlite).
-type sqlDBer interface{ DB() *sql.DB }
-
-// ledger picks the mode: the transactional inbox when the store has one over
-// *sql.Tx and exposes its database (the ledger tables live beside the
-// records), else two-phase with the ledger in memory.
+// ledger picks the mode: the transactional inbox when the store has one
+// (over *sql.Tx or pgx.Tx; the ledger tables live beside the records), else
+// two-phase with the ledger in memory.
 func (s *demoStore) ledger(ctx context.Context, mode, runID string) (ledger, error) {
-	_, txOK := s.h.Store.(idem.TxStore[*sql.Tx])
-	dber, dbOK := s.h.Native.(sqlDBer)
-	canTx := txOK && dbOK
+	_, sqlTx := s.h.Store.(idem.TxStore[*sql.Tx])
+	_, pgTx := s.h.Store.(idem.TxStore[pgx.Tx])
+	sqlTx = sqlTx && s.h.SQL != nil
+	pgTx = pgTx && s.h.PG != nil
 	switch {
-	case mode == "tx" && !canTx:
-		return nil, fmt.Errorf("%w: the %s store has no transactional inbox the demo can use; use --mode two-phase or auto", ErrConfig, s.h.Scheme)
-	case mode == "two-phase" || !canTx:
+	case mode == "tx" && !sqlTx && !pgTx:
+		return nil, fmt.Errorf("%w: the %s store has no transactional inbox; use --mode two-phase or auto", ErrConfig, s.h.Scheme)
+	case mode == "two-phase":
 		return newMemLedger(), nil
+	case sqlTx:
+		return newSQLLedger(ctx, s.h.SQL, runID, s.h.Scheme)
+	case pgTx:
+		return newPGLedger(ctx, s.h.PG, runID)
 	}
-	return newSQLLedger(ctx, dber.DB(), runID, s.h.Scheme)
+	return newMemLedger(), nil
 }
 
 func (s *demoStore) close() {
