@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -103,22 +104,25 @@ func (s *Store) readRecords(ctx context.Context, keys []string) ([]idem.Record, 
 		return nil, nil
 	}
 	pipe := s.client.Pipeline()
-	cmds := make([]*goredis.SliceCmd, len(keys))
+	cmds := make([]*goredis.StringCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, recordFields...)
+		cmds[i] = pipe.Get(ctx, k)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
+	_, _ = pipe.Exec(ctx) // judged per command: redis.Nil means deleted since the scan
 	out := make([]idem.Record, 0, len(keys))
 	for _, c := range cmds {
-		r, found, err := decodeRecord(c.Val())
+		v, err := c.Result()
+		if errors.Is(err, goredis.Nil) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		if found {
-			out = append(out, r)
+		r, err := decodeRecord(v)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -132,26 +136,30 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 	}
 	by := map[string]*idem.ScopeStats{}
 	err := s.scanAll(ctx, recordPattern(s.prefix, ""), func(keys []string) error {
+		// The header alone says state and times; the scope is in the key.
 		pipe := s.client.Pipeline()
-		cmds := make([]*goredis.SliceCmd, len(keys))
+		cmds := make([]*goredis.StringCmd, len(keys))
 		for i, k := range keys {
-			cmds[i] = pipe.HMGet(ctx, k, fieldScope, fieldState, fieldLeaseUntil, fieldExpiresAt, fieldCreatedAt)
+			cmds[i] = pipe.GetRange(ctx, k, 0, maxHeaderLen-1)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return err
 		}
-		for _, c := range cmds {
-			v := c.Val()
-			if v[1] == nil {
+		for i, c := range cmds {
+			if c.Val() == "" {
 				continue // deleted since the scan
 			}
-			r := idem.Record{Scope: str(v[0]), State: idem.State(str(v[1]))}
-			var errs [3]error
-			r.LeaseUntil, errs[0] = msTime(str(v[2]))
-			r.ExpiresAt, errs[1] = msTime(str(v[3]))
-			r.CreatedAt, errs[2] = msTime(str(v[4]))
-			if err := errors.Join(errs[:]...); err != nil {
-				return err
+			scope, _, ok := parseKey(s.prefix, keys[i])
+			if !ok {
+				continue
+			}
+			h, err := splitHeader(c.Val())
+			if err != nil {
+				return fmt.Errorf("record %s: %w", keys[i], err)
+			}
+			r := idem.Record{Scope: scope, State: idem.State(h.fields[1])}
+			if r.LeaseUntil, r.ExpiresAt, r.CreatedAt, _, err = h.times(); err != nil {
+				return fmt.Errorf("record %s: %w", keys[i], err)
 			}
 			count(by, r, now)
 		}

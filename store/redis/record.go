@@ -1,12 +1,40 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
 )
+
+// Record encoding. Each record is one string value, a text header and the
+// variable-length parts after it:
+//
+//	1|<state>|<token>|<attempts>|<lease_until>|<expires_at>|<created_at>|<updated_at>|<len fp>|<len scope>|<len id>|<len display>|<fp><scope><id><display><result>
+//
+// "1" is the format version; times are unix milliseconds, empty for a zero
+// time; display is empty unless the id was hashed; the result is whatever
+// follows (binary-safe). One string rather than a hash is what makes a claim
+// cheap: an absent key is claimed with a plain SET NX GET (no script), and
+// scripts read and write a record with one GET and one SET instead of a
+// command per field. The header keeps the record legible in redis-cli GET.
+//
+// The Lua twin of this code is luaRecord in scripts.go.
+
+const formatVersion = "1"
+
+// headerFields is the number of '|'-terminated fields before the body.
+const headerFields = 12
+
+// maxHeaderLen bounds the header (version, longest state, ten 20-digit
+// numbers and separators), so readers that need only the header fetch a
+// prefix of the value.
+const maxHeaderLen = 256
+
+var errMalformed = errors.New("redisstore: malformed record value")
 
 // msArg encodes a stored time as unix milliseconds; the zero time is "" so
 // that "no expiry" stays distinct from 1970.
@@ -33,136 +61,122 @@ func msTime(s string) (time.Time, error) {
 	return time.UnixMilli(n).UTC(), nil
 }
 
-// roundMs is t as the store keeps it (millisecond precision).
-func roundMs(t time.Time) time.Time {
-	r, _ := msTime(msArg(t))
-	return r
+// encodeRecord renders r in the stored format. DisplayID is stored only
+// when it differs from ID.
+func encodeRecord(r idem.Record) string {
+	display := r.DisplayID
+	if display == r.ID {
+		display = ""
+	}
+	var b strings.Builder
+	b.Grow(96 + len(r.Fingerprint) + len(r.Scope) + len(r.ID) + len(display) + len(r.Result))
+	for _, f := range [...]string{
+		formatVersion, string(r.State),
+		strconv.FormatInt(r.Token, 10), strconv.Itoa(r.Attempts),
+		msArg(r.LeaseUntil), msArg(r.ExpiresAt), msArg(r.CreatedAt), msArg(r.UpdatedAt),
+		strconv.Itoa(len(r.Fingerprint)), strconv.Itoa(len(r.Scope)), strconv.Itoa(len(r.ID)), strconv.Itoa(len(display)),
+	} {
+		b.WriteString(f)
+		b.WriteByte('|')
+	}
+	b.WriteString(r.Fingerprint)
+	b.WriteString(r.Scope)
+	b.WriteString(r.ID)
+	b.WriteString(display)
+	b.Write(r.Result)
+	return b.String()
 }
 
-// str converts a Lua reply element (a bulk string or false/nil) to a string.
-func str(v any) string {
-	switch s := v.(type) {
-	case string:
-		return s
-	case []byte:
-		return string(s)
-	case int64:
-		return strconv.FormatInt(s, 10)
-	}
-	return ""
+// header is the decoded header of a record value; body is what follows it.
+type header struct {
+	fields [headerFields]string
+	body   string
 }
 
-// decodeRecord builds a record from the values of recordFields, in order.
-func decodeRecord(vals []any) (idem.Record, bool, error) {
-	if len(vals) != len(recordFields) {
-		return idem.Record{}, false, fmt.Errorf("redisstore: record reply has %d fields, want %d", len(vals), len(recordFields))
+func splitHeader(v string) (header, error) {
+	var h header
+	rest := v
+	for i := range h.fields {
+		j := strings.IndexByte(rest, '|')
+		if j < 0 {
+			return header{}, errMalformed
+		}
+		h.fields[i], rest = rest[:j], rest[j+1:]
 	}
-	if vals[3] == nil {
-		return idem.Record{}, false, nil // no state: no record
+	if h.fields[0] != formatVersion {
+		return header{}, fmt.Errorf("%w: format version %q", errMalformed, h.fields[0])
 	}
-	f := make([]string, len(vals))
-	for i, v := range vals {
-		f[i] = str(v)
+	h.body = rest
+	return h, nil
+}
+
+// times decodes lease_until, expires_at, created_at, updated_at.
+func (h header) times() (lease, expires, created, updated time.Time, err error) {
+	var errs [4]error
+	lease, errs[0] = msTime(h.fields[4])
+	expires, errs[1] = msTime(h.fields[5])
+	created, errs[2] = msTime(h.fields[6])
+	updated, errs[3] = msTime(h.fields[7])
+	return lease, expires, created, updated, errors.Join(errs[:]...)
+}
+
+// decodeRecord parses a stored value.
+func decodeRecord(v string) (idem.Record, error) {
+	h, err := splitHeader(v)
+	if err != nil {
+		return idem.Record{}, err
 	}
-	r := idem.Record{
-		Scope:       f[0],
-		ID:          f[1],
-		DisplayID:   f[2],
-		State:       idem.State(f[3]),
-		Fingerprint: f[4],
+	var lens [4]int
+	total := 0
+	for i := range lens {
+		n, err := strconv.Atoi(h.fields[8+i])
+		if err != nil || n < 0 {
+			return idem.Record{}, fmt.Errorf("%w: length %q", errMalformed, h.fields[8+i])
+		}
+		lens[i] = n
+		total += n
 	}
+	if total > len(h.body) {
+		return idem.Record{}, fmt.Errorf("%w: body shorter than its lengths", errMalformed)
+	}
+	r := idem.Record{State: idem.State(h.fields[1])}
+	if r.Token, err = strconv.ParseInt(h.fields[2], 10, 64); err != nil {
+		return idem.Record{}, fmt.Errorf("%w: token %q", errMalformed, h.fields[2])
+	}
+	if r.Attempts, err = strconv.Atoi(h.fields[3]); err != nil {
+		return idem.Record{}, fmt.Errorf("%w: attempts %q", errMalformed, h.fields[3])
+	}
+	if r.LeaseUntil, r.ExpiresAt, r.CreatedAt, r.UpdatedAt, err = h.times(); err != nil {
+		return idem.Record{}, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	body := h.body
+	r.Fingerprint, body = body[:lens[0]], body[lens[0]:]
+	r.Scope, body = body[:lens[1]], body[lens[1]:]
+	r.ID, body = body[:lens[2]], body[lens[2]:]
+	r.DisplayID, body = body[:lens[3]], body[lens[3]:]
 	if r.DisplayID == "" {
 		r.DisplayID = r.ID
 	}
-	if f[5] != "" {
-		r.Result = []byte(f[5])
+	if len(body) > 0 {
+		r.Result = []byte(body)
 	}
-	var err error
-	if r.Token, err = strconv.ParseInt(f[6], 10, 64); err != nil {
-		return idem.Record{}, false, fmt.Errorf("redisstore: record %s/%s: token %q: %w", r.Scope, r.ID, f[6], err)
-	}
-	if r.Attempts, err = strconv.Atoi(f[7]); err != nil {
-		return idem.Record{}, false, fmt.Errorf("redisstore: record %s/%s: attempts %q: %w", r.Scope, r.ID, f[7], err)
-	}
-	for i, dst := range []*time.Time{&r.LeaseUntil, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt} {
-		if *dst, err = msTime(f[8+i]); err != nil {
-			return idem.Record{}, false, fmt.Errorf("redisstore: record %s/%s: %s %q: %w", r.Scope, r.ID, recordFields[8+i], f[8+i], err)
-		}
-	}
-	return r, true, nil
+	return r, nil
 }
 
-// decodeClaim interprets claimScript's reply for req.
-func decodeClaim(req idem.ClaimRequest, reply any) (idem.Claim, error) {
-	arr, ok := reply.([]any)
-	if !ok || len(arr) < 2 {
-		return idem.Claim{}, fmt.Errorf("redisstore: unexpected claim reply %T", reply)
+// freshRecord is the record a claim of an absent key writes.
+func freshRecord(req idem.ClaimRequest) idem.Record {
+	return idem.Record{
+		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
+		State: idem.StateInProgress, Fingerprint: req.Fingerprint, Token: 1, Attempts: 1,
+		LeaseUntil: req.LeaseUntil, ExpiresAt: req.ExpiresAt, CreatedAt: req.Now, UpdatedAt: req.Now,
 	}
-	code, _ := arr[0].(int64)
-	switch code {
-	case replyAcquired:
-		if len(arr) != 6 {
-			return idem.Claim{}, fmt.Errorf("redisstore: acquired reply has %d elements", len(arr))
-		}
-		tok, err := strconv.ParseInt(str(arr[2]), 10, 64)
-		if err != nil {
-			return idem.Claim{}, fmt.Errorf("redisstore: claim token %q: %w", str(arr[2]), err)
-		}
-		att, err := strconv.Atoi(str(arr[3]))
-		if err != nil {
-			return idem.Claim{}, fmt.Errorf("redisstore: claim attempts %q: %w", str(arr[3]), err)
-		}
-		created, err := msTime(str(arr[4]))
-		if err != nil {
-			return idem.Claim{}, fmt.Errorf("redisstore: claim created_at %q: %w", str(arr[4]), err)
-		}
-		retaken, _ := arr[1].(int64)
-		return idem.Claim{
-			Outcome: idem.ClaimAcquired,
-			Retaken: retaken == 1,
-			Record: idem.Record{
-				Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
-				State: idem.StateInProgress, Fingerprint: str(arr[5]),
-				Token: tok, Attempts: att,
-				LeaseUntil: roundMs(req.LeaseUntil), ExpiresAt: roundMs(req.ExpiresAt),
-				CreatedAt: created, UpdatedAt: roundMs(req.Now),
-			},
-		}, nil
-	case replyDuplicate, replyInProgress, replyStale:
-		vals, ok := arr[1].([]any)
-		if !ok {
-			return idem.Claim{}, fmt.Errorf("redisstore: unexpected claim record %T", arr[1])
-		}
-		r, found, err := decodeRecord(vals)
-		if err != nil {
-			return idem.Claim{}, err
-		}
-		if !found {
-			return idem.Claim{}, fmt.Errorf("redisstore: claim reply without a record")
-		}
-		o := idem.ClaimDuplicate
-		switch code {
-		case replyInProgress:
-			o = idem.ClaimInProgress
-		case replyStale:
-			o = idem.ClaimStale
-		}
-		return idem.Claim{Outcome: o, Record: r}, nil
-	}
-	return idem.Claim{}, fmt.Errorf("redisstore: unexpected claim reply code %v", arr[0])
 }
 
-// claimArgs are claimScript's ARGV for req.
-func claimArgs(req idem.ClaimRequest) []any {
-	take := "0"
-	if req.TakeOverStale {
-		take = "1"
+// roundTrip returns r as the store keeps it (millisecond times, UTC).
+func roundTrip(v string) idem.Record {
+	r, err := decodeRecord(v)
+	if err != nil {
+		panic("redisstore: encodeRecord output does not decode: " + err.Error())
 	}
-	id := req.Key.StoredID()
-	display := req.Key.DisplayID()
-	if display == id {
-		display = ""
-	}
-	return []any{nowArg(req.Now), msArg(req.LeaseUntil), msArg(req.ExpiresAt), req.Fingerprint, take,
-		req.Key.Scope, id, display}
+	return r
 }

@@ -2,35 +2,49 @@ package redisstore
 
 import goredis "github.com/redis/go-redis/v9"
 
-// The scripts below are the whole of the store's write logic. Each touches
-// only KEYS[1] (one record, one slot) and runs atomically in Redis, so no
+// The scripts below are the store's write transitions. Each touches only
+// KEYS[1] (one record, one slot) and runs atomically in Redis, so no
 // interleaving of clients can break a transition. Times arrive as unix
 // milliseconds in ARGV (the caller's clock, never Redis's: TIME is not used);
-// a zero time is the empty string. Tokens are compared as the decimal strings
-// HINCRBY writes, which avoids Lua's float formatting of large numbers.
+// a zero time is the empty string. Tokens are compared as decimal strings.
 
-// recordFields is the HMGET order of a full record, shared by claimScript's
-// replies and decodeRecord.
-var recordFields = []string{
-	fieldScope, fieldID, fieldDisplay, fieldState, fieldFingerprint, fieldResult,
-	fieldToken, fieldAttempts, fieldLeaseUntil, fieldExpiresAt, fieldCreatedAt, fieldUpdatedAt,
-}
+// luaRecord parses and writes the format of record.go. parse returns nil for
+// a value it does not understand; the scripts then fail loudly rather than
+// overwrite it.
+const luaRecord = `
+local function parse(v)
+  local st, tok, att, lease, exp, cr, up, lfp, ls, li, ld, pos = string.match(v,
+    '^1|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|()')
+  lfp = tonumber(lfp)
+  local n = lfp and tonumber(ls) and tonumber(li) and tonumber(ld) and tonumber(tok) and tonumber(att)
+  if not n then
+    return nil
+  end
+  n = lfp + tonumber(ls) + tonumber(li) + tonumber(ld)
+  return {state = st, token = tok, attempts = att, lease = lease, exp = exp, created = cr, updated = up,
+    fp = string.sub(v, pos, pos + lfp - 1), lens = ls .. '|' .. li .. '|' .. ld,
+    ident = string.sub(v, pos + lfp, pos + n - 1), result = string.sub(v, pos + n)}
+end
 
-// Hash field names (documented in the package doc for operators).
-const (
-	fieldScope       = "scope"
-	fieldID          = "id"
-	fieldDisplay     = "display_id" // only when the id was hashed
-	fieldState       = "state"
-	fieldFingerprint = "fingerprint"
-	fieldResult      = "result"
-	fieldToken       = "token"
-	fieldAttempts    = "attempts"
-	fieldLeaseUntil  = "lease_until"
-	fieldExpiresAt   = "expires_at"
-	fieldCreatedAt   = "created_at"
-	fieldUpdatedAt   = "updated_at"
-)
+local function write(k, r)
+  local v = table.concat({'1', r.state, r.token, r.attempts, r.lease, r.exp, r.created, r.updated,
+    string.len(r.fp), r.lens, ''}, '|') .. r.fp .. r.ident .. r.result
+  if r.exp == '' then
+    redis.call('SET', k, v)
+  else
+    redis.call('SET', k, v, 'PXAT', r.exp)
+  end
+  return v
+end
+
+local function inc(n)
+  return string.format('%d', tonumber(n) + 1)
+end
+
+local function malformed(k)
+  return redis.error_reply('idem: malformed record at ' .. k)
+end
+`
 
 // Claim reply codes (first element of claimScript's reply).
 const (
@@ -40,122 +54,128 @@ const (
 	replyStale      = 4
 )
 
-// claimScript is idem.ApplyClaim in one step.
+// claimScript is idem.ApplyClaim in one step, for keys that hold a record
+// (absent keys are claimed by SET NX GET without a script).
 //
-// ARGV: now, lease_until, expires_at, fingerprint, take over stale ("1"/"0"),
-// scope, stored id, display id ("" when equal to the stored id).
+// ARGV: now, take over stale ("1"/"0"), the fresh record value (token 1,
+// the request's fingerprint, lease and retention) written when the key is
+// absent or expired.
 //
-// Reply: {1, retaken (0/1), token, attempts, created_at, fingerprint} when
-// acquired, which is all the caller does not know already; otherwise
-// {code, <recordFields values>}.
-var claimScript = goredis.NewScript(`
+// Reply: {code, record value after the step, retaken (0/1)}.
+var claimScript = goredis.NewScript(luaRecord + `
 local k = KEYS[1]
 local now = tonumber(ARGV[1])
-local cur = redis.call('HMGET', k, 'state', 'expires_at', 'lease_until')
-local state = cur[1]
-
-local function full(code)
-  return {code, redis.call('HMGET', k, 'scope', 'id', 'display_id', 'state', 'fingerprint', 'result',
-    'token', 'attempts', 'lease_until', 'expires_at', 'created_at', 'updated_at')}
+local fresh = parse(ARGV[3])
+local v = redis.call('GET', k)
+if not v then
+  return {1, write(k, fresh), 0}
 end
+local r = parse(v)
+if not r then
+  return malformed(k)
+end
+local exp = tonumber(r.exp)
+if exp and exp <= now then
+  -- Expired but not yet removed by Redis: a fresh record that keeps
+  -- counting tokens from the old one.
+  fresh.token = inc(r.token)
+  return {1, write(k, fresh), 0}
+end
+if r.state == 'completed' then
+  return {2, v, 0}
+end
+if r.state == 'in_progress' then
+  local lease = tonumber(r.lease)
+  if lease and now < lease then
+    return {3, v, 0}
+  end
+  if ARGV[2] ~= '1' then
+    return {4, v, 0}
+  end
+  -- Retake: the stored fingerprint is kept (it describes the content the
+  -- first owner may have acted on).
+  r.token, r.attempts = inc(r.token), inc(r.attempts)
+  r.lease, r.exp, r.updated = fresh.lease, fresh.exp, ARGV[1]
+  return {1, write(k, r), 1}
+end
+if r.state == 'released' then
+  r.state, r.token, r.attempts = 'in_progress', inc(r.token), inc(r.attempts)
+  r.fp, r.result = fresh.fp, ''
+  r.lease, r.exp, r.updated = fresh.lease, fresh.exp, ARGV[1]
+  return {1, write(k, r), 0}
+end
+return malformed(k)
+`)
 
-local function acquire(retaken)
-  redis.call('HSET', k, 'state', 'in_progress', 'lease_until', ARGV[2], 'expires_at', ARGV[3],
-    'updated_at', ARGV[1])
-  if ARGV[3] == '' then
-    redis.call('PERSIST', k)
+// fencedPrelude starts Complete, Release and Renew. ARGV[1] is the
+// caller's token; ARGV[2] the record value this client last saw under that
+// token (or ""), ARGV[3] the value to write in its place and ARGV[4] its
+// expiry (unix ms, "" for none).
+//
+// Fast path: the stored value is still exactly ARGV[2], so nobody has
+// touched the record since this client claimed (or renewed) it; it is in
+// progress under ARGV[1] and ARGV[3] is the transition, computed by the
+// client: a compare-and-set with no parsing. Otherwise the record is parsed
+// and checked (ending the script with 0 unless it is in progress under
+// ARGV[1]) and the script's own transition follows.
+const fencedPrelude = luaRecord + `
+local k = KEYS[1]
+local v = redis.call('GET', k)
+if not v then
+  return 0
+end
+if v == ARGV[2] then
+  if ARGV[4] == '' then
+    redis.call('SET', k, ARGV[3])
   else
-    redis.call('PEXPIREAT', k, ARGV[3])
+    redis.call('SET', k, ARGV[3], 'PXAT', ARGV[4])
   end
-  local r = redis.call('HMGET', k, 'token', 'attempts', 'created_at', 'fingerprint')
-  return {1, retaken, r[1], r[2], r[3], r[4]}
+  return 1
 end
-
-local exp = tonumber(cur[2])
-if state and not (exp and exp <= now) then
-  if state == 'completed' then
-    return full(2)
-  end
-  if state == 'in_progress' then
-    local lease = tonumber(cur[3])
-    if lease and now < lease then
-      return full(3)
-    end
-    if ARGV[5] ~= '1' then
-      return full(4)
-    end
-    -- Retake: the stored fingerprint is kept (it describes the content the
-    -- first owner may have acted on).
-    redis.call('HINCRBY', k, 'token', 1)
-    redis.call('HINCRBY', k, 'attempts', 1)
-    return acquire(1)
-  end
-  if state == 'released' then
-    redis.call('HINCRBY', k, 'token', 1)
-    redis.call('HINCRBY', k, 'attempts', 1)
-    redis.call('HSET', k, 'fingerprint', ARGV[4])
-    redis.call('HDEL', k, 'result')
-    return acquire(0)
-  end
-  return redis.error_reply('idem: record ' .. k .. ' has unknown state ' .. tostring(state))
+local r = parse(v)
+if not r then
+  return malformed(k)
 end
-
--- Absent or expired: a fresh record. An expired record Redis has not removed
--- yet passes its token on, so tokens keep increasing.
-redis.call('HDEL', k, 'result', 'display_id')
-redis.call('HSET', k, 'scope', ARGV[6], 'id', ARGV[7], 'fingerprint', ARGV[4], 'attempts', 1,
-  'created_at', ARGV[1])
-if ARGV[8] ~= '' then
-  redis.call('HSET', k, 'display_id', ARGV[8])
-end
-redis.call('HINCRBY', k, 'token', 1)
-return acquire(0)
-`)
-
-// completeScript: ARGV token, result, expires_at, now. Reply 1, or 0 when
-// the token is not current or the record is not in progress.
-var completeScript = goredis.NewScript(`
-local k = KEYS[1]
-local cur = redis.call('HMGET', k, 'state', 'token')
-if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
+if r.state ~= 'in_progress' or r.token ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', k, 'state', 'completed', 'result', ARGV[2], 'expires_at', ARGV[3], 'updated_at', ARGV[4])
-if ARGV[3] == '' then
-  redis.call('PERSIST', k)
-else
-  redis.call('PEXPIREAT', k, ARGV[3])
-end
+`
+
+// completeScript: ARGV 1-4 as fencedPrelude, then result, expires_at, now.
+// Reply 1, or 0 when the token is not current or the record is not in
+// progress. The key's Redis expiry moves to the new retention end.
+var completeScript = goredis.NewScript(fencedPrelude + `
+r.state, r.result, r.exp, r.updated = 'completed', ARGV[5], ARGV[6], ARGV[7]
+write(k, r)
 return 1
 `)
 
-// releaseScript: ARGV token, now. Reply 1 or 0 as completeScript.
-var releaseScript = goredis.NewScript(`
-local k = KEYS[1]
-local cur = redis.call('HMGET', k, 'state', 'token')
-if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
-  return 0
-end
-redis.call('HSET', k, 'state', 'released', 'lease_until', ARGV[2], 'updated_at', ARGV[2])
+// releaseScript: ARGV 1-4 as fencedPrelude, then now. Reply as
+// completeScript.
+var releaseScript = goredis.NewScript(fencedPrelude + `
+r.state, r.lease, r.updated = 'released', ARGV[5], ARGV[5]
+write(k, r)
 return 1
 `)
 
-// renewScript: ARGV token, lease_until, now. Reply 1 or 0 as completeScript.
-var renewScript = goredis.NewScript(`
-local k = KEYS[1]
-local cur = redis.call('HMGET', k, 'state', 'token')
-if cur[1] ~= 'in_progress' or cur[2] ~= ARGV[1] then
-  return 0
-end
-redis.call('HSET', k, 'lease_until', ARGV[2], 'updated_at', ARGV[3])
+// renewScript: ARGV 1-4 as fencedPrelude, then lease_until, now. Reply as
+// completeScript.
+var renewScript = goredis.NewScript(fencedPrelude + `
+r.lease, r.updated = ARGV[5], ARGV[6]
+write(k, r)
 return 1
 `)
 
 // sweepScript deletes the record if its retention ended at ARGV now (it
-// re-checks, so a record reclaimed since the scan survives). Reply 1 when
-// deleted.
-var sweepScript = goredis.NewScript(`
-local e = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
+// re-checks, so a record claimed again since the scan survives). Reply 1
+// when deleted.
+var sweepScript = goredis.NewScript(luaRecord + `
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local r = parse(v)
+local e = r and tonumber(r.exp)
 if e and e <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
   return 1

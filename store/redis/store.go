@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -56,6 +57,8 @@ type Store struct {
 	client goredis.UniversalClient
 	prefix string
 
+	held heldClaims // claims this Store acquired and still holds
+
 	sweepMu sync.Mutex // one Sweep at a time in this process; guards sweepPos
 	sweepAt sweepPos
 }
@@ -89,50 +92,157 @@ func (s *Store) Key(k idem.Key) string { return keyOf(s.prefix, k) }
 // inspectable (errors.Is(err, context.Canceled), redis.Error, net.Error).
 func wrap(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
 
-// Claim implements idem.Store with one script run.
+// Claim implements idem.Store. An absent key is claimed by one SET NX GET
+// (no script); the same command returns the current record otherwise, and
+// when that record calls for no write (duplicate, in progress, parked stale)
+// that snapshot is the answer. Only transitions that rewrite a record
+// (retake, reclaim after release or expiry) run claimScript, which checks
+// the rules again atomically.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
-	reply, err := claimScript.Run(ctx, s.client, []string{keyOf(s.prefix, req.Key)}, claimArgs(req)...).Result()
+	key := keyOf(s.prefix, req.Key)
+	fresh := encodeRecord(freshRecord(req))
+	cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
+	c, done, err := decodeSetNXGet(req, fresh, cmd)
 	if err != nil {
 		return idem.Claim{}, wrap("claim", err)
 	}
-	return decodeClaim(req, reply)
+	value := fresh
+	if !done {
+		reply, err := claimScript.Run(ctx, s.client, []string{key}, claimArgs(req, fresh)...).Result()
+		if err != nil {
+			return idem.Claim{}, wrap("claim", err)
+		}
+		if c, value, err = decodeClaim(reply); err != nil {
+			return idem.Claim{}, err
+		}
+	}
+	s.held.acquired(key, c, value)
+	return c, nil
+}
+
+// setNXGetArgs is the claim of an absent key: write fresh only if the key
+// does not exist, and return what it held otherwise (Redis 7.0+).
+func setNXGetArgs(key, fresh string, expires time.Time) []any {
+	if expires.IsZero() {
+		return []any{"set", key, fresh, "nx", "get"}
+	}
+	return []any{"set", key, fresh, "nx", "get", "pxat", expires.UnixMilli()}
+}
+
+// decodeSetNXGet interprets the SET NX GET reply: acquired when the key was
+// absent; the snapshot's outcome when it needs no write; done=false when
+// the claim must go through claimScript.
+func decodeSetNXGet(req idem.ClaimRequest, fresh string, cmd *goredis.Cmd) (c idem.Claim, done bool, err error) {
+	v, err := cmd.Text()
+	if errors.Is(err, goredis.Nil) {
+		return idem.Claim{Outcome: idem.ClaimAcquired, Record: roundTrip(fresh)}, true, nil
+	}
+	if err != nil {
+		return idem.Claim{}, true, err
+	}
+	cur, err := decodeRecord(v)
+	if err != nil {
+		return idem.Claim{}, true, err
+	}
+	c, write := idem.ApplyClaim(&cur, req)
+	return c, !write, nil
+}
+
+func claimArgs(req idem.ClaimRequest, fresh string) []any {
+	take := "0"
+	if req.TakeOverStale {
+		take = "1"
+	}
+	return []any{nowArg(req.Now), take, fresh}
+}
+
+// decodeClaim interprets claimScript's reply and returns the record's
+// stored value too.
+func decodeClaim(reply any) (idem.Claim, string, error) {
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 3 {
+		return idem.Claim{}, "", fmt.Errorf("redisstore: unexpected claim reply %v", reply)
+	}
+	code, _ := arr[0].(int64)
+	v, _ := arr[1].(string)
+	retaken, _ := arr[2].(int64)
+	r, err := decodeRecord(v)
+	if err != nil {
+		return idem.Claim{}, "", err
+	}
+	c := idem.Claim{Record: r, Retaken: retaken == 1}
+	switch code {
+	case replyAcquired:
+		c.Outcome = idem.ClaimAcquired
+	case replyDuplicate:
+		c.Outcome = idem.ClaimDuplicate
+	case replyInProgress:
+		c.Outcome = idem.ClaimInProgress
+	case replyStale:
+		c.Outcome = idem.ClaimStale
+	default:
+		return idem.Claim{}, "", fmt.Errorf("redisstore: unexpected claim reply code %v", arr[0])
+	}
+	return c, v, nil
 }
 
 // fenced runs a complete/release/renew script and maps its 0 reply to
-// idem.ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k idem.Key, args ...any) error {
+// idem.ErrLeaseLost. When this Store holds the claim (it claimed or renewed
+// it under token), it sends the value it expects and the transition's
+// result so the script can compare-and-set without parsing; change turns
+// the held record into the new one.
+func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k idem.Key, token int64,
+	change func(*idem.Record), args ...any) (idem.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return idem.Record{}, false, err
 	}
-	n, err := script.Run(ctx, s.client, []string{keyOf(s.prefix, k)}, args...).Int64()
+	key := keyOf(s.prefix, k)
+	var expected, next, pxat string
+	h, ok := s.held.take(key, token)
+	if ok {
+		change(&h.rec)
+		expected, next, pxat = h.value, encodeRecord(h.rec), msArg(h.rec.ExpiresAt)
+	}
+	all := append([]any{strconv.FormatInt(token, 10), expected, next, pxat}, args...)
+	n, err := script.Run(ctx, s.client, []string{key}, all...).Int64()
 	if err != nil {
-		return wrap(op, err)
+		return idem.Record{}, false, wrap(op, err)
 	}
 	if n != 1 {
-		return idem.ErrLeaseLost
+		return idem.Record{}, false, idem.ErrLeaseLost
 	}
-	return nil
+	return h.rec, ok, nil
 }
 
 // Complete implements idem.Store: fenced by token and state, and moves the
 // key's Redis expiry to the new retention end.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	return s.fenced(ctx, "complete", completeScript, req.Key,
-		strconv.FormatInt(req.Token, 10), req.Result, msArg(req.ExpiresAt), nowArg(req.Now))
+	_, _, err := s.fenced(ctx, "complete", completeScript, req.Key, req.Token, func(r *idem.Record) {
+		r.State, r.Result, r.ExpiresAt, r.UpdatedAt = idem.StateCompleted, req.Result, req.ExpiresAt, req.Now
+	}, req.Result, msArg(req.ExpiresAt), nowArg(req.Now))
+	return err
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	return s.fenced(ctx, "release", releaseScript, req.Key, strconv.FormatInt(req.Token, 10), nowArg(req.Now))
+	_, _, err := s.fenced(ctx, "release", releaseScript, req.Key, req.Token, func(r *idem.Record) {
+		r.State, r.LeaseUntil, r.UpdatedAt = idem.StateReleased, req.Now, req.Now
+	}, nowArg(req.Now))
+	return err
 }
 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	return s.fenced(ctx, "renew", renewScript, req.Key,
-		strconv.FormatInt(req.Token, 10), msArg(req.LeaseUntil), nowArg(req.Now))
+	r, held, err := s.fenced(ctx, "renew", renewScript, req.Key, req.Token, func(r *idem.Record) {
+		r.LeaseUntil, r.UpdatedAt = req.LeaseUntil, req.Now
+	}, msArg(req.LeaseUntil), nowArg(req.Now))
+	if err == nil && held {
+		s.held.put(keyOf(s.prefix, req.Key), r, "")
+	}
+	return err
 }
 
 // Get implements idem.Store. It returns records whose retention ended by the
@@ -141,22 +251,19 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	vals, err := s.client.HMGet(ctx, keyOf(s.prefix, key), recordFields...).Result()
+	v, err := s.client.Get(ctx, keyOf(s.prefix, key)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return idem.Record{}, idem.ErrNotFound
+	}
 	if err != nil {
 		return idem.Record{}, wrap("get", err)
 	}
-	r, found, err := decodeRecord(vals)
-	if err != nil {
-		return idem.Record{}, err
-	}
-	if !found {
-		return idem.Record{}, idem.ErrNotFound
-	}
-	return r, nil
+	return decodeRecord(v)
 }
 
-// ClaimBatch implements idem.BatchStore: one pipeline of claim scripts, one
-// round trip (per cluster node). Each claim is atomic on its own; the batch
+// ClaimBatch implements idem.BatchStore: one pipeline of SET NX GET, one
+// round trip (per cluster node), plus a second pipeline of claim scripts for
+// the keys whose records need a rewrite (retake, reclaim). Each claim is atomic on its own; the batch
 // is not a transaction. On any error no claim is reported: claims the server
 // applied before the failure stay in progress until their lease ends, then
 // are retaken.
@@ -167,19 +274,49 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	calls := make([]scriptCall, len(reqs))
+	keys := make([]string, len(reqs))
+	fresh := make([]string, len(reqs))
+	setCmds := make([]*goredis.Cmd, len(reqs))
+	pipe := s.client.Pipeline()
 	for i, r := range reqs {
-		calls[i] = scriptCall{key: keyOf(s.prefix, r.Key), args: claimArgs(r)}
+		keys[i] = keyOf(s.prefix, r.Key)
+		fresh[i] = encodeRecord(freshRecord(r))
+		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i], r.ExpiresAt)...)
+	}
+	// Exec's error is the first failed command's; redis.Nil (key was absent)
+	// is no failure, so each command is judged on its own.
+	_, _ = pipe.Exec(ctx)
+	out := make([]idem.Claim, len(reqs))
+	var (
+		slow  []int
+		calls []scriptCall
+	)
+	for i, r := range reqs {
+		c, done, err := decodeSetNXGet(r, fresh[i], setCmds[i])
+		if err != nil {
+			return nil, wrap("claim batch", err)
+		}
+		if done {
+			out[i] = c
+			s.held.acquired(keys[i], c, fresh[i])
+			continue
+		}
+		slow = append(slow, i)
+		calls = append(calls, scriptCall{key: keys[i], args: claimArgs(r, fresh[i])})
+	}
+	if len(calls) == 0 {
+		return out, nil
 	}
 	cmds, err := s.evalPipelined(ctx, claimScript, calls)
 	if err != nil {
 		return nil, wrap("claim batch", err)
 	}
-	out := make([]idem.Claim, len(reqs))
-	for i, cmd := range cmds {
-		if out[i], err = decodeClaim(reqs[i], cmd.Val()); err != nil {
+	for j, i := range slow {
+		var value string
+		if out[i], value, err = decodeClaim(cmds[j].Val()); err != nil {
 			return nil, err
 		}
+		s.held.acquired(keys[i], out[i], value)
 	}
 	return out, nil
 }

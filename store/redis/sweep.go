@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -146,7 +145,7 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 }
 
 // expiredKeys returns the keys whose expires_at is at or before now (unix
-// ms), reading them in one pipeline.
+// ms), reading only their headers, in one pipeline.
 func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
@@ -154,17 +153,20 @@ func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]st
 	pipe := s.client.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HGet(ctx, k, fieldExpiresAt)
+		cmds[i] = pipe.GetRange(ctx, k, 0, maxHeaderLen-1)
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command: a missing key's redis.Nil is not one
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
 	var out []string
 	for i, c := range cmds {
-		if err := c.Err(); err != nil && !errors.Is(err, goredis.Nil) {
-			return nil, err
+		h, err := splitHeader(c.Val())
+		if err != nil {
+			continue // gone since the scan (empty), or not a record to judge
 		}
-		exp, err := msTime(c.Val())
+		exp, err := msTime(h.fields[5])
 		if err != nil || exp.IsZero() {
-			continue // gone since the scan, no expiry, or not ours to judge
+			continue
 		}
 		if exp.UnixMilli() <= now {
 			out = append(out, keys[i])
