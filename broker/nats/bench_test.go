@@ -33,7 +33,7 @@ func BenchmarkConsume(b *testing.B) {
 			cons := e.consumer(b, "bench", 30*time.Second)
 			b.ResetTimer()
 			if mode == "raw" {
-				it, err := cons.Messages(jetstream.PullMaxMessages(2))
+				it, err := cons.Messages(jetstream.PullMaxMessages(4), jetstream.PullExpiry(5*time.Second))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -56,7 +56,7 @@ func BenchmarkConsume(b *testing.B) {
 				var n atomic.Int64
 				err = natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 					return nil, nil
-				}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, OnResult: func(_ jetstream.Msg, r natsidem.Report) {
+				}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: 4, OnResult: func(_ jetstream.Msg, r natsidem.Report) {
 					if r.Action != idem.ActionAck {
 						b.Errorf("report %+v", r)
 					}

@@ -24,8 +24,11 @@ type Options struct {
 	// Concurrency is how many messages are handled at once. Default 1.
 	Concurrency int
 	// Prefetch is how many messages the client buffers ahead of the
-	// handlers (PullMaxMessages). Default 2*Concurrency. Buffered messages
-	// count against the consumer's MaxAckPending and AckWait.
+	// handlers (PullMaxMessages). Default 2*Concurrency, at least 4 (pulls
+	// of one or two messages have been seen to stall until the pull
+	// expires). Buffered messages count against the consumer's
+	// MaxAckPending, and their AckWait runs while they wait: keep
+	// Prefetch/Concurrency times the handler's duration under AckWait.
 	Prefetch int
 	// Backoff gives the NakWithDelay delay for a retried message from its
 	// delivery count (1 for the first delivery). Default
@@ -69,6 +72,12 @@ type Report struct {
 	BrokerErr error
 }
 
+// pullExpiry bounds each pull request. Short requests bound the stall when
+// a request is lost or left unanswered (seen with small batches: the client
+// then waits for the request to expire before asking again) at the cost of
+// one request per pullExpiry on an idle consumer.
+const pullExpiry = 5 * time.Second
+
 // Consumer runs a Handler for the messages of a JetStream pull consumer.
 type Consumer struct {
 	cons       jetstream.Consumer
@@ -104,7 +113,7 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 		opts.Concurrency = 1
 	}
 	if opts.Prefetch == 0 {
-		opts.Prefetch = 2 * opts.Concurrency
+		opts.Prefetch = max(2*opts.Concurrency, 4)
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
@@ -143,7 +152,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, g *idem.Guard, h Hand
 // Several Runs, in one process or many, may share one durable consumer: they
 // compete for its messages.
 func (c *Consumer) Run(ctx context.Context) error {
-	iter, err := c.cons.Messages(jetstream.PullMaxMessages(c.opts.Prefetch))
+	iter, err := c.cons.Messages(jetstream.PullMaxMessages(c.opts.Prefetch), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("natsidem: start consuming: %w", err)
 	}
