@@ -60,7 +60,11 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 // commit a whole poll (a Kafka batch) in one transaction: the markers of
 // every key commit with the batch's business writes. Results are in request
 // order; keys must be distinct (ErrDuplicateKeyInBatch). Process the
-// messages whose claim is idem.ClaimAcquired and skip the others.
+// messages whose claim is idem.ClaimAcquired and skip the duplicates
+// (idem.ClaimDuplicate); a key held by a live two-phase owner
+// (idem.ClaimInProgress, idem.ClaimStale) is not done: do not commit its
+// offset. To detect a key reused with other content, compare each
+// duplicate's Record.Fingerprint with the request's, as idem.MarkTx does.
 func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	return s.batch(ctx, tx, s.sql.markBatch, reqs, true)
 }
