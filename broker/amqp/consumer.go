@@ -177,44 +177,54 @@ func (c *Consumer) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	flush := make(chan struct{}) // closed at shutdown: held retries requeue now
-	slots := make(chan struct{}, c.opts.Concurrency)
 	var wg sync.WaitGroup
+	done := func(d amqp.Delivery, r Report) {
+		if c.opts.OnResult != nil {
+			c.opts.OnResult(d, r)
+		}
+	}
+	// A held retry waits in a goroutine of its own, so its worker moves on;
+	// the prefetch still bounds how many deliveries are out.
+	hold := func(delay time.Duration, then func()) {
+		wg.Add(1) // the calling worker is still counted: never from zero
+		go func() {
+			defer wg.Done()
+			wait(delay, flush)
+			then()
+		}()
+	}
+	// A fixed pool of workers: their stacks stay grown, where a goroutine
+	// per delivery would grow a fresh stack through the guard every time.
+	work := make(chan amqp.Delivery) // handed only to an idle worker
+	for range c.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				c.process(workCtx, d, hold, done)
+			}
+		}()
+	}
 	var runErr error
 loop:
 	for {
 		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break loop
-		}
-		select {
 		case d, ok := <-deliveries:
 			if !ok {
-				<-slots
 				runErr = c.closedErr(closed)
 				break loop
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				released := false
-				release := func() {
-					if !released {
-						released = true
-						<-slots
-					}
-				}
-				defer release()
-				r := c.process(workCtx, d, flush, release)
-				if c.opts.OnResult != nil {
-					c.opts.OnResult(d, r)
-				}
-			}()
+			select {
+			case work <- d:
+			case <-ctx.Done():
+				_ = d.Nack(false, true) // not started
+				break loop
+			}
 		case <-ctx.Done():
-			<-slots
 			break loop
 		}
 	}
+	close(work)
 
 	if runErr == nil {
 		// Stop the broker sending; what it sent already is requeued untouched.

@@ -30,13 +30,18 @@ const ackTimeout = 10 * time.Second
 // A retried delivery is held for its back-off (or until ctx ends) before
 // the Nack, so Process blocks that long.
 func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) Report {
-	return c.process(ctx, d, ctx.Done(), nil)
+	var out Report
+	c.process(ctx, d, func(delay time.Duration, then func()) {
+		wait(delay, ctx.Done())
+		then()
+	}, func(_ amqp.Delivery, r Report) { out = r })
+	return out
 }
 
-// process is Process; release, if set, is called before a retry's hold so
-// the held delivery does not occupy a handler slot, and flush cuts the hold
-// short.
-func (c *Consumer) process(ctx context.Context, d amqp.Delivery, flush <-chan struct{}, release func()) Report {
+// process handles d and calls done with its report once the action is
+// taken. A retry's requeue is left to hold, which runs then after the
+// back-off (Run holds in a separate goroutine, Process inline).
+func (c *Consumer) process(ctx context.Context, d amqp.Delivery, hold func(delay time.Duration, then func()), done func(amqp.Delivery, Report)) {
 	res, err := c.h.run(ctx, c.g, c.opts.Message(d), d)
 	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}
 	if r.Action == idem.ActionRetry && c.opts.MaxDeliveries > 0 && deliveries(d) >= c.opts.MaxDeliveries {
@@ -47,11 +52,11 @@ func (c *Consumer) process(ctx context.Context, d amqp.Delivery, flush <-chan st
 		r.BrokerErr = d.Ack(false)
 	case idem.ActionRetry:
 		r.Delay = c.opts.Backoff(deliveries(d))
-		if release != nil {
-			release()
-		}
-		c.hold(r.Delay, flush)
-		r.BrokerErr = d.Nack(false, true)
+		hold(r.Delay, func() {
+			r.BrokerErr = d.Nack(false, true)
+			done(d, r)
+		})
+		return
 	case idem.ActionDeadLetter:
 		if r.Reason == "" {
 			r.Reason = idem.DeadLetterReason(err)
@@ -66,22 +71,22 @@ func (c *Consumer) process(ctx context.Context, d amqp.Delivery, flush <-chan st
 			// Not acked: requeued after a back-off, and dead-lettered again
 			// once the destination accepts it.
 			r.Delay = c.opts.Backoff(deliveries(d))
-			if release != nil {
-				release()
-			}
-			c.hold(r.Delay, flush)
-			r.BrokerErr = perr
-			if nerr := d.Nack(false, true); nerr != nil {
-				r.BrokerErr = fmt.Errorf("%w; nack: %w", perr, nerr)
-			}
-			break
+			hold(r.Delay, func() {
+				r.BrokerErr = perr
+				if nerr := d.Nack(false, true); nerr != nil {
+					r.BrokerErr = fmt.Errorf("%w; nack: %w", perr, nerr)
+				}
+				done(d, r)
+			})
+			return
 		}
 		r.BrokerErr = d.Ack(false)
 	}
-	return r
+	done(d, r)
 }
 
-func (c *Consumer) hold(d time.Duration, flush <-chan struct{}) {
+// wait waits for d or until stop is closed.
+func wait(d time.Duration, stop <-chan struct{}) {
 	if d <= 0 {
 		return
 	}
@@ -89,7 +94,7 @@ func (c *Consumer) hold(d time.Duration, flush <-chan struct{}) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-flush:
+	case <-stop:
 	}
 }
 

@@ -163,8 +163,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
+	// A fixed pool of workers: their stacks stay grown, where a goroutine
+	// per message would grow a fresh stack through the guard every time.
 	slots := make(chan struct{}, c.opts.Concurrency)
+	work := make(chan jetstream.Msg, c.opts.Concurrency)
 	var wg sync.WaitGroup
+	for range c.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msg := range work {
+				r := c.Process(workCtx, msg)
+				if c.opts.OnResult != nil {
+					c.opts.OnResult(msg, r)
+				}
+				<-slots
+			}
+		}()
+	}
 	var runErr, lastErr error
 loop:
 	for {
@@ -191,16 +207,9 @@ loop:
 			c.reportErr(err) // the iterator keeps pulling unless err ended it
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			r := c.Process(workCtx, msg)
-			if c.opts.OnResult != nil {
-				c.opts.OnResult(msg, r)
-			}
-		}()
+		work <- msg // never blocks: the slot bounds the messages in work
 	}
+	close(work)
 
 	// Stop pulling; hand back what is buffered but not started.
 	iter.Drain()
