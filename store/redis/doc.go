@@ -21,34 +21,53 @@
 //
 // # Atomicity
 //
-// Claim, Complete, Release and Renew are each one Lua script (EVALSHA, with
-// a fallback to EVAL when Redis has not seen the script) that touches a
-// single key, so Redis runs each transition atomically and no interleaving
-// of clients can break it. Claim encodes exactly the rules of
-// idem.ApplyClaim; Complete, Release and Renew succeed only while the record
-// is in progress under the caller's fencing token and return
-// idem.ErrLeaseLost otherwise. Lease decisions use the time in the request
-// (the Guard's clock), never Redis's clock.
+// Every transition is one atomic step on one key. A claim is one
+// SET key fresh NX GET PXAT retention-end: when the key is absent it writes
+// the fresh in-progress record (the common case costs no script at all);
+// otherwise it returns the current record, and when that record calls for no
+// write (a duplicate, a live owner, a stale record the caller will not take
+// over) the answer is read from it with idem.ApplyClaim. Claims that rewrite
+// a record (a retake after the lease ended, a reclaim after a release or
+// after the retention ended) run a Lua script (EVALSHA, falling back to EVAL
+// when Redis has not seen it) that applies the rules of idem.ApplyClaim
+// again, atomically. Complete, Release and Renew are each one script that
+// succeeds only while the record is in progress under the caller's fencing
+// token, and return idem.ErrLeaseLost otherwise. Lease decisions use the
+// time in the request (the Guard's clock), never Redis's clock.
 //
-// # Keys
+// The store remembers the exact value of each claim it holds, so Complete,
+// Release and Renew usually run as a compare-and-set inside their script
+// (stored value == the value this store wrote under its token); any other
+// value, from another process or another owner, takes the parsing path.
+// The memory is bounded (8192 claims per Store) and is a hint only.
 //
-// Each record is one hash at
+// Redis 7.0 or later is required (SET with NX and GET together).
+//
+// # Keys and values
+//
+// Each record is one string at
 //
 //	<prefix>:{<scope>:<stored id>}
 //
 // The braces are a cluster hash tag around the record's whole identity:
-// every script touches one key in one slot, and records spread over all
-// slots. Scope and id are percent-encoded for '%', '{', '}' and ':' so that
-// user text can neither break the tag nor blur the scope/id boundary. Hash
-// fields: scope, id, display_id (only for hashed long ids), state,
-// fingerprint, result, token, attempts, and lease_until, expires_at,
-// created_at, updated_at as unix milliseconds (empty for a zero time).
+// every command and script touches one key in one slot, and records spread
+// over all slots. Scope and id are percent-encoded for '%', '{', '}' and ':'
+// so that user text can neither break the tag nor blur the scope/id
+// boundary. The value is a text header and the record's variable parts:
+//
+//	1|<state>|<token>|<attempts>|<lease_until>|<expires_at>|<created_at>|<updated_at>|<len fp>|<len scope>|<len id>|<len display id>|<fp><scope><id><display id><result>
+//
+// with times in unix milliseconds (empty for a zero time), the display id
+// only for hashed long ids, and the result (binary) last. One string rather
+// than a hash of fields keeps a claim a single SET and each script one GET
+// and one SET: a hash layout measured at about a third of the raw SET NX
+// rate. redis-cli GET shows the record legibly.
 //
 // # Expiry
 //
-// The in-progress lease is a field (lease_until); the key's Redis expiry is
-// the record's retention end (PEXPIREAT expires_at, moved forward by
-// Complete), so Redis deletes old records itself and Sweep usually has
+// The in-progress lease is a field of the record (lease_until); the key's
+// Redis expiry is the record's retention end (PXAT expires_at, moved forward
+// by Complete), so Redis deletes old records itself and Sweep usually has
 // nothing to do. Sweep still honours the contract for records whose
 // retention ended by the caller's clock but not yet by Redis's: it scans the
 // prefix a bounded number of keys per call, under an advisory lock, and

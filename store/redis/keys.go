@@ -7,12 +7,12 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// Key layout. One Redis hash per record:
+// Key layout. One Redis string per record (format in record.go):
 //
 //	<prefix>:{<scope>:<stored id>}
 //
 // The braces are a Redis Cluster hash tag around the whole record identity:
-// every script touches exactly that one key, records spread evenly over the
+// every command and script touches exactly that one key, records spread evenly over the
 // slots (a tag of the scope alone would pile a busy consumer onto one node),
 // and pipelines of claims fan out to every node. Scope and id are user text,
 // so the characters that could end the tag early ('}'), open a second one

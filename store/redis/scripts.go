@@ -118,7 +118,10 @@ return malformed(k)
 // client: a compare-and-set with no parsing. Otherwise the record is parsed
 // and checked (ending the script with 0 unless it is in progress under
 // ARGV[1]) and the script's own transition follows.
-const fencedPrelude = luaRecord + `
+//
+// The fast path comes before luaRecord so that it does not even pay for
+// defining the parsing functions.
+const fencedPrelude = `
 local k = KEYS[1]
 local v = redis.call('GET', k)
 if not v then
@@ -132,6 +135,7 @@ if v == ARGV[2] then
   end
   return 1
 end
+` + luaRecord + `
 local r = parse(v)
 if not r then
   return malformed(k)
