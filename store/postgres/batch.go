@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemgo/idem"
 )
 
@@ -52,15 +54,19 @@ func (s *Store) batch(ctx context.Context, q querier, query string, reqs []idem.
 	for i := range pending {
 		pending[i] = i
 	}
+	_, standalone := q.(*pgxpool.Pool)
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == maxAttempts {
 			return nil, fmt.Errorf("postgres: %s: %d records kept changing under %d attempts", op, len(pending), maxAttempts)
 		}
-		var err error
-		pending, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
-		if err != nil {
+		again, err := s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
+		switch {
+		case standalone && retryable(err):
+			continue // the statement rolled back as a whole: every key again
+		case err != nil:
 			return nil, wrapErr(op, err)
 		}
+		pending = again
 	}
 	return out, nil
 }

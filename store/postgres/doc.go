@@ -48,8 +48,14 @@
 // first transaction to end. If it commits, the second sees its marker
 // (ClaimDuplicate) and skips its business writes; if it rolls back, the
 // second writes the marker. Exactly one set of business writes commits. The
-// inbox needs READ COMMITTED (InTx uses it); under REPEATABLE READ the
-// second transaction gets a serialization failure, which is retryable.
+// inbox needs READ COMMITTED (InTx asks for it whatever the server's
+// default); in a caller's own REPEATABLE READ transaction the second one
+// gets a serialization failure, which is retryable. Claims outside a
+// transaction re-run on serialization failures and deadlocks themselves.
+//
+// InTx sends its BEGIN in one batch with the transaction's first statement
+// (pgx's Batch.BeginTx); in idem.DoTx that is the marker, so the inbox adds
+// one statement and no round trip to the business transaction.
 //
 // # Schema (designed for 100M rows)
 //

@@ -96,7 +96,19 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return s.claimOne(ctx, s.pool, s.sql.claim, req, false)
 }
 
+// retryable reports whether a statement that ran on its own (not inside a
+// caller's transaction) can simply run again: a serialization failure (the
+// server's default isolation is REPEATABLE READ or stricter and the key was
+// committed after the snapshot) or a deadlock (two batches taking over the
+// same expired rows in opposite orders). Inside a caller's transaction the
+// transaction is aborted and the error goes back to the caller.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
 func (s *Store) claimOne(ctx context.Context, q querier, query string, req idem.ClaimRequest, mark bool) (idem.Claim, error) {
+	_, standalone := q.(*pgxpool.Pool)
 	op := "claim"
 	if mark {
 		op = "mark"
@@ -118,6 +130,8 @@ func (s *Store) claimOne(ctx context.Context, q querier, query string, req idem.
 		case errors.Is(err, pgx.ErrNoRows):
 			// The row that blocked the insert was committed after this
 			// statement's snapshot (or deleted since): run it again.
+			continue
+		case standalone && retryable(err):
 			continue
 		case err != nil:
 			return idem.Claim{}, wrapErr(op, err)

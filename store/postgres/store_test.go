@@ -110,3 +110,38 @@ func TestConformancePartitioned(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, opts) })
 	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return newStore(t, opts) })
 }
+
+// A server (or role) whose default isolation is REPEATABLE READ: a claim
+// that meets a key committed after its snapshot gets a serialization
+// failure and runs again; InTx asks for READ COMMITTED itself.
+func TestConformanceRepeatableReadDefault(t *testing.T) {
+	addr := testenv.Postgres.Need(t)
+	cfg, err := pgxpool.ParseConfig(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var iso string
+	if err := pool.QueryRow(context.Background(), "SHOW default_transaction_isolation").Scan(&iso); err != nil || iso != "repeatable read" {
+		t.Fatalf("default isolation %q, %v", iso, err)
+	}
+	mk := func(t *testing.T) *postgres.Store {
+		schema := newSchema(t, testPool(t))
+		s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	storetest.Run(t, func(t *testing.T) idem.Store { return mk(t) })
+	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return mk(t) })
+}
