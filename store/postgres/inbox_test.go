@@ -194,3 +194,61 @@ func TestMarkBatchRollbackAndDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Callers that own their transaction (pool.Begin, not InTx) mark with
+// idem.MarkTx: concurrent transactions of one message commit its business
+// write once.
+func TestMarkTxInCallersTransaction(t *testing.T) {
+	s := newStore(t, postgres.Options{})
+	ledger := newBusinessTable(t, s)
+	g, err := idem.New(s, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := testPool(t)
+	ctx := context.Background()
+	const workers, rounds = 12, 10
+	for r := range rounds {
+		msg := idem.Message{ID: fmt.Sprintf("own-%d", r), Payload: []byte("pay")}
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+		)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer tx.Rollback(ctx)
+				res, err := idem.MarkTx[pgx.Tx](ctx, g, tx, msg)
+				if err != nil {
+					t.Errorf("MarkTx: %v", err)
+					return
+				}
+				if res.Outcome == idem.OutcomeProcessed {
+					if _, err := tx.Exec(ctx, `INSERT INTO `+ledger+` (msg, amount) VALUES ($1, 1)`, msg.ID); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	var rows, ids int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT msg) FROM `+ledger).Scan(&rows, &ids); err != nil {
+		t.Fatal(err)
+	}
+	if rows != rounds || ids != rounds {
+		t.Fatalf("ledger %d rows, %d messages; want %d and %d", rows, ids, rounds, rounds)
+	}
+}

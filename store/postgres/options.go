@@ -55,6 +55,7 @@ type OptionsError struct {
 	Reason string
 }
 
+// Error says which option is wrong and why.
 func (e *OptionsError) Error() string {
 	return fmt.Sprintf("postgres: invalid Options.%s %q: %s", e.Field, e.Value, e.Reason)
 }
