@@ -1,0 +1,98 @@
+package natsidem_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/store/sqlite"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestSQLiteInbox wires the consumer to the SQLite store's transactional
+// inbox: each charge row is written in the transaction that writes the
+// dedup marker. Producer retries and lost acks must not add rows.
+func TestSQLiteInbox(t *testing.T) {
+	e := newEnv(t)
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "billing.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No unique constraint: a second charge must be visible, not rejected.
+	if _, err := store.DB().ExecContext(ctx, `create table charges (order_id text not null, amount integer not null)`); err != nil {
+		t.Fatal(err)
+	}
+
+	const unique = 200
+	var originals, retries []*nats.Msg
+	for i := 0; i < unique; i++ {
+		m := nats.NewMsg(e.subject + ".sql")
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("order-%d", i))
+		m.Data = fmt.Appendf(nil, `{"amount":%d}`, i)
+		originals = append(originals, m)
+		if i%4 == 0 {
+			retries = append(retries, m)
+		}
+	}
+	e.publishAll(t, originals)
+	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
+	e.publishAll(t, retries)
+	total := int(e.streamMsgs(t))
+
+	cons := e.consumer(t, "sql", time.Second)
+	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
+		md, err := m.Metadata()
+		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%6 == 0
+	}}
+	g, err := natsidem.NewGuard(store, cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(t)
+	tr.expect(total)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- natsidem.Consume(runCtx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) ([]byte, error) {
+			var n int
+			fmt.Sscanf(string(msg.Data()), `{"amount":%d}`, &n)
+			_, err := tx.ExecContext(ctx, `insert into charges(order_id, amount) values (?, ?)`,
+				msg.Headers().Get(jetstream.MsgIDHeader), n)
+			return nil, err
+		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
+			Backoff: natsidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
+	}()
+	select {
+	case <-tr.done:
+	case err := <-runDone:
+		t.Fatalf("Run stopped early: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
+	}
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	var rows, distinct int
+	if err := store.DB().QueryRowContext(ctx, `select count(*), count(distinct order_id) from charges`).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if rows != unique || distinct != unique {
+		t.Fatalf("%d charge rows for %d orders, want %d each", rows, distinct, unique)
+	}
+	if d := tr.count(idem.OutcomeDuplicate); d < total-unique {
+		t.Fatalf("%d duplicates, want at least %d", d, total-unique)
+	}
+}
