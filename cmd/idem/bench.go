@@ -52,7 +52,7 @@ baseline's scratch table is dropped at the end.`,
 				return usagef("--batch must be between 1 and 10000")
 			}
 			ctx := c.Context()
-			h, err := f.open(ctx, true)
+			h, err := f.open(ctx, false)
 			if err != nil {
 				return err
 			}
@@ -61,6 +61,11 @@ baseline's scratch table is dropped at the end.`,
 				// A fresh SQLite file is the usual bench target: create its
 				// schema rather than fail.
 				if err := h.Migrate(ctx); err != nil {
+					return err
+				}
+			}
+			if h.Probe != nil {
+				if err := h.Probe(ctx); err != nil {
 					return err
 				}
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -38,5 +39,20 @@ func TestBenchTxNeedsInbox(t *testing.T) {
 	code, _, errs := runCmd(t, "bench", "--store", "memory://", "--mode", "tx", "--duration", "100ms")
 	if code != exitUsage || !strings.Contains(errs, "no transactional inbox") {
 		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
+
+func TestBenchSQLiteTx(t *testing.T) {
+	d := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "bench.db"))
+	code, out, errs := runCmd(t, "bench", "--store", d, "--mode", "tx", "--concurrency", "2", "--duration", "300ms", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	res := decode(t, out)
+	if res["mode"] != "tx" || res["ops_per_sec"].(float64) <= 0 || res["baseline_ops_per_sec"].(float64) <= 0 {
+		t.Fatalf("%v", res)
+	}
+	if res["errors"] != float64(0) {
+		t.Errorf("errors: %v", res["errors"])
 	}
 }

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // demoKeys are the keys scripts rely on in idem demo --json.
@@ -53,5 +60,48 @@ func TestDemoChaosJSON(t *testing.T) {
 	}
 	if num("deliveries") < num("published") {
 		t.Errorf("deliveries %d < published %d", num("deliveries"), num("published"))
+	}
+}
+
+func TestDemoTwoPhase(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--json", "--store", "memory://", "--mode", "two-phase", "--messages", "200",
+		"--crash-rate", "0.2", "--seed", "11")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	if rep["mode"] != "two-phase" || rep["invariant_ok"] != true || rep["effects_applied"] != float64(200) {
+		t.Fatalf("report: %v", rep)
+	}
+}
+
+// TestDemoRealBroker runs the demo against the NATS server named by the test
+// environment and checks that it deletes its stream.
+func TestDemoRealBroker(t *testing.T) {
+	addr := testenv.NATS.Need(t)
+	code, out, stderr := runCmd(t, "demo", "--json", "--broker", addr, "--messages", "150", "--crash-rate", "0.1", "--seed", "3")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	if rep["invariant_ok"] != true || rep["broker"] != addr {
+		t.Fatalf("report: %v", rep)
+	}
+	nc, err := nats.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		if n == "IDEM_DEMO_"+rep["run_id"].(string) {
+			t.Errorf("the demo left its stream %s behind", n)
+		}
 	}
 }

@@ -49,6 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{"resolve needs one action", []string{"resolve", "billing", "k", "--complete", "--release", "--store", "memory://"}, "exactly one"},
 		{"list bad state", []string{"list", "--state", "done", "--store", "memory://"}, "in_progress, completed or released"},
 		{"list after without scope", []string{"list", "--after", "k", "--store", "memory://"}, "--after-scope"},
+		{"demo tx mode without an inbox", []string{"demo", "--store", "memory://", "--mode", "tx", "--messages", "1"}, "no transactional inbox"},
 		{"bench bad mode", []string{"bench", "--store", "memory://", "--mode", "fast"}, "--mode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

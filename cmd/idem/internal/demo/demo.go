@@ -112,6 +112,7 @@ type Report struct {
 	Mode      string `json:"mode"` // tx or two-phase
 	Consumers int    `json:"consumers"`
 	Seed      uint64 `json:"seed"`
+	RunID     string `json:"run_id"` // names the run's stream, scope and tables
 
 	Published            int      `json:"published"`             // messages the producer published
 	Unique               int      `json:"unique"`                // distinct orders among them

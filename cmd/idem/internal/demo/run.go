@@ -81,18 +81,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer st.close()
-	b, err := startBroker(ctx, cfg.Broker, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer b.close()
-
-	r := &runner{cfg: cfg, b: b, naive: newMemLedger(), idem: newSide("idem"), naiveS: newSide("naive")}
+	r := &runner{cfg: cfg, naive: newMemLedger(), idem: newSide("idem"), naiveS: newSide("naive")}
 	r.published.Store(-1)
 	if r.ledger, err = st.ledger(ctx, cfg.Mode, runID); err != nil {
 		return nil, err
 	}
 	defer r.ledger.close()
+	b, err := startBroker(ctx, cfg.Broker, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	r.b = b
 	r.guard, err = idem.New(st.h.Store, idem.Options{
 		Scope: "demo-billing-" + runID,
 		Key:   idem.HeaderKey(orderHeader),
@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{
-		Store: st.label, Broker: b.name, Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed,
+		Store: st.label, Broker: b.name, Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
 		Published: len(msgs), Unique: cfg.Orders,
 		Deliveries: r.idem.deliveries.Load(), DuplicatesSuppressed: r.idem.duplicates.Load(),
 		InProgressRetried: r.idem.inProgress.Load(), NaiveDeliveries: r.naiveS.deliveries.Load(),

@@ -15,8 +15,22 @@ func init() { register("mysql", openMySQL) }
 // driver's USER:PASS@tcp(HOST:PORT)/DB?param=v. The table parameter picks
 // the records table (default idem_records).
 func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
+	d, table, err := mysqlDriverDSN(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+	}
+	s, err := mysql.Open(d, mysql.Options{Table: table})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+	}
+	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
+}
+
+// mysqlDriverDSN converts the URL form to the driver's DSN and extracts the
+// table parameter.
+func mysqlDriverDSN(u *url.URL) (driverDSN, table string, err error) {
 	q := u.Query()
-	table := q.Get("table")
+	table = q.Get("table")
 	q.Del("table")
 	host := u.Host
 	if host == "" {
@@ -26,7 +40,7 @@ func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return nil, fmt.Errorf("%w: %s: name the database, e.g. mysql://user@127.0.0.1:3306/app", ErrBadDSN, redact(raw))
+		return "", "", fmt.Errorf("name the database, e.g. mysql://user@127.0.0.1:3306/app")
 	}
 	var cred string
 	if u.User != nil {
@@ -36,13 +50,9 @@ func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 		}
 		cred += "@"
 	}
-	d := cred + "tcp(" + host + ")/" + db
+	driverDSN = cred + "tcp(" + host + ")/" + db
 	if len(q) > 0 {
-		d += "?" + q.Encode()
+		driverDSN += "?" + q.Encode()
 	}
-	s, err := mysql.Open(d, mysql.Options{Table: table})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
-	}
-	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
+	return driverDSN, table, nil
 }
