@@ -96,6 +96,12 @@
 //   - appendonly yes, appendfsync always: nothing acknowledged, at the cost
 //     of an fsync per write.
 //
+// Eviction loses records the same way: every record has an expiry, so
+// the volatile-* maxmemory policies (and the allkeys-* ones) may delete live
+// records under memory pressure. Run the store's Redis with
+// maxmemory-policy noeviction, so that a full Redis fails claims (the
+// messages are retried) instead of forgetting what it processed.
+//
 // A lost completed record means a redelivered duplicate is processed again;
 // a lost in-progress record means a second owner may run concurrently with
 // the first. For dedup that matters, run appendonly yes with appendfsync
@@ -127,5 +133,8 @@
 //
 // # Performance
 //
-// See BENCH.md in this directory for the figures and the command.
+// A claim of a new key is one SET, like the cheapest possible dedup; a
+// claim and its completion are two round trips (the handler runs between
+// them), so they cannot exceed half the rate of a raw SET NX loop. BENCH.md
+// in this directory has the measured figures and the command.
 package redisstore

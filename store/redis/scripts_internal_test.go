@@ -36,7 +36,7 @@ func internalStore(t *testing.T) *Store {
 
 // TestPipelineLoadsMissingScript: a script Redis has never seen (as after a
 // restart or failover) fails EVALSHA with NOSCRIPT inside a pipeline; the
-// store loads it and runs exactly the calls that did not run.
+// store sends exactly those calls again as EVAL, and each runs once.
 func TestPipelineLoadsMissingScript(t *testing.T) {
 	s := internalStore(t)
 	ctx := context.Background()

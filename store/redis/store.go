@@ -330,46 +330,45 @@ type scriptCall struct {
 // evalPipelined runs script once per call in one pipeline and returns the
 // commands in call order. EVALSHA fails with NOSCRIPT on a server that has
 // not seen the script (a restart, a failover, a new cluster node); those
-// calls did not run, so they alone are sent again after loading the script
-// (calls that ran are never repeated: a repeated claim would find its own
-// record in progress). Any other error fails the whole call.
+// calls did not run, so they alone are sent again as EVAL with the source,
+// which also caches the script on whichever node runs it (SCRIPT LOAD would
+// reach one node only on some clients). Calls that ran are never repeated:
+// a repeated claim would find its own record in progress. Any other error
+// fails the whole call.
 func (s *Store) evalPipelined(ctx context.Context, script *goredis.Script, calls []scriptCall) ([]*goredis.Cmd, error) {
 	cmds := make([]*goredis.Cmd, len(calls))
-	pending := make([]int, len(calls))
-	for i := range calls {
-		pending[i] = i
+	pipe := s.client.Pipeline()
+	for i, c := range calls {
+		cmds[i] = script.EvalSha(ctx, pipe, []string{c.key}, c.args...)
 	}
-	for attempt := 0; ; attempt++ {
-		pipe := s.client.Pipeline()
-		for _, i := range pending {
-			cmds[i] = script.EvalSha(ctx, pipe, []string{calls[i].key}, calls[i].args...)
+	if _, err := pipe.Exec(ctx); err == nil {
+		return cmds, nil
+	}
+	var missing []int
+	for i, c := range cmds {
+		switch err := c.Err(); {
+		case err == nil:
+		case isNoScript(err):
+			missing = append(missing, i)
+		default:
+			return nil, err
 		}
-		_, err := pipe.Exec(ctx)
-		if err == nil {
-			return cmds, nil
-		}
-		var retry []int
-		for _, i := range pending {
-			cerr := cmds[i].Err()
-			switch {
-			case cerr == nil:
-			case isNoScript(cerr):
-				retry = append(retry, i)
-			default:
-				return nil, cerr
+	}
+	if len(missing) == 0 {
+		return cmds, nil
+	}
+	pipe = s.client.Pipeline()
+	for _, i := range missing {
+		cmds[i] = script.Eval(ctx, pipe, []string{calls[i].key}, calls[i].args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, i := range missing {
+			if err := cmds[i].Err(); err != nil {
+				return nil, err
 			}
 		}
-		if len(retry) == 0 {
-			return nil, err
-		}
-		if attempt > 0 {
-			return nil, fmt.Errorf("script still missing after loading it: %w", cmds[retry[0]].Err())
-		}
-		if err := script.Load(ctx, s.client).Err(); err != nil {
-			return nil, err
-		}
-		pending = retry
 	}
+	return cmds, nil
 }
 
 func isNoScript(err error) bool {
