@@ -25,7 +25,7 @@ const dlqSuffix = ".dlq"
 // env is one in-process Kafka cluster with a topic, its dead-letter topic
 // and a plain client for producing and admin calls.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	c      *kfake.Cluster
 	topic  string
 	dlq    string
@@ -36,7 +36,7 @@ type env struct {
 	commit commitWatch
 }
 
-func newEnv(t *testing.T, topic string, parts int32) *env {
+func newEnv(t testing.TB, topic string, parts int32) *env {
 	t.Helper()
 	dlq := topic + dlqSuffix
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic), kfake.SeedTopics(1, dlq))
@@ -121,7 +121,7 @@ func (e *env) committed() map[int32]int64 {
 func (e *env) allCommitted() bool {
 	end, got := e.endOffsets(), e.committed()
 	for p, o := range end {
-		if got[p] != o {
+		if got[p] != o && (o != 0 || got[p] != -1) { // an empty partition has nothing to commit
 			return false
 		}
 	}
@@ -292,7 +292,7 @@ func (f *effects) check(t *testing.T, want []string) {
 }
 
 // newGuard returns a guard over a fresh memory store.
-func newGuard(t *testing.T, obs idem.Observer) (*idem.Guard, *memory.Store) {
+func newGuard(t testing.TB, obs idem.Observer) (*idem.Guard, *memory.Store) {
 	t.Helper()
 	st := memory.New()
 	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: 2 * time.Second})

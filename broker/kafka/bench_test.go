@@ -1,0 +1,93 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem/broker/kafka"
+)
+
+// BenchmarkConsume measures records per second through the consumer on the
+// in-process cluster with the memory store, against a plain kgo
+// poll-and-commit loop, and with a handler that waits 1ms (an API call) at
+// concurrency 1 and 8. Run with -benchtime=5000x: b.N is the record count.
+func BenchmarkConsume(b *testing.B) {
+	cases := []struct {
+		name  string
+		plain bool
+		conc  int
+		work  time.Duration
+	}{
+		{"handler=0/plain-kgo", true, 1, 0},
+		{"handler=0/idem-c8", false, 8, 0},
+		{"handler=1ms/plain-kgo", true, 1, time.Millisecond},
+		{"handler=1ms/idem-c1", false, 1, time.Millisecond},
+		{"handler=1ms/idem-c8", false, 8, time.Millisecond},
+	}
+	for i, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newEnv(b, fmt.Sprintf("bench%d", i), 8)
+			recs := make([]*kgo.Record, b.N)
+			for n := range recs {
+				recs[n] = kafka.Record(e.topic, "", fmt.Sprintf("id-%d", n), payload(int32(n%8), n))
+				recs[n].Partition = int32(n % 8)
+			}
+			e.produce(recs...)
+			work := func() {
+				if bc.work > 0 {
+					time.Sleep(bc.work) // stands for a remote call
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			cl := e.consumerClient()
+			defer cl.Close()
+			b.ResetTimer()
+			if bc.plain {
+				go func() { done <- plainLoop(ctx, cl, work) }()
+			} else {
+				g, _ := newGuard(b, nil)
+				c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq, Concurrency: bc.conc, CommitInterval: 20 * time.Millisecond})
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					done <- c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { work(); return nil, nil })
+				}()
+			}
+			for !e.allCommitted() {
+				time.Sleep(5 * time.Millisecond) // polling for the end of the run, not synchronising
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			cancel()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// plainLoop is the usual at-least-once kgo loop without dedup: process each
+// polled record, commit, poll again.
+func plainLoop(ctx context.Context, cl *kgo.Client, work func()) error {
+	for {
+		fs := cl.PollRecords(ctx, 500)
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
+			return nil
+		}
+		recs := fs.Records()
+		for range recs {
+			work()
+		}
+		if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
+			return err
+		}
+		cl.AllowRebalance()
+	}
+}
