@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
@@ -206,4 +209,48 @@ func TestBackpressure(t *testing.T) {
 	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	eventually(t, "every offset committed", e.allCommitted)
 	eff.check(t, w.ids)
+}
+
+// TestLostPartitionsCancelHandlers: when the group session is lost (the
+// coordinator fences the member), in-flight handlers are cancelled at once,
+// nothing is committed for them, and the record is processed after the
+// member rejoins.
+func TestLostPartitionsCancelHandlers(t *testing.T) {
+	e := newEnv(t, "lost", 1)
+	e.produce(kafka.Record(e.topic, "", "x", []byte("v")))
+	g, st := newGuard(t, nil)
+	entered := make(chan struct{})
+	var calls atomic.Int32
+	var cancelled atomic.Bool
+	// An hour of drain time: only the loss path, which does not drain,
+	// can cancel the handler within the test.
+	opts := kafka.Options{CommitInterval: 20 * time.Millisecond, DrainTimeout: time.Hour}
+	startConsumer(t, e, g, opts, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+		if calls.Add(1) > 1 {
+			return []byte("ok"), nil
+		}
+		close(entered)
+		<-ctx.Done()
+		cancelled.Store(true)
+		return nil, ctx.Err()
+	})
+	<-entered
+	e.c.ControlKey(int16(kmsg.Heartbeat), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.HeartbeatRequest)
+		if req.Group != e.group {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.Version = req.Version
+		resp.ErrorCode = kerr.IllegalGeneration.Code
+		return resp, nil, true
+	})
+	eventually(t, "every offset committed", e.allCommitted)
+	if !cancelled.Load() || calls.Load() != 2 {
+		t.Errorf("cancelled=%v calls=%d, want the lost handler cancelled and the record run again once", cancelled.Load(), calls.Load())
+	}
+	rec, err := st.Get(context.Background(), idem.Key{Scope: e.group, ID: "x"})
+	if err != nil || rec.State != idem.StateCompleted || rec.Attempts != 2 {
+		t.Errorf("record %+v %v", rec, err)
+	}
 }
