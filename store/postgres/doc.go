@@ -53,9 +53,13 @@
 // gets a serialization failure, which is retryable. Claims outside a
 // transaction re-run on serialization failures and deadlocks themselves.
 //
-// InTx sends its BEGIN in one batch with the transaction's first statement
-// (pgx's Batch.BeginTx); in idem.DoTx that is the marker, so the inbox adds
-// one statement and no round trip to the business transaction.
+// Mark sends the insert branch alone first: a new key, the common case,
+// costs one INSERT .. ON CONFLICT DO NOTHING of the marker row; only when the
+// key exists does the full statement run (a second round trip, on the path
+// of duplicates). InTx sends its BEGIN in one batch with the transaction's
+// first statement (pgx's Batch.BeginTx); in idem.DoTx that is the marker, so
+// the inbox adds one statement and no round trip to the business
+// transaction.
 //
 // # Schema (designed for 100M rows)
 //

@@ -45,14 +45,34 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 }
 
 // Mark implements idem.TxStore: it writes a completed marker for req.Key
-// inside tx with one INSERT .. ON CONFLICT DO UPDATE .. WHERE, which never
-// raises a unique violation (that would abort the caller's transaction).
+// inside tx with INSERT .. ON CONFLICT, which never raises a unique
+// violation (that would abort the caller's transaction).
+//
+// A new key costs one INSERT .. ON CONFLICT DO NOTHING and nothing else.
+// When the key exists, Mark runs the claim statement (see the package doc)
+// to take over an expired or released record or to read the existing one:
+// a second round trip on the path of duplicates, which skip their business
+// writes anyway.
 //
 // When another open transaction has just written the same key, Mark waits
 // for it: if it commits, Mark reports ClaimDuplicate (the caller skips its
 // business writes); if it rolls back, Mark writes the marker. Either way the
 // business writes of exactly one transaction commit.
 func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := req.Key.Validate(); err != nil {
+		return idem.Claim{}, err
+	}
+	n := normalize(req)
+	k := n.Key
+	var rr rowRecord
+	err := tx.QueryRow(ctx, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
+		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt)).Scan(rr.dest()...)
+	switch {
+	case err == nil:
+		return idem.Claim{Outcome: idem.ClaimAcquired, Record: rr.record()}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return idem.Claim{}, wrapErr("mark", err)
+	}
 	return s.claimOne(ctx, tx, s.sql.mark, req, true)
 }
 
