@@ -79,12 +79,17 @@ type workload struct {
 //   - claim-complete: Store.Claim then Store.Complete per key, as a
 //     consumer does around its handler (two round trips);
 //   - raw-setnx-pipelined: SET NX PX, 100 per pipeline;
-//   - claim-batch: Store.ClaimBatch of 100 keys.
+//   - claim-batch: Store.ClaimBatch of 100 keys;
+//   - raw-setnx+noop-script: SET NX PX then EVALSHA of a script that only
+//     returns, per key: the floor of any design whose completion is fenced by
+//     a script, so claim-complete can be judged against it too.
 func workloads(b *testing.B, c *goredis.Client) []workload {
 	ctx := context.Background()
 	raw := uniquePrefix(b, c) + ":raw:"
 	rawp := uniquePrefix(b, c) + ":rawp:"
 	s1, s2 := benchStore(b, c), benchStore(b, c)
+	floor := uniquePrefix(b, c) + ":floor:"
+	noop := goredis.NewScript("return 1")
 	return []workload{
 		{"raw-setnx", 1, 1000, func(i, _ int) error {
 			return c.SetNX(ctx, raw+strconv.Itoa(i), "1", 10*time.Minute).Err()
@@ -118,6 +123,13 @@ func workloads(b *testing.B, c *goredis.Client) []workload {
 			_, err := s2.ClaimBatch(ctx, reqs)
 			return err
 		}},
+		{"raw-setnx+noop-script", 1, 1000, func(i, _ int) error {
+			k := floor + strconv.Itoa(i)
+			if err := c.SetNX(ctx, k, "1", 10*time.Minute).Err(); err != nil {
+				return err
+			}
+			return noop.Run(ctx, c, []string{k}).Err()
+		}},
 	}
 }
 
@@ -144,8 +156,9 @@ func BenchmarkRedis(b *testing.B) {
 // BenchmarkRedisRatio measures the store against raw Redis in one run with
 // the workloads interleaved (each round runs all four, in alternating
 // order), so a machine whose load drifts does not favour either side. It
-// reports each workload's keys/s and the two ratios of the issue:
-// claim-complete/raw-setnx and claim-batch/raw-setnx-pipelined.
+// reports each workload's keys/s, the two ratios of the issue
+// (claim-complete/raw-setnx and claim-batch/raw-setnx-pipelined) and
+// floor/raw, the best any script-fenced claim+complete could reach.
 //
 //	go test -run '^$' -bench BenchmarkRedisRatio -benchtime 20x ./store/redis
 func BenchmarkRedisRatio(b *testing.B) {
@@ -155,9 +168,9 @@ func BenchmarkRedisRatio(b *testing.B) {
 	keys := make([]int, len(ws))
 	b.ResetTimer()
 	for r := range b.N {
-		order := []int{0, 1, 2, 3}
+		order := []int{0, 1, 4, 2, 3}
 		if r%2 == 1 {
-			order = []int{1, 0, 3, 2}
+			order = []int{4, 1, 0, 3, 2}
 		}
 		for _, i := range order {
 			w := ws[i]
@@ -178,6 +191,7 @@ func BenchmarkRedisRatio(b *testing.B) {
 	}
 	b.ReportMetric(rate[1]/rate[0], "claim-complete/raw")
 	b.ReportMetric(rate[3]/rate[2], "batch/raw-pipelined")
+	b.ReportMetric(rate[4]/rate[0], "floor/raw")
 }
 
 func benchStore(b *testing.B, c *goredis.Client) *redisstore.Store {
