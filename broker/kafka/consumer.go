@@ -129,7 +129,7 @@ func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
 type keyedFunc func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error)
 type unkeyedFunc func(ctx context.Context, rec *kgo.Record) ([]byte, error)
 
-func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc) (err error) {
+func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -155,6 +155,13 @@ func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc
 		if ctx.Err() != nil {
 			break
 		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			// The client retries fetch errors by itself; they are
+			// reported, not acted on. The poll's own timeout is no error.
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				c.reportError(fmt.Errorf("kafka: fetch %s/%d: %w", topic, partition, err))
+			}
+		})
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) > 0 {
 				c.dispatch(f.Topic, f.Partition, f.Records)

@@ -97,9 +97,10 @@ type Options struct {
 	MaxBuffered int
 
 	// OnError, if set, receives errors the consumer handles by itself:
-	// failed commits (*CommitError) and failed dead-letter produces
-	// (*DeadLetterError). Handler and store outcomes go to the guard's
-	// Observer. It must be safe for concurrent use.
+	// failed commits (*CommitError, retried at the next commit), failed
+	// dead-letter produces (*DeadLetterError, retried after a back-off) and
+	// fetch errors (retried by the client). Handler and store outcomes go
+	// to the guard's Observer. It must be safe for concurrent use.
 	OnError func(error)
 }
 

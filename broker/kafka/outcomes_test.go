@@ -254,3 +254,60 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 		t.Errorf("record %+v %v", rec, err)
 	}
 }
+
+// TestDeadLetterProduceFailureHolds: while the dead-letter topic refuses
+// writes, the record is held (not committed, later records wait) and the
+// failure is reported; once the dead letter is acknowledged, the partition
+// moves on.
+func TestDeadLetterProduceFailureHolds(t *testing.T) {
+	e := newEnv(t, "dlqdown", 1)
+	e.produce(kafka.Record(e.topic, "", "perm", []byte("x")), kafka.Record(e.topic, "", "after", []byte("x")))
+	var afterRan, afterBeforeDLQ atomic.Bool
+	var refused atomic.Int32
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.c.KeepControl()
+		if refused.Load() >= 3 {
+			afterBeforeDLQ.Store(afterRan.Load())
+			e.c.DropControl()
+			return nil, nil, false
+		}
+		refused.Add(1)
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = req.Version
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	g, _ := newGuard(t, nil)
+	var dlErrs atomic.Int32
+	opts := kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+		OnError: func(err error) {
+			if errors.As(err, new(*kafka.DeadLetterError)) {
+				dlErrs.Add(1)
+			}
+		}}
+	startConsumer(t, e, g, opts, func(_ context.Context, rec *kgo.Record) ([]byte, error) {
+		if idOf(rec) == "perm" {
+			return nil, idem.Permanent(errors.New("rejected"))
+		}
+		afterRan.Store(true)
+		return nil, nil
+	})
+	eventually(t, "every offset committed", e.allCommitted)
+	if afterBeforeDLQ.Load() {
+		t.Error("the next record ran before the dead letter was acknowledged")
+	}
+	if n := dlErrs.Load(); n < 3 {
+		t.Errorf("%d dead-letter errors reported, want 3", n)
+	}
+	checkDeadLetter(t, e.dlqRecords(1)[0], e.topic, "permanent")
+}
