@@ -20,12 +20,15 @@ var ErrDuplicateKeyInBatch = errors.New("postgres: key repeated in one batch")
 // unnested into one statement). Results are in request order; keys must be
 // distinct (ErrDuplicateKeyInBatch).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	return s.batch(ctx, s.pool, s.sql.claimBatch, reqs, false)
+	return s.batch(ctx, s.pool, "", s.sql.claimBatch, reqs, false)
 }
 
 type rkey struct{ scope, id string }
 
-func (s *Store) batch(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest, mark bool) ([]idem.Claim, error) {
+// batch claims or marks reqs with query, running first instead (when set)
+// for the first attempt: a statement that settles some keys cheaply and
+// leaves the others to query.
+func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs []idem.ClaimRequest, mark bool) ([]idem.Claim, error) {
 	op := "claim batch"
 	if mark {
 		op = "mark batch"
@@ -59,7 +62,11 @@ func (s *Store) batch(ctx context.Context, q querier, query string, reqs []idem.
 		if attempt == maxAttempts {
 			return nil, fmt.Errorf("postgres: %s: %d records kept changing under %d attempts", op, len(pending), maxAttempts)
 		}
-		again, err := s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
+		stmt := query
+		if attempt == 0 && first != "" {
+			stmt = first
+		}
+		again, err := s.batchOnce(ctx, q, stmt, norm, pending, index, mark, out)
 		switch {
 		case standalone && retryable(err):
 			continue // the statement rolled back as a whole: every key again

@@ -76,7 +76,8 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 	return s.claimOne(ctx, tx, s.sql.mark, req, true)
 }
 
-// MarkBatch is Mark for many keys in one statement, for consumers that
+// MarkBatch is Mark for many keys in one statement (two when some keys
+// exist already: the insert settles the new ones first), for consumers that
 // commit a whole poll (a Kafka batch) in one transaction: the markers of
 // every key commit with the batch's business writes. Results are in request
 // order; keys must be distinct (ErrDuplicateKeyInBatch). Process the
@@ -86,7 +87,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 // offset. To detect a key reused with other content, compare each
 // duplicate's Record.Fingerprint with the request's, as idem.MarkTx does.
 func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	return s.batch(ctx, tx, s.sql.markBatch, reqs, true)
+	return s.batch(ctx, tx, s.sql.markBatchNew, s.sql.markBatch, reqs, true)
 }
 
 // SaveResult implements idem.TxStore: it stores result on the marker Mark
