@@ -26,9 +26,10 @@ type Handler func(ctx context.Context, rec *kgo.Record) ([]byte, error)
 // every write that must happen once goes through tx.
 type TxHandler[Tx any] func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte, error)
 
-// Consumer consumes a group's partitions through an idem.Guard: each record
-// is processed at most once per key (effectively once), records of one
-// partition strictly in order, and an offset is committed only when its
+// Consumer consumes a group's partitions through an idem.Guard: the effect
+// of each key happens once (effectively once; a failed attempt is released
+// and tried again), records of one partition are processed strictly in
+// order, and an offset is committed only when its
 // record and every record before it in the partition are done (processed,
 // skipped as a duplicate, or dead-lettered with the dead letter
 // acknowledged).

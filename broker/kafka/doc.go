@@ -2,7 +2,7 @@
 // record goes through an idem.Guard, so a record delivered twice (a producer
 // re-send, a redelivery after a crash or a rebalance) has its effect once.
 //
-//	g, _ := idem.New(store, idem.Options{Scope: "billing"}) // the consumer stores keys under its group
+//	g, _ := idem.New(store, idem.Options{Scope: "billing"}) // idem.New needs a scope; the consumer uses its group
 //	cl, _ := kgo.NewClient(kafka.ClientOptions(
 //		kgo.SeedBrokers("localhost:9092"),
 //		kgo.ConsumerGroup("billing"),
@@ -100,7 +100,8 @@
 //	)...)
 //
 // (plain is github.com/twmb/franz-go/pkg/sasl/plain.) Create the dead-letter
-// event hub beforehand: Event Hubs does not create topics on produce. Kafka
+// event hub beforehand, with the retention you want, rather than rely on
+// topic auto-creation. Kafka
 // headers carry the idempotency key there as anywhere else. Should the
 // namespace reject idempotent produce requests, set
 // kgo.DisableIdempotentWrite on the producer: the consumer's dedup covers the
@@ -108,7 +109,9 @@
 //
 // # Batch claims
 //
-// Each record is claimed on its own when its turn comes, also with an
-// idem.BatchStore: claiming a poll batch ahead would start the leases of
-// records that still wait behind earlier ones of their partition.
+// Each record is claimed when its turn comes, also with an idem.BatchStore.
+// Claiming a poll batch ahead would need a guard call that runs a handler
+// under a claim taken by the caller (heartbeat, complete, release, events),
+// which the guard does not offer; and it would start the leases of records
+// that still wait behind earlier ones of their partition.
 package kafka

@@ -3,12 +3,14 @@ package kafka_test
 import (
 	"context"
 	"log"
+	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
@@ -105,4 +107,31 @@ func ExampleRecord() {
 	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// Azure Event Hubs through its Kafka endpoint: SASL PLAIN over TLS on port
+// 9093, user "$ConnectionString", the namespace's connection string as
+// password.
+func Example_eventHubs() {
+	connString := os.Getenv("EVENTHUBS_CONNECTION_STRING")
+	cl, err := kgo.NewClient(kafka.ClientOptions(
+		kgo.SeedBrokers("my-namespace.servicebus.windows.net:9093"),
+		kgo.DialTLS(),
+		kgo.SASL(plain.Auth{User: "$ConnectionString", Pass: connString}.AsMechanism()),
+		kgo.ConsumerGroup("billing"),
+		kgo.ConsumeTopics("orders"), // the event hub
+	)...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	g, err := idem.New(memory.New(), idem.Options{Scope: "billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders-dlq"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = c.Run(context.Background(), func(ctx context.Context, rec *kgo.Record) ([]byte, error) { return nil, nil })
 }
