@@ -137,6 +137,6 @@
 // claim and its completion are two round trips (the handler runs between
 // them), so they cannot exceed half the rate of a raw SET NX loop: measured
 // at about 0.44 of it, and pipelined batch claims at about 0.6-0.8 of raw
-// pipelined SET NX, at 16 workers. BENCH.md
-// in this directory has the measured figures and the command.
+// pipelined SET NX, at 16 workers. BENCH.md in this directory has the
+// figures and the command.
 package redisstore
