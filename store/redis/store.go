@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,7 +91,13 @@ func (s *Store) Key(k idem.Key) string { return keyOf(s.prefix, k) }
 
 // wrap labels a Redis failure with the operation. The error stays
 // inspectable (errors.Is(err, context.Canceled), redis.Error, net.Error).
-func wrap(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
+func wrap(op string, err error) error {
+	if strings.Contains(err.Error(), "syntax error") {
+		// SET with NX and GET together is Redis 7.0+.
+		return fmt.Errorf("redisstore: %s (Redis 7.0 or later is required): %w", op, err)
+	}
+	return fmt.Errorf("redisstore: %s: %w", op, err)
+}
 
 // Claim implements idem.Store. An absent key is claimed by one SET NX GET
 // (no script); the same command returns the current record otherwise, and

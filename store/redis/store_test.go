@@ -119,7 +119,8 @@ func closedAddr(t *testing.T) string {
 // returns an error, never an outcome, and the Guard neither runs the handler
 // nor lets the message be acked.
 func TestRedisDown(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: time.Second})
+	c := goredis.NewClient(&goredis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: time.Second,
+		DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	defer c.Close()
 	s, err := redisstore.New(c, redisstore.Options{})
 	if err != nil {
