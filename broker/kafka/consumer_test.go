@@ -166,7 +166,7 @@ func TestCompetingConsumers(t *testing.T) {
 	startConsumer(t, e, g, opts, h)
 	eventually(t, "more progress with three members", func() bool { return eff.unique() >= 1200 })
 	c1.stop(nil)
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 
 	eff.check(t, w.ids)
 	if v := e.commit.violations(); len(v) > 0 {
@@ -257,7 +257,7 @@ func TestRedeliveryAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	startConsumer(t, e, g2, opts, h)
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 
 	eff.check(t, w.ids)
 	if n := counter.Count(idem.OutcomeDuplicate); n < int64(before) {

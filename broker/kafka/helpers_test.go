@@ -128,6 +128,31 @@ func (e *env) allCommitted() bool {
 	return true
 }
 
+// waitCommitted waits until every partition's commit reached its end (or a
+// commit check failed), then asserts the commits are exactly at the ends and
+// that no commit passed an unfinished record.
+func (e *env) waitCommitted(t *testing.T) {
+	t.Helper()
+	eventually(t, "every offset committed", func() bool {
+		if len(e.commit.violations()) > 0 {
+			return true
+		}
+		end, got := e.endOffsets(), e.committed()
+		for p, o := range end {
+			if got[p] < o && (o != 0 || got[p] != -1) {
+				return false
+			}
+		}
+		return true
+	})
+	if v := e.commit.violations(); len(v) > 0 {
+		t.Fatalf("%d commits passed unfinished records, first: %s", len(v), v[0])
+	}
+	if !e.allCommitted() {
+		t.Fatalf("committed %v, end offsets %v", e.committed(), e.endOffsets())
+	}
+}
+
 // dlqRecords reads the whole dead-letter topic.
 func (e *env) dlqRecords(want int) []*kgo.Record {
 	e.t.Helper()

@@ -65,7 +65,7 @@ func TestInProgressHoldsPartition(t *testing.T) {
 	if err := st.Release(context.Background(), idem.ReleaseRequest{Key: held.Record.Key(), Token: held.Record.Token, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	eff.check(t, []string{"a", "b", "c"})
 	if got := eff.order[0]; !slices.Equal(got, []int{0, 1, 2}) {
 		t.Errorf("effect order %v", got)
@@ -97,7 +97,7 @@ func TestDeadLetterReasons(t *testing.T) {
 		return nil, nil
 	}
 	r := startConsumer(t, e, g, kafka.Options{MaxAttempts: 3, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond}, h)
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	r.stop(nil)
 
 	if !slices.Equal(ok, []string{"ok"}) {
@@ -139,7 +139,7 @@ func TestMissingKeyProcess(t *testing.T) {
 		n++ // one partition: one worker
 		return nil, nil
 	})
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	if counter.Count(idem.OutcomeUnkeyed) != 1 || counter.Count(idem.OutcomeProcessed) != 1 {
 		t.Errorf("outcomes %v", counter.Counts())
 	}
@@ -207,7 +207,7 @@ func TestBackpressure(t *testing.T) {
 	g, _ := newGuard(t, nil)
 	eff := newEffects(nil)
 	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	eff.check(t, w.ids)
 }
 
@@ -245,7 +245,7 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 		resp.ErrorCode = kerr.IllegalGeneration.Code
 		return resp, nil, true
 	})
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	if !cancelled.Load() || calls.Load() != 2 {
 		t.Errorf("cancelled=%v calls=%d, want the lost handler cancelled and the record run again once", cancelled.Load(), calls.Load())
 	}
@@ -302,7 +302,7 @@ func TestDeadLetterProduceFailureHolds(t *testing.T) {
 		afterRan.Store(true)
 		return nil, nil
 	})
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	if afterBeforeDLQ.Load() {
 		t.Error("the next record ran before the dead letter was acknowledged")
 	}

@@ -115,7 +115,7 @@ func TestRunTx(t *testing.T) {
 			return []byte("ok"), nil
 		})
 	}()
-	eventually(t, "every offset committed", e.allCommitted)
+	e.waitCommitted(t)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("RunTx: %v", err)
