@@ -53,7 +53,8 @@
 //   - conflict (same key, other content), idem.Permanent error, missing or
 //     invalid key, parked stale record: produced to Options.DeadLetterTopic
 //     with headers idem-reason, idem-error and idem-original-topic,
-//     -partition and -offset, then done once the broker acknowledges it.
+//     -partition and -offset, then done once the broker acknowledges it
+//     (Options.OnDeadLetter is called then: alert on conflicts there).
 //
 // An offset is committed only when its record and every record before it in
 // the partition are done: every CommitInterval, when partitions are revoked,

@@ -96,6 +96,12 @@ type Options struct {
 	// for processing before fetching from it pauses. Default 1000.
 	MaxBuffered int
 
+	// OnDeadLetter, if set, is called after a dead letter is acknowledged,
+	// with the original record, the reason (the idem-reason header) and
+	// the error that caused it: the place to alert on conflicts. It must
+	// be safe for concurrent use.
+	OnDeadLetter func(rec *kgo.Record, reason string, err error)
+
 	// OnError, if set, receives errors the consumer handles by itself:
 	// failed commits (*CommitError, retried at the next commit), failed
 	// dead-letter produces (*DeadLetterError, retried after a back-off) and

@@ -96,7 +96,15 @@ func TestDeadLetterReasons(t *testing.T) {
 		ok = append(ok, idOf(rec)) // one partition: one worker
 		return nil, nil
 	}
-	r := startConsumer(t, e, g, kafka.Options{MaxAttempts: 3, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond}, h)
+	var reasons []string // one partition: one worker calls OnDeadLetter
+	opts := kafka.Options{MaxAttempts: 3, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
+		OnDeadLetter: func(_ *kgo.Record, reason string, err error) {
+			if err == nil {
+				t.Errorf("dead letter %s without its cause", reason)
+			}
+			reasons = append(reasons, reason)
+		}}
+	r := startConsumer(t, e, g, opts, h)
 	e.waitCommitted(t)
 	r.stop(nil)
 
@@ -104,6 +112,9 @@ func TestDeadLetterReasons(t *testing.T) {
 		t.Errorf("handled %v, want [ok]", ok)
 	}
 	want := []string{"no_key", "permanent", "retries_exhausted", "invalid_key"}
+	if !slices.Equal(reasons, want) {
+		t.Errorf("OnDeadLetter saw %v, want %v", reasons, want)
+	}
 	dl := e.dlqRecords(len(want))
 	for i, rec := range dl {
 		reason := ""

@@ -136,6 +136,9 @@ func (c *Consumer) deadLetter(ctx context.Context, rec *kgo.Record, reason strin
 		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: reason, Err: err})
 		return false
 	}
+	if c.opts.OnDeadLetter != nil {
+		c.opts.OnDeadLetter(rec, reason, cause)
+	}
 	return true
 }
 
