@@ -1,6 +1,7 @@
 // Package redisstore is an idem.Store on Redis (go-redis/v9), for teams whose
 // dedup state lives in Redis. It works with any redis.UniversalClient:
-// a single node, a sentinel failover client, a cluster or a ring. It
+// a single node, a sentinel failover client, a cluster or a ring (its tests
+// run on a single node and, opt-in, on a three-master cluster). It
 // implements idem.Store, idem.BatchStore and idem.Inspector.
 //
 // The package lives in store/redis but is named redisstore, so it can be
