@@ -33,6 +33,19 @@ func New(store Store, opts Options) (*Guard, error) {
 	return &Guard{store: store, opts: opts}, nil
 }
 
+// With returns a guard sharing g's store and options with another scope
+// and, when key is not nil, another key function. Integrations use it to
+// default the scope to the consumer's identity (a consumer group, a durable
+// name) and the key to the transport's id.
+func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
+	opts := g.opts
+	opts.Scope = scope
+	if key != nil {
+		opts.Key = key
+	}
+	return New(g.store, opts)
+}
+
 // Store returns the guard's store.
 func (g *Guard) Store() Store { return g.store }
 

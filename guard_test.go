@@ -491,3 +491,22 @@ func TestHandlerSignalsDuplicateOrSuperseded(t *testing.T) {
 		t.Fatalf("handler conflict: %+v %v", res, err)
 	}
 }
+
+func TestGuardWith(t *testing.T) {
+	s := memory.New()
+	g := guard(t, s, idem.Options{Scope: "base", Lease: time.Minute})
+	w, err := g.With("orders-group", idem.HeaderKey("idempotency-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Options().Lease != time.Minute || w.Options().Scope != "orders-group" {
+		t.Fatalf("With lost options: %+v", w.Options())
+	}
+	res, err := w.Do(context.Background(), idem.Message{Headers: map[string]string{"idempotency-key": "k"}}, ok("r"))
+	if err != nil || res.Key != (idem.Key{Scope: "orders-group", ID: "k"}) {
+		t.Fatalf("With guard: %+v %v", res, err)
+	}
+	if _, err := g.With("", nil); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("With empty scope = %v", err)
+	}
+}
