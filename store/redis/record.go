@@ -62,29 +62,37 @@ func msTime(s string) (time.Time, error) {
 }
 
 // encodeRecord renders r in the stored format. DisplayID is stored only
-// when it differs from ID.
+// when it differs from ID. It runs on every claim and completion, so it
+// appends into one buffer.
 func encodeRecord(r idem.Record) string {
 	display := r.DisplayID
 	if display == r.ID {
 		display = ""
 	}
-	var b strings.Builder
-	b.Grow(96 + len(r.Fingerprint) + len(r.Scope) + len(r.ID) + len(display) + len(r.Result))
-	for _, f := range [...]string{
-		formatVersion, string(r.State),
-		strconv.FormatInt(r.Token, 10), strconv.Itoa(r.Attempts),
-		msArg(r.LeaseUntil), msArg(r.ExpiresAt), msArg(r.CreatedAt), msArg(r.UpdatedAt),
-		strconv.Itoa(len(r.Fingerprint)), strconv.Itoa(len(r.Scope)), strconv.Itoa(len(r.ID)), strconv.Itoa(len(display)),
-	} {
-		b.WriteString(f)
-		b.WriteByte('|')
+	b := make([]byte, 0, 112+len(r.Fingerprint)+len(r.Scope)+len(r.ID)+len(display)+len(r.Result))
+	b = append(b, formatVersion+"|"...)
+	b = append(b, r.State...)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, r.Token, 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	b = append(b, '|')
+	for _, t := range [...]time.Time{r.LeaseUntil, r.ExpiresAt, r.CreatedAt, r.UpdatedAt} {
+		if !t.IsZero() {
+			b = strconv.AppendInt(b, t.UnixMilli(), 10)
+		}
+		b = append(b, '|')
 	}
-	b.WriteString(r.Fingerprint)
-	b.WriteString(r.Scope)
-	b.WriteString(r.ID)
-	b.WriteString(display)
-	b.Write(r.Result)
-	return b.String()
+	for _, n := range [...]int{len(r.Fingerprint), len(r.Scope), len(r.ID), len(display)} {
+		b = strconv.AppendInt(b, int64(n), 10)
+		b = append(b, '|')
+	}
+	b = append(b, r.Fingerprint...)
+	b = append(b, r.Scope...)
+	b = append(b, r.ID...)
+	b = append(b, display...)
+	b = append(b, r.Result...)
+	return string(b)
 }
 
 // header is the decoded header of a record value; body is what follows it.
@@ -163,20 +171,22 @@ func decodeRecord(v string) (idem.Record, error) {
 	return r, nil
 }
 
-// freshRecord is the record a claim of an absent key writes.
+// freshRecord is the record a claim of an absent key writes, with its
+// times as the store keeps them (whole milliseconds, UTC).
 func freshRecord(req idem.ClaimRequest) idem.Record {
+	now := roundMs(req.Now)
 	return idem.Record{
 		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
 		State: idem.StateInProgress, Fingerprint: req.Fingerprint, Token: 1, Attempts: 1,
-		LeaseUntil: req.LeaseUntil, ExpiresAt: req.ExpiresAt, CreatedAt: req.Now, UpdatedAt: req.Now,
+		LeaseUntil: roundMs(req.LeaseUntil), ExpiresAt: roundMs(req.ExpiresAt), CreatedAt: now, UpdatedAt: now,
 	}
 }
 
-// roundTrip returns r as the store keeps it (millisecond times, UTC).
-func roundTrip(v string) idem.Record {
-	r, err := decodeRecord(v)
-	if err != nil {
-		panic("redisstore: encodeRecord output does not decode: " + err.Error())
+// roundMs is t as the store keeps it: whole milliseconds, UTC; zero stays
+// zero.
+func roundMs(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
 	}
-	return r
+	return time.UnixMilli(t.UnixMilli()).UTC()
 }

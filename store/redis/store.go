@@ -110,9 +110,10 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return idem.Claim{}, err
 	}
 	key := keyOf(s.prefix, req.Key)
-	fresh := encodeRecord(freshRecord(req))
+	rec := freshRecord(req)
+	fresh := encodeRecord(rec)
 	cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
-	c, done, err := decodeSetNXGet(req, fresh, cmd)
+	c, done, err := decodeSetNXGet(req, rec, cmd)
 	if err != nil {
 		return idem.Claim{}, wrap("claim", err)
 	}
@@ -142,10 +143,10 @@ func setNXGetArgs(key, fresh string, expires time.Time) []any {
 // decodeSetNXGet interprets the SET NX GET reply: acquired when the key was
 // absent; the snapshot's outcome when it needs no write; done=false when
 // the claim must go through claimScript.
-func decodeSetNXGet(req idem.ClaimRequest, fresh string, cmd *goredis.Cmd) (c idem.Claim, done bool, err error) {
+func decodeSetNXGet(req idem.ClaimRequest, fresh idem.Record, cmd *goredis.Cmd) (c idem.Claim, done bool, err error) {
 	v, err := cmd.Text()
 	if errors.Is(err, goredis.Nil) {
-		return idem.Claim{Outcome: idem.ClaimAcquired, Record: roundTrip(fresh)}, true, nil
+		return idem.Claim{Outcome: idem.ClaimAcquired, Record: fresh}, true, nil
 	}
 	if err != nil {
 		return idem.Claim{}, true, err
@@ -282,12 +283,14 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		return nil, nil
 	}
 	keys := make([]string, len(reqs))
+	recs := make([]idem.Record, len(reqs))
 	fresh := make([]string, len(reqs))
 	setCmds := make([]*goredis.Cmd, len(reqs))
 	pipe := s.client.Pipeline()
 	for i, r := range reqs {
 		keys[i] = keyOf(s.prefix, r.Key)
-		fresh[i] = encodeRecord(freshRecord(r))
+		recs[i] = freshRecord(r)
+		fresh[i] = encodeRecord(recs[i])
 		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i], r.ExpiresAt)...)
 	}
 	// Exec's error is the first failed command's; redis.Nil (key was absent)
@@ -299,7 +302,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		calls []scriptCall
 	)
 	for i, r := range reqs {
-		c, done, err := decodeSetNXGet(r, fresh[i], setCmds[i])
+		c, done, err := decodeSetNXGet(r, recs[i], setCmds[i])
 		if err != nil {
 			return nil, wrap("claim batch", err)
 		}
