@@ -35,7 +35,7 @@ type TxHandler[Tx any] func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte
 // acknowledged).
 type Consumer struct {
 	cl   *kgo.Client
-	g    *idem.Guard
+	g    *idem.Guard // the caller's guard with the consumer's scope and key
 	opts Options
 
 	ran atomic.Bool
@@ -53,6 +53,9 @@ type tp struct {
 }
 
 // NewConsumer returns a consumer reading with cl and deduplicating with g.
+// The consumer works on a guard derived from g (idem.Guard.With) with
+// Options.Scope and Options.Key; g's other settings (store, fingerprint,
+// lease, missing-key policy, observer, ...) apply as they are.
 // cl must be built by the caller with kgo.ConsumerGroup, kgo.ConsumeTopics
 // and ClientOptions (which disables autocommit, blocks rebalances during
 // hand-over and installs the rebalance hooks); otherwise the error wraps
@@ -70,6 +73,10 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error)
 	if err := opts.fill(group); err != nil {
 		return nil, err
 	}
+	g, err = g.With(opts.Scope, opts.Key)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
@@ -81,7 +88,7 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error)
 }
 
 // Scope returns the scope under which the consumer stores keys.
-func (c *Consumer) Scope() string { return c.opts.Scope }
+func (c *Consumer) Scope() string { return c.g.Options().Scope }
 
 // Run consumes until ctx ends, running h for each record in two-phase mode
 // (idem.Guard semantics: claim with a lease, handle, complete). On shutdown
@@ -93,10 +100,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
 	}
-	return c.run(ctx, func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error) {
-		return c.g.DoKey(ctx, key, fp, func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
-	}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
-		return h(ctx, rec)
+	return c.run(ctx, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
+		return c.g.Do(ctx, MessageOf(rec), func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
 	})
 }
 
@@ -109,28 +114,22 @@ func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
 	}
-	ts, ok := c.g.Store().(idem.TxStore[Tx])
-	if !ok {
+	// idem.DoTx checks this too, but per record: checked here, a store
+	// without transactions fails RunTx before anything is consumed instead
+	// of holding every partition on retries.
+	if _, ok := c.g.Store().(idem.TxStore[Tx]); !ok {
 		var zero Tx
 		return fmt.Errorf("%w: %T has none for %T", idem.ErrNoTx, c.g.Store(), zero)
 	}
-	return c.run(ctx, func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error) {
-		return idem.DoTxKey(ctx, c.g, key, fp, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, rec) })
-	}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
-		var v []byte
-		err := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
-			var err error
-			v, err = fn(ctx, tx, rec)
-			return err
-		})
-		return v, err
+	return c.run(ctx, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
+		return idem.DoTx(ctx, c.g, MessageOf(rec), func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, rec) })
 	})
 }
 
-type keyedFunc func(ctx context.Context, key idem.Key, fp string, rec *kgo.Record) (idem.Result, error)
-type unkeyedFunc func(ctx context.Context, rec *kgo.Record) ([]byte, error)
+// doFunc runs one record through the guard (Guard.Do or idem.DoTx).
+type doFunc func(ctx context.Context, rec *kgo.Record) (idem.Result, error)
 
-func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc) error {
+func (c *Consumer) run(ctx context.Context, do doFunc) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -138,7 +137,7 @@ func (c *Consumer) run(ctx context.Context, keyed keyedFunc, unkeyed unkeyedFunc
 	defer cancelBase()
 	c.mu.Lock()
 	c.base = base
-	c.proc = func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, keyed, unkeyed) }
+	c.proc = func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, do) }
 	c.mu.Unlock()
 
 	// Every poll that returns blocks rebalances until AllowRebalance, so

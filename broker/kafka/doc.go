@@ -1,60 +1,87 @@
-// Package kafka runs an idempotent Kafka consumer on franz-go (kgo): every
-// record goes through an idem.Guard, so a record delivered twice (a producer
-// re-send, a redelivery after a crash or a rebalance) has its effect once.
+// Package kafka makes Kafka consumers on franz-go (kgo) idempotent: a
+// record delivered twice (a producer re-send, a redelivery after a crash or
+// a rebalance) has its effect once.
 //
-//	g, _ := idem.New(store, idem.Options{Scope: "billing"}) // idem.New needs a scope; the consumer uses its group
+// A [Consumer] consumes a group's partitions, runs the user's handler under
+// an [idem.Guard] and maps each outcome to a Kafka action with
+// [idem.Decide]. Records of one partition are processed one at a time in
+// offset order; [Options.Concurrency] partitions are processed at once.
+//
+//   - processed or duplicate: the record is done, and its offset becomes
+//     committable only after the store's record is durable;
+//   - in progress elsewhere, a transient handler error (the claim is
+//     released), a store failure: the partition is held and the same record
+//     tried again after the back-off of [Options.RetryMin] ..
+//     [Options.RetryMax]. It is never skipped; [Options.MaxAttempts] can
+//     bound handler failures (reason retries_exhausted);
+//   - conflict, permanent error, missing or invalid key, parked record:
+//     produced to [Options.DeadLetterTopic] with the headers idem-reason,
+//     idem-error, idem-original-topic, idem-original-partition and
+//     idem-original-offset, then done once the broker acknowledges it. If
+//     the produce fails the record is held and retried, so nothing is lost.
+//
+// Usage, two-phase (the side effect lives outside the store):
+//
+//	g, _ := idem.New(store, idem.Options{Scope: "billing"}) // the consumer's scope replaces it: see Scope
 //	cl, _ := kgo.NewClient(kafka.ClientOptions(
 //		kgo.SeedBrokers("localhost:9092"),
 //		kgo.ConsumerGroup("billing"),
 //		kgo.ConsumeTopics("orders"),
 //	)...)
 //	defer cl.Close()
-//	c, _ := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders.dlq"})
+//	c, _ := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders.dlq"}) // scope "billing", the group
 //	err := c.Run(ctx, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), rec.Value)
 //	})
 //
-// When the side effects live in the store's database, RunTx runs the handler
-// in the same transaction as the dedup marker (the transactional inbox):
+// With a store that has a transactional inbox (store/sqlite,
+// store/postgres), [RunTx] runs the handler inside the store's transaction
+// together with the dedup marker (idem.DoTx):
 //
 //	err := kafka.RunTx(ctx, c, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
 //		_, err := tx.Exec(ctx, `insert into charges(order_id, amount) values ($1, $2)`, ...)
 //		return nil, err
 //	})
 //
-// # Keys
+// The guard's idem.Observer sees every record's outcome;
+// [Options.OnDeadLetter] sees every acknowledged dead letter with its reason
+// (alert on conflicts there), and [Options.OnError] the errors the consumer
+// handles by itself (failed commits, dead-letter produces and fetches).
 //
-// Kafka has no message id, and the offset is not one: a producer retry with
-// idempotence disabled, or an application that sends the same message again,
-// writes it at a new offset. Producers set a stable id in the
-// "idempotency-key" header (Record does) and the consumer reads it (the
-// default Options.Key). CloudEvents producers set ce_id and ce_source
-// (binary mode, WithCloudEvent) or send structured events; consume them with
-// Options.Key = idem.CloudEventsKey. A record without a usable key is
-// dead-lettered (reason no_key or invalid_key) unless the guard's
-// MissingKey policy is idem.MissingKeyProcess.
+// # Keys, and which Kafka values survive what
 //
-// Keys are stored under Options.Scope, by default the consumer group, so two
-// groups reading one topic never block each other. The guard's own Scope and
-// Key are not used by the consumer; its Fingerprint, Lease, Retention,
-// Stale, MissingKey, MaxResultSize and Observer are.
+// The key comes from [Options.Key] (default
+// idem.HeaderKey("idempotency-key")) applied to the [idem.Message] built by
+// [MessageOf]: Headers are the record headers (first value of each),
+// ContentType is the content-type header, and Message.ID stays empty, so
+// idem.MessageID finds nothing. idem.CloudEventsKey reads binary-mode
+// CloudEvents headers (ce_id, ce_source; [WithCloudEvent] sets them) and
+// structured-mode payloads.
 //
-// # Order, retries and commits
+//   - The idempotency-key header is chosen by the producer: it survives
+//     producer retries (when the producer reuses it, as [Record] does) and
+//     redelivery. It is the right key.
+//   - The offset survives redelivery but not a producer retry: with
+//     idempotence disabled, or an application sending the same message
+//     again, the message is written at a new offset. Never a key.
+//   - The record's Kafka key partitions and orders records; many messages
+//     share it. Never an idempotency key on its own.
 //
-// Records of one partition are processed one at a time in offset order;
-// Options.Concurrency partitions are processed at once. What happens to a
-// record follows idem.Decide:
+// A record without a key is dead-lettered (reason no_key; an unusable one,
+// invalid_key) unless the guard's MissingKey policy is
+// idem.MissingKeyProcess, which runs the handler without dedup.
 //
-//   - processed, duplicate: done.
-//   - key in progress at another consumer, transient handler error (the
-//     claim is released), store error: the partition is held and the same
-//     record tried again after a back-off (Options.RetryMin..RetryMax). It is
-//     never skipped; MaxAttempts can bound handler failures.
-//   - conflict (same key, other content), idem.Permanent error, missing or
-//     invalid key, parked stale record: produced to Options.DeadLetterTopic
-//     with headers idem-reason, idem-error and idem-original-topic,
-//     -partition and -offset, then done once the broker acknowledges it
-//     (Options.OnDeadLetter is called then: alert on conflicts there).
+// # Scope
+//
+// The scope is the consumer identity, by default the consumer group, so two
+// groups reading one topic never block each other. [NewConsumer] derives the
+// consumer's guard from the one given (idem.Guard.With) with
+// [Options.Scope] and [Options.Key]; the given guard's own scope and key are
+// replaced, its other settings (Fingerprint, Lease, Retention, Stale,
+// MissingKey, MaxResultSize, Observer) apply. [Consumer.Scope] returns the
+// scope in use.
+//
+// # Commits
 //
 // An offset is committed only when its record and every record before it in
 // the partition are done: every CommitInterval, when partitions are revoked,
@@ -77,7 +104,7 @@
 // handlers finish or releases them, and commits. It does not close the
 // client: close it after Run returns (closing leaves the group).
 //
-// # Producing
+// # Producer side
 //
 // Record builds a record with the idempotency-key header. Keep the
 // producer's own idempotence on (the kgo default): it stops the broker from

@@ -30,9 +30,8 @@ const (
 type Options struct {
 	// Scope is the consumer identity under which keys are stored. Default:
 	// the client's consumer group, so two groups reading one topic never
-	// block each other. The guard's own Options.Scope is not used by the
-	// consumer (the guard's scope is fixed when it is built; this one
-	// follows the group).
+	// block each other. It replaces the guard's own scope: NewConsumer
+	// derives the consumer's guard with idem.Guard.With(Scope, Key).
 	Scope string
 
 	// Key extracts the record's stable id. Default:
@@ -40,9 +39,10 @@ type Options struct {
 	// CloudEvents (binary mode ce_id / ce_source headers or a structured
 	// payload), idem.JSONFieldsKey for a business key, or idem.FirstOf to
 	// combine. Never use the offset: a producer retry without idempotence
-	// writes the same message at a new offset. The guard's own Options.Key
-	// is not used by the consumer; its Fingerprint, Lease, Retention,
-	// Stale, MissingKey and Observer settings are.
+	// writes the same message at a new offset. It replaces the guard's own
+	// key function (whose default, idem.MessageID, finds nothing in a Kafka
+	// record); the guard's Fingerprint, Lease, Retention, Stale, MissingKey,
+	// MaxResultSize and Observer settings apply as they are.
 	Key idem.KeyFunc
 
 	// DeadLetterTopic receives records that retrying cannot fix: key
@@ -114,9 +114,7 @@ func (o *Options) fill(group string) error {
 	if o.Scope == "" {
 		o.Scope = group
 	}
-	if err := (idem.Key{Scope: o.Scope, ID: "x"}).Validate(); err != nil {
-		return fmt.Errorf("%w: Scope: %v", idem.ErrInvalidOptions, err)
-	}
+	// Guard.With validates the scope.
 	if o.Key == nil {
 		o.Key = idem.HeaderKey(DefaultKeyHeader)
 	}

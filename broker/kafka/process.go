@@ -2,27 +2,21 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
 )
 
-// mode names the events the consumer reports itself (records without a
-// usable key); the guard reports the others as "two-phase" or "tx".
-const mode = "kafka"
-
-// Message converts a record into what the guard reads: headers (the first
+// MessageOf converts a record into what the guard reads: headers (the first
 // value wins when a header repeats), the value as payload, and the
 // content-type header (set by the CloudEvents Kafka binding in structured
 // mode). ID stays empty: Kafka has no producer-assigned message id, and the
 // offset is not one (a producer retry writes the same message at a new
 // offset).
-func Message(rec *kgo.Record) idem.Message {
+func MessageOf(rec *kgo.Record) idem.Message {
 	m := idem.Message{Payload: rec.Value}
 	if len(rec.Headers) > 0 {
 		m.Headers = make(map[string]string, len(rec.Headers))
@@ -39,30 +33,16 @@ func Message(rec *kgo.Record) idem.Message {
 // Key returns the key the consumer stores for rec: Options.Key's id in
 // Options.Scope, validated.
 func (c *Consumer) Key(rec *kgo.Record) (idem.Key, error) {
-	return c.key(Message(rec))
-}
-
-func (c *Consumer) key(m idem.Message) (idem.Key, error) {
-	k := idem.Key{Scope: c.opts.Scope}
-	id, err := c.opts.Key(m)
-	if err != nil {
-		if !errors.Is(err, idem.ErrNoKey) && !errors.Is(err, idem.ErrInvalidKey) {
-			err = &idem.KeyError{Reason: err.Error(), Err: idem.ErrInvalidKey}
-		}
-		return k, err
-	}
-	k.ID = id
-	return k, k.Validate()
+	return c.g.Key(MessageOf(rec))
 }
 
 // process runs one record through the guard and acts on the outcome. It
 // reports whether the record is done: processed, a duplicate, or
 // dead-lettered with the dead letter acknowledged.
-func (c *Consumer) process(p *partition, rec *kgo.Record, keyed keyedFunc, unkeyed unkeyedFunc) bool {
+func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) bool {
 	p.attempts++
 	ctx := p.ctx
-	msg := Message(rec)
-	res, err := c.handle(ctx, msg, rec, keyed, unkeyed)
+	res, err := do(ctx, rec)
 	switch idem.Decide(res, err) {
 	case idem.ActionAck:
 		return true
@@ -79,40 +59,6 @@ func (c *Consumer) process(p *partition, rec *kgo.Record, keyed keyedFunc, unkey
 		}
 	}
 	return false
-}
-
-func (c *Consumer) handle(ctx context.Context, msg idem.Message, rec *kgo.Record, keyed keyedFunc, unkeyed unkeyedFunc) (idem.Result, error) {
-	start := time.Now()
-	key, err := c.key(msg)
-	if err == nil {
-		var fp string
-		if fp, err = c.g.Fingerprint(msg); err == nil {
-			return keyed(ctx, key, fp, rec)
-		}
-	}
-	gopts := c.g.Options()
-	if errors.Is(err, idem.ErrNoKey) && gopts.MissingKey == idem.MissingKeyProcess {
-		hs := time.Now()
-		v, herr := unkeyed(ctx, rec)
-		res := idem.Result{Outcome: idem.OutcomeUnkeyed, Key: key, Value: v}
-		if herr != nil {
-			res.Outcome = idem.OutcomeFailed
-			if idem.IsPermanent(herr) {
-				res.Outcome = idem.OutcomePermanent
-			}
-		}
-		c.observe(ctx, idem.Event{Key: key, Mode: mode, Outcome: res.Outcome, Err: herr,
-			Handler: time.Since(hs), Total: time.Since(start)})
-		return res, herr
-	}
-	c.observe(ctx, idem.Event{Key: key, Mode: mode, Outcome: idem.OutcomeNoKey, Err: err, Total: time.Since(start)})
-	return idem.Result{Outcome: idem.OutcomeNoKey, Key: key}, err
-}
-
-func (c *Consumer) observe(ctx context.Context, e idem.Event) {
-	if o := c.g.Options().Observer; o != nil {
-		o.Observe(ctx, e)
-	}
 }
 
 // Dead-letter headers added to the original record's headers.

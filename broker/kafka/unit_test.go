@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
+	"github.com/idemgo/idem/store/memory"
 )
 
 func TestNewConsumerValidates(t *testing.T) {
@@ -35,6 +36,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
 		{"no dead-letter topic", build(kafka.ClientOptions(kgo.ConsumerGroup("g3"), kgo.ConsumeTopics(e.topic))...), kafka.Options{}, idem.ErrInvalidOptions},
 		{"retry bounds", build(kafka.ClientOptions(kgo.ConsumerGroup("g4"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
+		{"invalid scope", build(kafka.ClientOptions(kgo.ConsumerGroup("g5"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, Scope: "bad\x00scope"}, idem.ErrInvalidOptions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,15 +68,54 @@ func TestNewConsumerValidates(t *testing.T) {
 	}
 }
 
+// TestConsumerGuard: the consumer keys records with its own scope and key
+// function, not the given guard's, and leaves the given guard unchanged.
+func TestConsumerGuard(t *testing.T) {
+	e := newEnv(t, "guard", 1)
+	g, err := idem.New(memory.New(), idem.Options{Scope: "guard-scope", Key: func(idem.Message) (string, error) {
+		return "from-the-guard", nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kafka.Record(e.topic, "", "order-42", []byte("v"), kafka.WithHeader("other", "o-1"))
+
+	cl := e.consumerClient()
+	defer cl.Close()
+	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := c.Key(rec); err != nil || k != (idem.Key{Scope: e.group, ID: "order-42"}) {
+		t.Errorf("default Key = %+v, %v; want the group and the idempotency-key header", k, err)
+	}
+
+	cl2 := e.consumerClient()
+	defer cl2.Close()
+	c2, err := kafka.NewConsumer(cl2, g, kafka.Options{DeadLetterTopic: e.dlq, Scope: "mine", Key: idem.HeaderKey("other")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := c2.Key(rec); err != nil || k != (idem.Key{Scope: "mine", ID: "o-1"}) || c2.Scope() != "mine" {
+		t.Errorf("Key = %+v, %v, scope %q; want Options.Scope and Options.Key", k, err, c2.Scope())
+	}
+	if k, err := g.Key(kafka.MessageOf(rec)); err != nil || k != (idem.Key{Scope: "guard-scope", ID: "from-the-guard"}) {
+		t.Errorf("the given guard changed: %+v, %v", k, err)
+	}
+	if _, err := c.Key(&kgo.Record{Topic: e.topic}); !errors.Is(err, idem.ErrNoKey) {
+		t.Errorf("Key of a record without the header = %v, want ErrNoKey", err)
+	}
+}
+
 func TestRecordAndKeys(t *testing.T) {
 	r := kafka.Record("orders", "cust-7", "order-42", []byte(`{"amount":5}`),
 		kafka.WithCloudEvent("/billing", "order.created"), kafka.WithHeader("content-type", "application/json"))
 	if string(r.Key) != "cust-7" || r.Topic != "orders" {
 		t.Fatalf("record %+v", r)
 	}
-	m := kafka.Message(r)
+	m := kafka.MessageOf(r)
 	if m.ID != "" {
-		t.Errorf("Message.ID = %q: offsets and transport values are never ids", m.ID)
+		t.Errorf("MessageOf(r).ID = %q: offsets and transport values are never ids", m.ID)
 	}
 	if m.ContentType != "application/json" {
 		t.Errorf("content type %q", m.ContentType)
@@ -90,7 +131,7 @@ func TestRecordAndKeys(t *testing.T) {
 	}
 	// A repeated header: the first value is the key.
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: kafka.DefaultKeyHeader, Value: []byte("other")})
-	if got := kafka.Message(r).Header(kafka.DefaultKeyHeader); got != "order-42" {
+	if got := kafka.MessageOf(r).Header(kafka.DefaultKeyHeader); got != "order-42" {
 		t.Errorf("repeated header gave %q", got)
 	}
 }
