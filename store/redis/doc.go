@@ -137,7 +137,7 @@
 // A claim of a new key is one SET, like the cheapest possible dedup; a
 // claim and its completion are two round trips (the handler runs between
 // them), so they cannot exceed half the rate of a raw SET NX loop: measured
-// at about 0.44 of it, and pipelined batch claims at about 0.6-0.8 of raw
+// at 0.40-0.44 of it, and pipelined batch claims at 0.56-0.79 of raw
 // pipelined SET NX, at 16 workers. BENCH.md in this directory has the
 // figures and the command.
 package redisstore
