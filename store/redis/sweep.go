@@ -155,11 +155,15 @@ func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]st
 	for i, k := range keys {
 		cmds[i] = pipe.GetRange(ctx, k, 0, maxHeaderLen-1)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
+	_, _ = pipe.Exec(ctx) // judged per command below
 	var out []string
 	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			if goredis.HasErrorPrefix(err, "WRONGTYPE") {
+				continue // not a string: not a record of ours
+			}
+			return nil, err
+		}
 		h, err := splitHeader(c.Val())
 		if err != nil {
 			continue // gone since the scan (empty), or not a record to judge
@@ -197,3 +201,4 @@ func (s *Store) deleteExpired(ctx context.Context, keys []string, now time.Time)
 	}
 	return n, nil
 }
+
