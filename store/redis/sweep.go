@@ -201,4 +201,3 @@ func (s *Store) deleteExpired(ctx context.Context, keys []string, now time.Time)
 	}
 	return n, nil
 }
-
