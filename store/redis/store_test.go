@@ -171,3 +171,71 @@ func TestRedisDown(t *testing.T) {
 		t.Fatalf("Do with Redis down = %v, %v (action %v); want a StoreError and retry", res.Outcome, err, idem.Decide(res, err))
 	}
 }
+
+// TestForeignValue: a key under the prefix that does not hold a record (an
+// operator's mistake, another program) is reported as an error, never
+// claimed over or deleted.
+func TestForeignValue(t *testing.T) {
+	c := newClient(t)
+	s := newStore(t, c)
+	ctx := context.Background()
+	now := storetest.T0
+	for _, setup := range []func(key string) error{
+		func(key string) error { return c.Set(ctx, key, "not a record", 0).Err() },
+		func(key string) error { return c.HSet(ctx, key, "state", "completed").Err() },
+	} {
+		k := idem.Key{Scope: "s", ID: "foreign"}
+		if err := c.Del(ctx, s.Key(k)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := setup(s.Key(k)); err != nil {
+			t.Fatal(err)
+		}
+		req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+		if cl, err := s.Claim(ctx, req); err == nil {
+			t.Fatalf("Claim over a foreign value = %v, want an error", cl.Outcome)
+		}
+		if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); err == nil {
+			t.Fatal("ClaimBatch over a foreign value succeeded")
+		}
+		if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: now, ExpiresAt: now.Add(time.Hour)}); err == nil || errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Complete over a foreign value = %v, want an error", err)
+		}
+		if _, err := s.Sweep(ctx, idem.SweepRequest{Now: now.Add(1000 * time.Hour), Limit: 10}); err != nil {
+			t.Fatalf("Sweep with a foreign value: %v", err)
+		}
+		if n, _ := c.Exists(ctx, s.Key(k)).Result(); n != 1 {
+			t.Fatal("foreign value was deleted")
+		}
+	}
+}
+
+// TestTokenRestartsAfterRedisExpiry documents the trade-off in the package
+// doc: once Redis has removed an expired record, the next claim starts at
+// token 1 again, while a record expired by the caller's clock but still in
+// Redis passes its token on.
+func TestTokenRestartsAfterRedisExpiry(t *testing.T) {
+	c := newClient(t)
+	s := newStore(t, c)
+	ctx := context.Background()
+	now := storetest.T0
+	k := idem.Key{Scope: "s", ID: "t"}
+	req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
+	first, err := s.Claim(ctx, req)
+	if err != nil || first.Record.Token != 1 {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	later := req
+	later.Now, later.LeaseUntil, later.ExpiresAt = now.Add(2*time.Hour), now.Add(2*time.Hour+time.Minute), now.Add(3*time.Hour)
+	second, err := s.Claim(ctx, later) // expired by the caller's clock, still in Redis
+	if err != nil || second.Outcome != idem.ClaimAcquired || second.Record.Token != 2 {
+		t.Fatalf("claim of an expired record: %+v %v; want token 2", second, err)
+	}
+	if err := c.Del(ctx, s.Key(k)).Err(); err != nil { // what Redis's expiry does
+		t.Fatal(err)
+	}
+	third, err := s.Claim(ctx, later)
+	if err != nil || third.Outcome != idem.ClaimAcquired || third.Record.Token != 1 {
+		t.Fatalf("claim after Redis removed the record: %+v %v; want token 1", third, err)
+	}
+}
