@@ -510,3 +510,14 @@ func TestGuardWith(t *testing.T) {
 		t.Fatalf("With empty scope = %v", err)
 	}
 }
+
+func TestExponentialBackoff(t *testing.T) {
+	b := idem.ExponentialBackoff(100*time.Millisecond, time.Second)
+	for attempt, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 50: time.Second} {
+		for range 20 {
+			if d := b(attempt); d < want/2 || d > want {
+				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, want/2, want)
+			}
+		}
+	}
+}
