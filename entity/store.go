@@ -20,6 +20,7 @@ import (
 // both run the handler, and the unique constraint (or the version
 // condition) lets exactly one transaction apply it.
 type Store struct {
+	NoRecords
 	db   *sql.DB
 	opts *sql.TxOptions
 }
@@ -33,8 +34,13 @@ var (
 // txOpts may be nil (the driver's default isolation).
 func NewStore(db *sql.DB, txOpts *sql.TxOptions) *Store { return &Store{db: db, opts: txOpts} }
 
+// NoRecords is the bookkeeping-free part of an idem.Store: claims always
+// acquire, nothing is written, read or swept. Store and entitypgx.Store embed
+// it and add transactions.
+type NoRecords struct{}
+
 // Claim always acquires.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+func (NoRecords) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -46,21 +52,21 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 }
 
 // Complete records nothing.
-func (s *Store) Complete(context.Context, idem.CompleteRequest) error { return nil }
+func (NoRecords) Complete(context.Context, idem.CompleteRequest) error { return nil }
 
 // Release records nothing.
-func (s *Store) Release(context.Context, idem.ReleaseRequest) error { return nil }
+func (NoRecords) Release(context.Context, idem.ReleaseRequest) error { return nil }
 
 // Renew records nothing.
-func (s *Store) Renew(context.Context, idem.RenewRequest) error { return nil }
+func (NoRecords) Renew(context.Context, idem.RenewRequest) error { return nil }
 
 // Get finds nothing: the business tables are the record.
-func (s *Store) Get(context.Context, idem.Key) (idem.Record, error) {
+func (NoRecords) Get(context.Context, idem.Key) (idem.Record, error) {
 	return idem.Record{}, idem.ErrNotFound
 }
 
 // Sweep deletes nothing: business rows are not swept.
-func (s *Store) Sweep(context.Context, idem.SweepRequest) (int, error) { return 0, nil }
+func (NoRecords) Sweep(context.Context, idem.SweepRequest) (int, error) { return 0, nil }
 
 // InTx runs fn in a transaction on the database.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -85,7 +91,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 
 // Mark writes nothing and acquires.
 func (s *Store) Mark(ctx context.Context, _ *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	return s.Claim(ctx, req)
+	return s.NoRecords.Claim(ctx, req)
 }
 
 // SaveResult records nothing.

@@ -53,6 +53,7 @@ func (q querier) QueryRow(ctx context.Context, query string, dest []any, args ..
 // Store is the pgx counterpart of entity.Store: no records, claims always
 // succeed, InTx runs a pgx transaction on the pool.
 type Store struct {
+	entity.NoRecords
 	pool *pgxpool.Pool
 }
 
@@ -64,35 +65,6 @@ var (
 // NewStore returns a bookkeeping-free store whose transactions run on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// Claim always acquires.
-func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	if err := ctx.Err(); err != nil {
-		return idem.Claim{}, err
-	}
-	return idem.Claim{Outcome: idem.ClaimAcquired, Record: idem.Record{
-		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(), State: idem.StateInProgress,
-		Fingerprint: req.Fingerprint, Token: 1, Attempts: 1, LeaseUntil: req.LeaseUntil, ExpiresAt: req.ExpiresAt,
-		CreatedAt: req.Now, UpdatedAt: req.Now,
-	}}, nil
-}
-
-// Complete records nothing.
-func (s *Store) Complete(context.Context, idem.CompleteRequest) error { return nil }
-
-// Release records nothing.
-func (s *Store) Release(context.Context, idem.ReleaseRequest) error { return nil }
-
-// Renew records nothing.
-func (s *Store) Renew(context.Context, idem.RenewRequest) error { return nil }
-
-// Get finds nothing: the business tables are the record.
-func (s *Store) Get(context.Context, idem.Key) (idem.Record, error) {
-	return idem.Record{}, idem.ErrNotFound
-}
-
-// Sweep deletes nothing.
-func (s *Store) Sweep(context.Context, idem.SweepRequest) (int, error) { return 0, nil }
-
 // InTx runs fn in a pgx transaction (pgx.BeginFunc: commit on nil, rollback
 // otherwise).
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
@@ -101,7 +73,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 
 // Mark writes nothing and acquires.
 func (s *Store) Mark(ctx context.Context, _ pgx.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	return s.Claim(ctx, req)
+	return s.NoRecords.Claim(ctx, req)
 }
 
 // SaveResult records nothing.

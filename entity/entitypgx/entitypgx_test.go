@@ -1,0 +1,73 @@
+package entitypgx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/entity"
+	"github.com/idemgo/idem/entity/entitypgx"
+)
+
+// Concurrent deliveries of each order through the guard on pgx create each
+// row once; a reused id with other content is a conflict; versions applied
+// out of order end at the newest.
+func TestEntityOnPgx(t *testing.T) {
+	pool, _ := setup(t)
+	ctx := context.Background()
+	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp", Scope: "orders"}
+	var counter idem.Counter
+	g, err := idem.New(entitypgx.NewStore(pool), idem.Options{Scope: "orders", Observer: &counter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		k, _ := idem.KeyFromContext(ctx)
+		return nil, orders.Insert(ctx, entitypgx.Querier(tx), k.ID, "fp-"+k.ID, []string{"amount"}, []any{7})
+	}
+	var wg sync.WaitGroup
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("o-%d", i%12)
+			if res, err := idem.DoTx(ctx, g, idem.Message{ID: id}, handler); err != nil || idem.Decide(res, err) != idem.ActionAck {
+				t.Errorf("DoTx(%s) = %v %v", id, res.Outcome, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 12 || counter.Count(idem.OutcomeProcessed) != 12 || counter.Count(idem.OutcomeDuplicate) != 48 {
+		t.Fatalf("rows %d, outcomes %v", rows, counter.Counts())
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return orders.Insert(ctx, entitypgx.Querier(tx), "o-1", "other", nil, nil)
+	})
+	if !errors.Is(err, idem.ErrConflict) {
+		t.Fatalf("conflicting insert = %v", err)
+	}
+
+	if _, err := pool.Exec(ctx, "CREATE TABLE ships (id text PRIMARY KEY, version bigint, status text)"); err != nil {
+		t.Fatal(err)
+	}
+	ships := &entity.Versioned{Dialect: entity.Postgres, Name: "ships", IDColumn: "id", VersionColumn: "version"}
+	for _, v := range []int64{3, 1, 5, 2, 5, 4} {
+		err := ships.Apply(ctx, entitypgx.Querier(pool), "s", v, []string{"status"}, []any{fmt.Sprint("v", v)})
+		if err != nil && !errors.Is(err, idem.ErrSuperseded) {
+			t.Fatal(err)
+		}
+	}
+	var status string
+	if err := pool.QueryRow(ctx, "SELECT status FROM ships WHERE id = 's'").Scan(&status); err != nil || status != "v5" {
+		t.Fatalf("status %q, %v", status, err)
+	}
+}
