@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -42,7 +43,7 @@ type Options struct {
 	// Backoff gives how long a retried delivery is held before it is
 	// requeued, from its attempt number (x-delivery-count + 1 on quorum
 	// queues; 1 or, when redelivered, 2 on classic queues). Default
-	// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
 	Backoff func(attempt int) time.Duration
 	// MaxDeliveries, if positive, dead-letters (reason ReasonMaxDeliver) a
 	// delivery that would be retried on its MaxDeliveries-th attempt. It
@@ -62,6 +63,12 @@ type Options struct {
 	// MessageOf.
 	Message func(amqp.Delivery) idem.Message
 }
+
+// Default back-off bounds for requeueing a retried delivery (Options.Backoff).
+const (
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
 
 // ReasonMaxDeliver is the dead-letter reason of a delivery that would be
 // retried once more than Options.MaxDeliveries allows.
@@ -112,7 +119,7 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0 || opts.MaxDeliveries < 0:
 		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch, MaxDeliveries or ShutdownTimeout", idem.ErrInvalidOptions)
 	}
-	if err := h.check(g); err != nil {
+	if err := consume.Check(h, g); err != nil {
 		return nil, err
 	}
 	if opts.Concurrency == 0 {
@@ -125,7 +132,7 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 		opts.ConsumerTag = fmt.Sprintf("idem-%.200s-%016x", opts.Queue, rand.Uint64())
 	}
 	if opts.Backoff == nil {
-		opts.Backoff = ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
+		opts.Backoff = idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 30 * time.Second

@@ -123,7 +123,7 @@ func TestEffectivelyOnce(t *testing.T) {
 		DeadLetterRoutingKey: e.dlq,
 		Concurrency:          4,
 		Prefetch:             16,
-		Backoff:              amqpidem.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
+		Backoff:              idem.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
 		OnResult:             tr.onResult,
 	}
 	newGuard := func() *idem.Guard {

@@ -2,38 +2,15 @@ package amqpidem
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/idemgo/idem"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/internal/consume"
 )
 
 // Handler is the work a Consumer runs for each delivery under the guard.
 // Build one with Handle (two-phase record) or HandleTx (transactional inbox).
-type Handler interface {
-	run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
-	check(g *idem.Guard) error
-}
-
-type handlerFunc func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error)
-
-func (f handlerFunc) run(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
-	return f(ctx, g, im, d)
-}
-
-func (f handlerFunc) check(*idem.Guard) error { return nil }
-
-type txHandler[Tx any] struct{ handlerFunc }
-
-// check refuses, at construction, a guard whose store cannot run Tx
-// transactions: every message would otherwise fail with idem.ErrNoTx.
-func (txHandler[Tx]) check(g *idem.Guard) error {
-	if _, ok := g.Store().(idem.TxStore[Tx]); !ok {
-		var zero Tx
-		return fmt.Errorf("%w: %w: store %T has none for %T", idem.ErrInvalidOptions, idem.ErrNoTx, g.Store(), zero)
-	}
-	return nil
-}
+type Handler = consume.Handler[amqp.Delivery]
 
 // Handle runs fn in two-phase mode (idem.Guard.Do): the key is claimed with
 // a lease, fn runs, and the record is completed with fn's result, which is
@@ -43,12 +20,7 @@ func (txHandler[Tx]) check(g *idem.Guard) error {
 // fn must not ack or nack the delivery: the Consumer does, after the record
 // is durable.
 func Handle(fn func(ctx context.Context, d amqp.Delivery) ([]byte, error)) Handler {
-	if fn == nil {
-		return nil
-	}
-	return handlerFunc(func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
-		return g.Do(ctx, im, func(ctx context.Context) ([]byte, error) { return fn(ctx, d) })
-	})
+	return consume.Handle(fn)
 }
 
 // HandleTx runs fn inside a transaction of the guard's store together with
@@ -58,10 +30,5 @@ func Handle(fn func(ctx context.Context, d amqp.Delivery) ([]byte, error)) Handl
 // NewConsumer refuses one that does not with an error wrapping idem.ErrNoTx.
 // HandleTx(nil) is nil.
 func HandleTx[Tx any](fn func(ctx context.Context, tx Tx, d amqp.Delivery) ([]byte, error)) Handler {
-	if fn == nil {
-		return nil
-	}
-	return txHandler[Tx]{func(ctx context.Context, g *idem.Guard, im idem.Message, d amqp.Delivery) (idem.Result, error) {
-		return idem.DoTx(ctx, g, im, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, d) })
-	}}
+	return consume.HandleTx(fn)
 }

@@ -127,7 +127,7 @@ func TestHandleTx(t *testing.T) {
 	}
 	tr := newTracker(total)
 	opts := amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Concurrency: 4, Prefetch: 8,
-		Backoff: amqpidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult}
+		Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult}
 	newGuard := func() *idem.Guard {
 		g, err := amqpidem.NewGuard(store, e.queue, idem.Options{})
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -42,7 +43,7 @@ func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) Report {
 // taken. A retry's requeue is left to hold, which runs then after the
 // back-off (Run holds in a separate goroutine, Process inline).
 func (c *Consumer) process(ctx context.Context, d amqp.Delivery, hold func(delay time.Duration, then func()), done func(amqp.Delivery, Report)) {
-	res, err := c.h.run(ctx, c.g, c.opts.Message(d), d)
+	res, err := consume.Run(ctx, c.h, c.g, c.opts.Message(d), d)
 	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}
 	if r.Action == idem.ActionRetry && c.opts.MaxDeliveries > 0 && deliveries(d) >= c.opts.MaxDeliveries {
 		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver

@@ -62,7 +62,7 @@ func TestSQLiteInbox(t *testing.T) {
 	}
 	tr := newTracker(total)
 	opts := amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Concurrency: 4, Prefetch: 8,
-		Backoff: amqpidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult}
+		Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/consume"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -32,7 +33,7 @@ type Options struct {
 	Prefetch int
 	// Backoff gives the NakWithDelay delay for a retried message from its
 	// delivery count (1 for the first delivery). Default
-	// ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
 	Backoff func(attempt int) time.Duration
 	// DoubleAck acknowledges with DoubleAck, waiting for the server to
 	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
@@ -53,6 +54,12 @@ type Options struct {
 	// MessageOf.
 	Message func(jetstream.Msg) idem.Message
 }
+
+// Default back-off bounds for NakWithDelay (Options.Backoff).
+const (
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
 
 // ReasonMaxDeliver is the dead-letter reason of a message that would be
 // retried on its last allowed delivery (the consumer's MaxDeliver): JetStream
@@ -106,7 +113,7 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: natsidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
 	}
-	if err := h.check(g); err != nil {
+	if err := consume.Check(h, g); err != nil {
 		return nil, err
 	}
 	if opts.Concurrency == 0 {
@@ -116,7 +123,7 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 		opts.Prefetch = max(2*opts.Concurrency, 4)
 	}
 	if opts.Backoff == nil {
-		opts.Backoff = ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
+		opts.Backoff = idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 30 * time.Second

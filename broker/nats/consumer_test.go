@@ -201,7 +201,7 @@ func TestEffectivelyOnce(t *testing.T) {
 			JetStream:         e.js,
 			DeadLetterSubject: e.dlq,
 			Concurrency:       4,
-			Backoff:           natsidem.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
+			Backoff:           idem.ExponentialBackoff(20*time.Millisecond, 200*time.Millisecond),
 			OnResult:          onResult,
 		}
 	}

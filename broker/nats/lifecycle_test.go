@@ -213,7 +213,7 @@ func TestHandleTx(t *testing.T) {
 			}
 			return []byte("ok"), nil
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
-			Backoff: natsidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
+			Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
 	}()
 	select {
 	case <-tr.done:

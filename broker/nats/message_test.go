@@ -113,18 +113,6 @@ func TestPublishNeedsID(t *testing.T) {
 	}
 }
 
-func TestExponentialBackoff(t *testing.T) {
-	b := natsidem.ExponentialBackoff(100, 1000)
-	for attempt, max := range map[int]int64{1: 100, 2: 200, 3: 400, 4: 800, 5: 1000, 50: 1000} {
-		for range 100 {
-			d := int64(b(attempt))
-			if d < max/2 || d > max {
-				t.Fatalf("attempt %d: %d outside [%d, %d]", attempt, d, max/2, max)
-			}
-		}
-	}
-}
-
 func TestHandleTxNeedsTxStore(t *testing.T) {
 	g, err := idem.New(memory.New(), idem.Options{Scope: "s"})
 	if err != nil {

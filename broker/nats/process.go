@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/consume"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -33,7 +34,7 @@ const ackTimeout = 10 * time.Second
 func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) Report {
 	im := c.opts.Message(msg)
 	stop := c.keepAlive(msg)
-	res, err := c.h.run(ctx, c.g, im, msg)
+	res, err := consume.Run(ctx, c.h, c.g, im, msg)
 	stop()
 
 	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}

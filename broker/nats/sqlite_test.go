@@ -72,7 +72,7 @@ func TestSQLiteInbox(t *testing.T) {
 				msg.Headers().Get(jetstream.MsgIDHeader), n)
 			return nil, err
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
-			Backoff: natsidem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
+			Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
 	}()
 	select {
 	case <-tr.done:
