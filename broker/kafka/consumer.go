@@ -37,6 +37,9 @@ type Consumer struct {
 	cl   *kgo.Client
 	g    *idem.Guard // the caller's guard with the consumer's scope and key
 	opts Options
+	// backoff is the pause before attempt n (1-based) of a held record:
+	// idem.ExponentialBackoff(RetryMin, RetryMax).
+	backoff func(n int) time.Duration
 
 	ran atomic.Bool
 
@@ -80,7 +83,8 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error)
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
-	c := &Consumer{cl: cl, g: g, opts: opts, parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
+	c := &Consumer{cl: cl, g: g, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
+		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
 	if err := register(cl, c); err != nil {
 		return nil, err
 	}

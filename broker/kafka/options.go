@@ -65,7 +65,9 @@ type Options struct {
 	// RetryMin and RetryMax bound the back-off before a record is tried
 	// again after a transient handler error, a store error, a failed
 	// dead-letter produce, or a key in progress at another consumer. The
-	// back-off doubles from RetryMin up to RetryMax. The partition is held
+	// back-off doubles from RetryMin up to RetryMax, and each pause is drawn
+	// in [d/2, d] (idem.ExponentialBackoff) so that consumers that failed
+	// together do not retry together. The partition is held
 	// meanwhile: the record is never skipped and no later offset of its
 	// partition is committed. Defaults 100ms and 10s.
 	RetryMin, RetryMax time.Duration
@@ -150,13 +152,4 @@ func (o *Options) fill(group string) error {
 		o.MaxBuffered = DefaultMaxBuffered
 	}
 	return nil
-}
-
-// backoff returns the pause before attempt n (1-based) of the same record.
-func (o *Options) backoff(n int) time.Duration {
-	d := o.RetryMin
-	for i := 1; i < n && d < o.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, o.RetryMax)
 }

@@ -141,7 +141,7 @@ func (p *partition) work() {
 		}
 		// Hold the partition: the same record is tried again after a
 		// back-off, and nothing after it is marked done meanwhile.
-		if !p.wait(p.c.opts.backoff(p.attempts)) {
+		if !p.wait(p.c.backoff(p.attempts)) {
 			return
 		}
 	}
