@@ -11,3 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) idem.Store { return memory.New() })
 }
+
+func TestInspector(t *testing.T) {
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return memory.New() })
+}

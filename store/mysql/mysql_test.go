@@ -99,3 +99,8 @@ func TestConformanceTx(t *testing.T) {
 		})
 	}
 }
+
+func TestConformanceInspector(t *testing.T) {
+	db := openDB(t, true, false)
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, db) })
+}

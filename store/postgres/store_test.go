@@ -145,3 +145,7 @@ func TestConformanceRepeatableReadDefault(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) idem.Store { return mk(t) })
 	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return mk(t) })
 }
+
+func TestConformanceInspector(t *testing.T) {
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, postgres.Options{}) })
+}

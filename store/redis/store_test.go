@@ -239,3 +239,8 @@ func TestTokenRestartsAfterRedisExpiry(t *testing.T) {
 		t.Fatalf("claim after Redis removed the record: %+v %v; want token 1", third, err)
 	}
 }
+
+func TestConformanceInspector(t *testing.T) {
+	c := newClient(t)
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, c) })
+}

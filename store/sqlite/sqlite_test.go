@@ -265,3 +265,7 @@ func TestNestedWriteInsideInTx(t *testing.T) {
 		t.Fatalf("Claim after InTx = %v, %v", c.Outcome, err)
 	}
 }
+
+func TestConformanceInspector(t *testing.T) {
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return openStore(t, sqlite.Options{}) })
+}
