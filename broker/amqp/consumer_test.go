@@ -13,34 +13,10 @@ import (
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// effects is the business side effect: how many times each id was applied.
-type effects struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (e *effects) add(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n == nil {
-		e.n = map[string]int{}
-	}
-	e.n[id]++
-}
-
-func (e *effects) snapshot() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.n))
-	for k, v := range e.n {
-		out[k] = v
-	}
-	return out
-}
 
 // TestEffectivelyOnce publishes 2000 unique orders plus producer retries
 // (same message-id and body: RabbitMQ enqueues them again), conflicting
@@ -96,7 +72,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	e.publishAll(t, msgs)
 
 	store := memory.New()
-	var fx effects
+	var fx consumetest.Effects
 	var failedMu sync.Mutex
 	failed := map[string]bool{}
 	work := func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
@@ -114,7 +90,7 @@ func TestEffectivelyOnce(t *testing.T) {
 				return nil, errors.New("payment service unavailable")
 			}
 		}
-		fx.add(id)
+		fx.Add(id)
 		return []byte("charged " + id), nil
 	}
 	tr := newTracker(total)
@@ -176,22 +152,8 @@ func TestEffectivelyOnce(t *testing.T) {
 		}), opts)
 	}()
 
-	select {
-	case <-tr.done:
-	case err := <-errs:
-		t.Fatalf("a consumer stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
-	// The crashed consumer stopped by itself, long before the end.
-	select {
-	case err := <-errX:
-		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
-			t.Errorf("the crashed consumer's Consume returned %v, want ErrDeliveriesClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the crashing consumer handled %d messages and did not stop", handledX.Load())
-	}
+	consumetest.AwaitSettled(t, tr.done, errs, tr.settled, total)
+	awaitCrashed(t, errX, &handledX)
 	cancel()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -202,15 +164,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	t.Logf("outcomes: %v", tr.counts)
 	tr.mu.Unlock()
 
-	got := fx.snapshot()
-	if len(got) != unique {
-		t.Errorf("%d orders applied, want %d", len(got), unique)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("order %s applied %d times", id, n)
-		}
-	}
+	consumetest.AppliedOnce(t, "applied", fx.Snapshot(), unique)
 	if d := tr.count(idem.OutcomeDuplicate); d < dups {
 		t.Errorf("%d duplicates detected, want at least the %d producer retries", d, dups)
 	}

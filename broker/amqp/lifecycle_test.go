@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -104,11 +105,11 @@ func TestHandleTx(t *testing.T) {
 	total := len(msgs)
 	e.publishAll(t, msgs)
 
-	store := newTxStore()
+	store := consumetest.NewTxStore()
 	var failedMu sync.Mutex
 	failed := map[string]bool{}
 	handler := func(crash func()) amqpidem.Handler {
-		return amqpidem.HandleTx(func(ctx context.Context, tx *memTx, d amqp.Delivery) ([]byte, error) {
+		return amqpidem.HandleTx(func(ctx context.Context, tx *consumetest.Tx, d amqp.Delivery) ([]byte, error) {
 			tx.Charge(d.MessageId)
 			if crash != nil {
 				crash()
@@ -171,35 +172,13 @@ func TestHandleTx(t *testing.T) {
 		}), opts)
 	}()
 
-	select {
-	case <-tr.done:
-	case err := <-runDone:
-		t.Fatalf("Run stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
-	// The crashed consumer stopped by itself, long before the end.
-	select {
-	case err := <-errX:
-		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
-			t.Errorf("crashed consumer: %v, want ErrDeliveriesClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the crashing consumer handled %d messages and did not stop", handledX.Load())
-	}
+	consumetest.AwaitSettled(t, tr.done, runDone, tr.settled, total)
+	awaitCrashed(t, errX, &handledX)
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	got := store.committedOrders()
-	if len(got) != unique {
-		t.Errorf("%d orders committed, want %d", len(got), unique)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("order %s committed %d times", id, n)
-		}
-	}
+	consumetest.AppliedOnce(t, "committed", store.CommittedOrders(), unique)
 	if d, want := tr.count(idem.OutcomeDuplicate), total-unique; d < want {
 		t.Errorf("%d duplicates, want at least %d", d, want)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -100,7 +101,7 @@ func TestNewConsumerValidation(t *testing.T) {
 		{"nil channel", nil, g, h, ok},
 		{"nil guard", ch, nil, h, ok},
 		{"nil handler", ch, g, amqpidem.Handle(nil), ok},
-		{"nil tx handler", ch, g, amqpidem.HandleTx[*memTx](nil), ok},
+		{"nil tx handler", ch, g, amqpidem.HandleTx[*consumetest.Tx](nil), ok},
 		{"no queue", ch, g, h, amqpidem.Options{DeadLetterRoutingKey: "q.dlq"}},
 		{"no dead-letter destination", ch, g, h, amqpidem.Options{Queue: "q"}},
 		{"negative prefetch", ch, g, h, amqpidem.Options{Queue: "q", DeadLetterExchange: "dlx", Prefetch: -1}},
@@ -125,7 +126,7 @@ func TestHandleTxNeedsTxStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := amqpidem.HandleTx(func(context.Context, *memTx, amqp.Delivery) ([]byte, error) { return nil, nil })
+	h := amqpidem.HandleTx(func(context.Context, *consumetest.Tx, amqp.Delivery) ([]byte, error) { return nil, nil })
 	_, err = amqpidem.NewConsumer(new(amqp.Channel), g, h, amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq"})
 	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)

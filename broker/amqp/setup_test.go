@@ -2,9 +2,11 @@ package amqpidem_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +143,19 @@ func (tr *tracker) settled() int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return len(tr.sealed)
+}
+
+// awaitCrashed waits for the consumer whose connection a handler closed
+// (handled counts its handler calls): it must stop by itself, long before
+// the others finish, with ErrDeliveriesClosed.
+func awaitCrashed(t *testing.T, errX <-chan error, handled *atomic.Int64) {
+	t.Helper()
+	select {
+	case err := <-errX:
+		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
+			t.Errorf("the crashed consumer's Consume returned %v, want ErrDeliveriesClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the crashing consumer handled %d messages and did not stop", handled.Load())
+	}
 }

@@ -3,16 +3,14 @@ package amqpidem_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
-	"github.com/idemgo/idem/store/sqlite"
+	"github.com/idemgo/idem/internal/consumetest"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -22,23 +20,12 @@ import (
 // producer retries and redeliveries must not add rows.
 func TestSQLiteInbox(t *testing.T) {
 	e := newEnv(t)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "billing.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := consumetest.ChargesDB(t)
 	ctx := context.Background()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// No unique constraint: a second charge must be visible, not rejected.
-	if _, err := store.DB().ExecContext(ctx, `create table charges (order_id text not null, amount integer not null)`); err != nil {
-		t.Fatal(err)
-	}
 	const unique = 200
 	var msgs []amqp.Publishing
 	for i := 0; i < unique; i++ {
-		m := amqp.Publishing{MessageId: fmt.Sprintf("order-%d", i), Body: fmt.Appendf(nil, `{"amount":%d}`, i)}
+		m := amqp.Publishing{MessageId: fmt.Sprintf("order-%d", i), Body: consumetest.ChargeBody(i)}
 		msgs = append(msgs, m)
 		if i%4 == 0 {
 			msgs = append(msgs, m)
@@ -55,10 +42,7 @@ func TestSQLiteInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	charge := func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) ([]byte, error) {
-		var n int
-		fmt.Sscanf(string(d.Body), `{"amount":%d}`, &n)
-		_, err := tx.ExecContext(ctx, `insert into charges(order_id, amount) values (?, ?)`, d.MessageId, n)
-		return nil, err
+		return nil, consumetest.Charge(ctx, tx, d.MessageId, d.Body)
 	}
 	tr := newTracker(total)
 	opts := amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Concurrency: 4, Prefetch: 8,
@@ -98,32 +82,13 @@ func TestSQLiteInbox(t *testing.T) {
 		}
 		runDone <- amqpidem.Consume(runCtx, ch, g, amqpidem.HandleTx(charge), opts)
 	}()
-	select {
-	case <-tr.done:
-	case err := <-runDone:
-		t.Fatalf("Run stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
-	select {
-	case err := <-errX:
-		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
-			t.Errorf("crashed consumer: %v, want ErrDeliveriesClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the crashing consumer handled %d messages and did not stop", handledX.Load())
-	}
+	consumetest.AwaitSettled(t, tr.done, runDone, tr.settled, total)
+	awaitCrashed(t, errX, &handledX)
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	var rows, distinct int
-	if err := store.DB().QueryRowContext(ctx, `select count(*), count(distinct order_id) from charges`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if rows != unique || distinct != unique {
-		t.Fatalf("%d charge rows for %d orders, want %d each", rows, distinct, unique)
-	}
+	consumetest.ChargedOnce(t, store, unique)
 	if d := tr.count(idem.OutcomeDuplicate); d < total-unique {
 		t.Fatalf("%d duplicates, want at least %d", d, total-unique)
 	}

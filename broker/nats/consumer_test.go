@@ -11,35 +11,11 @@ import (
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// effects is the business side effect: how many times each id was applied.
-type effects struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (e *effects) add(id string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n == nil {
-		e.n = map[string]int{}
-	}
-	e.n[id]++
-}
-
-func (e *effects) snapshot() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]int, len(e.n))
-	for k, v := range e.n {
-		out[k] = v
-	}
-	return out
-}
 
 // tracker records the stream sequences whose fate is sealed (acked for real,
 // or dead-lettered and terminated) and closes done when all of them are.
@@ -159,7 +135,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	}
 
 	store := memory.New()
-	var fx effects
+	var fx consumetest.Effects
 	var failedMu sync.Mutex
 	failed := map[string]bool{}
 	handler := natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
@@ -177,7 +153,7 @@ func TestEffectivelyOnce(t *testing.T) {
 				return nil, errors.New("payment service unavailable")
 			}
 		}
-		fx.add(id)
+		fx.Add(id)
 		return []byte("charged " + id), nil
 	})
 
@@ -234,13 +210,7 @@ func TestEffectivelyOnce(t *testing.T) {
 		}()
 	}
 
-	select {
-	case <-tr.done:
-	case err := <-errs:
-		t.Fatalf("a consumer stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
+	consumetest.AwaitSettled(t, tr.done, errs, tr.settled, total)
 	cancel()
 	for _, ch := range []chan error{errA, errs, errs} {
 		if err := <-ch; err != nil {
@@ -251,15 +221,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	tr.mu.Lock()
 	t.Logf("outcomes: %v", tr.counts)
 	tr.mu.Unlock()
-	got := fx.snapshot()
-	if len(got) != unique {
-		t.Errorf("%d orders applied, want %d", len(got), unique)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("order %s applied %d times", id, n)
-		}
-	}
+	consumetest.AppliedOnce(t, "applied", fx.Snapshot(), unique)
 	// Every stored copy beyond the first of each id was recognised.
 	if d := tr.count(idem.OutcomeDuplicate); d < stored {
 		t.Errorf("%d duplicates detected, want at least the %d stored producer retries", d, stored)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -185,7 +186,7 @@ func TestHandleTx(t *testing.T) {
 	e.publishAll(t, retries)
 	total := int(e.streamMsgs(t))
 
-	store := newTxStore()
+	store := consumetest.NewTxStore()
 	cons := e.consumer(t, "tx", time.Second)
 	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
 		md, err := m.Metadata()
@@ -201,7 +202,7 @@ func TestHandleTx(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() {
-		runDone <- natsidem.Consume(ctx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *memTx, msg jetstream.Msg) ([]byte, error) {
+		runDone <- natsidem.Consume(ctx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *consumetest.Tx, msg jetstream.Msg) ([]byte, error) {
 			md, err := msg.Metadata()
 			if err != nil {
 				return nil, err
@@ -215,26 +216,12 @@ func TestHandleTx(t *testing.T) {
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
 			Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
 	}()
-	select {
-	case <-tr.done:
-	case err := <-runDone:
-		t.Fatalf("Run stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
+	consumetest.AwaitSettled(t, tr.done, runDone, tr.settled, total)
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	got := store.committedOrders()
-	if len(got) != unique {
-		t.Errorf("%d orders committed, want %d", len(got), unique)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("order %s committed %d times", id, n)
-		}
-	}
+	consumetest.AppliedOnce(t, "committed", store.CommittedOrders(), unique)
 	if d, want := tr.count(idem.OutcomeDuplicate), total-unique; d < want {
 		t.Errorf("%d duplicates, want at least %d", d, want)
 	}

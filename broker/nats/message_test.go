@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -93,7 +94,7 @@ func TestNewConsumerValidation(t *testing.T) {
 		{"nil consumer", nil, g, h, ok},
 		{"nil guard", cons, nil, h, ok},
 		{"nil handler", cons, g, natsidem.Handle(nil), ok},
-		{"nil tx handler", cons, g, natsidem.HandleTx[*memTx](nil), ok},
+		{"nil tx handler", cons, g, natsidem.HandleTx[*consumetest.Tx](nil), ok},
 		{"no JetStream", cons, g, h, natsidem.Options{DeadLetterSubject: "dlq"}},
 		{"no dead-letter subject", cons, g, h, natsidem.Options{JetStream: js}},
 		{"negative concurrency", cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq", Concurrency: -1}},
@@ -120,7 +121,7 @@ func TestHandleTxNeedsTxStore(t *testing.T) {
 	}
 	var js jetstream.JetStream = struct{ jetstream.JetStream }{}
 	var cons jetstream.Consumer = struct{ jetstream.Consumer }{}
-	h := natsidem.HandleTx(func(context.Context, *memTx, jetstream.Msg) ([]byte, error) { return nil, nil })
+	h := natsidem.HandleTx(func(context.Context, *consumetest.Tx, jetstream.Msg) ([]byte, error) { return nil, nil })
 	_, err = natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq"})
 	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)

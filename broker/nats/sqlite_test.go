@@ -4,13 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
-	"github.com/idemgo/idem/store/sqlite"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,26 +19,15 @@ import (
 // dedup marker. Producer retries and lost acks must not add rows.
 func TestSQLiteInbox(t *testing.T) {
 	e := newEnv(t)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "billing.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := consumetest.ChargesDB(t)
 	ctx := context.Background()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// No unique constraint: a second charge must be visible, not rejected.
-	if _, err := store.DB().ExecContext(ctx, `create table charges (order_id text not null, amount integer not null)`); err != nil {
-		t.Fatal(err)
-	}
 
 	const unique = 200
 	var originals, retries []*nats.Msg
 	for i := 0; i < unique; i++ {
 		m := nats.NewMsg(e.subject + ".sql")
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("order-%d", i))
-		m.Data = fmt.Appendf(nil, `{"amount":%d}`, i)
+		m.Data = consumetest.ChargeBody(i)
 		originals = append(originals, m)
 		if i%4 == 0 {
 			retries = append(retries, m)
@@ -66,32 +54,16 @@ func TestSQLiteInbox(t *testing.T) {
 	runDone := make(chan error, 1)
 	go func() {
 		runDone <- natsidem.Consume(runCtx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) ([]byte, error) {
-			var n int
-			fmt.Sscanf(string(msg.Data()), `{"amount":%d}`, &n)
-			_, err := tx.ExecContext(ctx, `insert into charges(order_id, amount) values (?, ?)`,
-				msg.Headers().Get(jetstream.MsgIDHeader), n)
-			return nil, err
+			return nil, consumetest.Charge(ctx, tx, msg.Headers().Get(jetstream.MsgIDHeader), msg.Data())
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
 			Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
 	}()
-	select {
-	case <-tr.done:
-	case err := <-runDone:
-		t.Fatalf("Run stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", tr.settled(), total)
-	}
+	consumetest.AwaitSettled(t, tr.done, runDone, tr.settled, total)
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	var rows, distinct int
-	if err := store.DB().QueryRowContext(ctx, `select count(*), count(distinct order_id) from charges`).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if rows != unique || distinct != unique {
-		t.Fatalf("%d charge rows for %d orders, want %d each", rows, distinct, unique)
-	}
+	consumetest.ChargedOnce(t, store, unique)
 	if d := tr.count(idem.OutcomeDuplicate); d < total-unique {
 		t.Fatalf("%d duplicates, want at least %d", d, total-unique)
 	}
