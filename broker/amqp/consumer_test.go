@@ -127,15 +127,7 @@ func TestEffectivelyOnce(t *testing.T) {
 
 	// The crashing consumer: its connection dies after a handler's work
 	// is recorded but before the ack.
-	connX, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer connX.Close()
-	chX, err := connX.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	connX, chX := e.dial(t)
 	var handledX atomic.Int64
 	errX := make(chan error, 1)
 	gX := newGuard()

@@ -47,16 +47,7 @@ func TestGracefulShutdown(t *testing.T) {
 			OnResult: func(_ amqp.Delivery, r amqpidem.Report) { reports <- r }})
 	}()
 	<-started
-	cancel()
-	select {
-	case err := <-runDone:
-		t.Fatalf("Run returned %v with a handler in flight", err)
-	default:
-	}
-	close(release)
-	if err := <-runDone; err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	consumetest.ShutdownWaits(t, cancel, runDone, release)
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("%d handler calls, want 1: prefetched deliveries must not start after shutdown", n)
 	}
@@ -91,17 +82,9 @@ func TestGracefulShutdown(t *testing.T) {
 func TestHandleTx(t *testing.T) {
 	e := newEnv(t)
 	const unique = 300
-	var msgs []amqp.Publishing
-	for i := 0; i < unique; i++ {
-		m := amqp.Publishing{MessageId: fmt.Sprintf("tx-%d", i), Body: fmt.Appendf(nil, `{"n":%d}`, i)}
-		msgs = append(msgs, m)
-		if i%4 == 0 {
-			msgs = append(msgs, m)
-		}
-	}
-	for i := range msgs {
-		msgs[i].Headers = amqp.Table{"x-test-copy": int64(i)}
-	}
+	msgs := withRetries(unique, func(i int) amqp.Publishing {
+		return amqp.Publishing{MessageId: fmt.Sprintf("tx-%d", i), Body: fmt.Appendf(nil, `{"n":%d}`, i)}
+	})
 	total := len(msgs)
 	e.publishAll(t, msgs)
 
@@ -149,15 +132,7 @@ func TestHandleTx(t *testing.T) {
 		runDone <- amqpidem.Consume(ctx, ch, g, handler(nil), opts)
 	}()
 
-	connX, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer connX.Close()
-	chX, err := connX.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	connX, chX := e.dial(t)
 	var handledX atomic.Int64
 	errX := make(chan error, 1)
 	gX := newGuard()

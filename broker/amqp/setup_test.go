@@ -159,3 +159,37 @@ func awaitCrashed(t *testing.T, errX <-chan error, handled *atomic.Int64) {
 		t.Fatalf("the crashing consumer handled %d messages and did not stop", handled.Load())
 	}
 }
+
+// dial opens a connection of its own for a consumer whose connection the
+// test closes from inside a handler; it is closed at the end in any case.
+func (e *env) dial(t testing.TB) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(e.url)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	return conn, ch
+}
+
+// withRetries returns the unique messages mk builds, every fourth one twice
+// (a producer retry: RabbitMQ enqueues it again), each copy tagged with an
+// x-test-copy header so that the tracker tells copies apart.
+func withRetries(unique int, mk func(i int) amqp.Publishing) []amqp.Publishing {
+	var msgs []amqp.Publishing
+	for i := range unique {
+		m := mk(i)
+		msgs = append(msgs, m)
+		if i%4 == 0 {
+			msgs = append(msgs, m)
+		}
+	}
+	for i := range msgs {
+		msgs[i].Headers = amqp.Table{"x-test-copy": int64(i)}
+	}
+	return msgs
+}

@@ -23,17 +23,9 @@ func TestSQLiteInbox(t *testing.T) {
 	store := consumetest.ChargesDB(t)
 	ctx := context.Background()
 	const unique = 200
-	var msgs []amqp.Publishing
-	for i := 0; i < unique; i++ {
-		m := amqp.Publishing{MessageId: fmt.Sprintf("order-%d", i), Body: consumetest.ChargeBody(i)}
-		msgs = append(msgs, m)
-		if i%4 == 0 {
-			msgs = append(msgs, m)
-		}
-	}
-	for i := range msgs {
-		msgs[i].Headers = amqp.Table{"x-test-copy": int64(i)}
-	}
+	msgs := withRetries(unique, func(i int) amqp.Publishing {
+		return amqp.Publishing{MessageId: fmt.Sprintf("order-%d", i), Body: consumetest.ChargeBody(i)}
+	})
 	total := len(msgs)
 	e.publishAll(t, msgs)
 
@@ -50,15 +42,7 @@ func TestSQLiteInbox(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	connX, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer connX.Close()
-	chX, err := connX.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	connX, chX := e.dial(t)
 	xStarted := make(chan struct{})
 	var handledX atomic.Int64
 	errX := make(chan error, 1)

@@ -158,10 +158,7 @@ func TestEffectivelyOnce(t *testing.T) {
 	})
 
 	cons := e.consumer(t, "billing", time.Second)
-	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
-		md, err := m.Metadata()
-		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%10 == 3
-	}}
+	lossy := loseFirstAck(cons, 10, 3)
 	tr := newTracker(t)
 	tr.expect(total)
 

@@ -50,16 +50,7 @@ func TestGracefulShutdown(t *testing.T) {
 			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
 	}()
 	<-started
-	cancel()
-	select {
-	case err := <-runDone:
-		t.Fatalf("Run returned %v with a handler in flight", err)
-	default:
-	}
-	close(release)
-	if err := <-runDone; err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	consumetest.ShutdownWaits(t, cancel, runDone, release)
 	r := <-reports
 	if r.Action != idem.ActionAck || r.BrokerErr != nil || r.Result.Outcome != idem.OutcomeProcessed {
 		t.Fatalf("report = %+v, want a processed, acked message", r)
@@ -171,27 +162,13 @@ func TestDeadLetterUnavailable(t *testing.T) {
 func TestHandleTx(t *testing.T) {
 	e := newEnv(t)
 	const unique = 300
-	var originals, retries []*nats.Msg
-	for i := 0; i < unique; i++ {
-		m := nats.NewMsg(e.subject + ".tx")
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("tx-%d", i))
-		m.Data = fmt.Appendf(nil, `{"n":%d}`, i)
-		originals = append(originals, m)
-		if i%4 == 0 {
-			retries = append(retries, m)
-		}
-	}
-	e.publishAll(t, originals)
-	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
-	e.publishAll(t, retries)
-	total := int(e.streamMsgs(t))
+	total := e.publishWithRetries(t, ".tx", unique, func(i int) (string, []byte) {
+		return fmt.Sprintf("tx-%d", i), fmt.Appendf(nil, `{"n":%d}`, i)
+	})
 
 	store := consumetest.NewTxStore()
 	cons := e.consumer(t, "tx", time.Second)
-	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
-		md, err := m.Metadata()
-		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%7 == 0
-	}}
+	lossy := loseFirstAck(cons, 7, 0)
 	g, err := natsidem.NewGuard(store, cons, idem.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -230,3 +230,35 @@ func hdr(m *nats.Msg, k string) string {
 	}
 	return ""
 }
+
+// loseFirstAck loses the ack of the first delivery of every stream sequence
+// equal to rem modulo every.
+func loseFirstAck(cons jetstream.Consumer, every, rem uint64) lossyConsumer {
+	return lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
+		md, err := m.Metadata()
+		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%every == rem
+	}}
+}
+
+// publishWithRetries publishes unique messages to e.subject+suffix, mk
+// giving each one's Nats-Msg-Id and data, then, once the stream's duplicate
+// window has passed, every fourth one again (a producer retry the server
+// cannot drop). It returns how many messages the stream holds.
+func (e *env) publishWithRetries(t testing.TB, suffix string, unique int, mk func(i int) (id string, data []byte)) int {
+	t.Helper()
+	var originals, retries []*nats.Msg
+	for i := range unique {
+		m := nats.NewMsg(e.subject + suffix)
+		id, data := mk(i)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Data = data
+		originals = append(originals, m)
+		if i%4 == 0 {
+			retries = append(retries, m)
+		}
+	}
+	e.publishAll(t, originals)
+	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
+	e.publishAll(t, retries)
+	return int(e.streamMsgs(t))
+}

@@ -10,7 +10,6 @@ import (
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/internal/consumetest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,26 +22,12 @@ func TestSQLiteInbox(t *testing.T) {
 	ctx := context.Background()
 
 	const unique = 200
-	var originals, retries []*nats.Msg
-	for i := 0; i < unique; i++ {
-		m := nats.NewMsg(e.subject + ".sql")
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("order-%d", i))
-		m.Data = consumetest.ChargeBody(i)
-		originals = append(originals, m)
-		if i%4 == 0 {
-			retries = append(retries, m)
-		}
-	}
-	e.publishAll(t, originals)
-	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
-	e.publishAll(t, retries)
-	total := int(e.streamMsgs(t))
+	total := e.publishWithRetries(t, ".sql", unique, func(i int) (string, []byte) {
+		return fmt.Sprintf("order-%d", i), consumetest.ChargeBody(i)
+	})
 
 	cons := e.consumer(t, "sql", time.Second)
-	lossy := lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
-		md, err := m.Metadata()
-		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%6 == 0
-	}}
+	lossy := loseFirstAck(cons, 6, 0)
 	g, err := natsidem.NewGuard(store, cons, idem.Options{})
 	if err != nil {
 		t.Fatal(err)

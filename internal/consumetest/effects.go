@@ -4,7 +4,6 @@ import (
 	"maps"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Effects counts a handler's business side effect: how many times each id
@@ -43,19 +42,5 @@ func AppliedOnce(t testing.TB, verb string, got map[string]int, unique int) {
 		if n != 1 {
 			t.Errorf("order %s %s %d times", id, verb, n)
 		}
-	}
-}
-
-// AwaitSettled waits until done is closed (every message settled). It fails
-// t at once if a consumer stops first (an error on stopped), or after a
-// minute, reporting settled() of total.
-func AwaitSettled(t testing.TB, done <-chan struct{}, stopped <-chan error, settled func() int, total int) {
-	t.Helper()
-	select {
-	case <-done:
-	case err := <-stopped:
-		t.Fatalf("a consumer stopped early: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("not every message was settled (%d of %d)", settled(), total)
 	}
 }
