@@ -1,7 +1,8 @@
 // Package consumetest holds test helpers shared by the broker integrations'
-// tests (broker/nats, broker/amqp): a transactional inbox fake, a counter of
-// business effects and the checks that every order was applied once. It is
-// imported by tests only.
+// tests (broker/nats, broker/amqp, broker/kafka): a transactional inbox
+// fake, a counter of business effects, a SQLite charges table, and the checks
+// that every order was applied once and that consumers settle and shut down
+// as they should. It is imported by tests only.
 //
 //	store := consumetest.NewTxStore()
 //	h := natsidem.HandleTx(func(ctx context.Context, tx *consumetest.Tx, msg jetstream.Msg) ([]byte, error) {
