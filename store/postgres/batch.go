@@ -20,7 +20,7 @@ var ErrDuplicateKeyInBatch = errors.New("postgres: key repeated in one batch")
 // unnested into one statement). Results are in request order; keys must be
 // distinct (ErrDuplicateKeyInBatch).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	return s.batch(ctx, s.pool, "", s.sql.claimBatch, reqs, false)
+	return s.batch(ctx, s.pool, s.sql.claimBatchNew, s.sql.claimBatch, reqs, false)
 }
 
 type rkey struct{ scope, id string }

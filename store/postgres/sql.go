@@ -20,6 +20,7 @@ var recordCols = columns("")
 type statements struct {
 	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 take over stale
 	markNew               string // Mark's fast path: the insert alone, $1 .. $8
+	claimBatchNew         string // ClaimBatch's fast path: the insert alone over the arrays
 	markBatchNew          string // MarkBatch's fast path, the arrays of claimBatch
 	claimBatch, markBatch string // the same as unnested arrays
 	complete, release     string
@@ -126,18 +127,22 @@ WHERE NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)
 	AND NOT EXISTS (SELECT FROM upd WHERE upd.scope = r.scope AND upd.id = r.id)`
 	}
 	s.claimBatch, s.markBatch = batch(stInProgress), batch(stCompleted)
-	// MarkBatch's fast path, like Mark's: the insert alone, for a poll of new
-	// keys; the keys it does not return go through markBatch.
-	s.markBatchNew = `WITH req AS (
+	// The batches' fast path, like Mark's: the insert alone, for a poll of
+	// new keys; the keys it does not return go through the full statement,
+	// whose anti-joins against the insert's rows cost O(n²) on big batches.
+	batchNew := func(state int) string {
+		return `WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
 		$7::timestamptz[], $8::timestamptz[], $9::boolean[])
 		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over)
 )
 INSERT INTO ` + table + ` AS t ` + insertCols + `
-SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(stCompleted) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
+SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
 FROM req ORDER BY scope, id
 ON CONFLICT (scope, id) DO NOTHING
 RETURNING true, ` + recordCols
+	}
+	s.claimBatchNew, s.markBatchNew = batchNew(stInProgress), batchNew(stCompleted)
 
 	// The fenced updates. Complete usually leaves sweep_at unchanged (same
 	// minute as the claim's retention end) and touches no other indexed
