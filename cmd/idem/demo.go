@@ -41,7 +41,8 @@ it holds; otherwise the offending orders are listed.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
-  idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222`,
+  idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
+  idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := checkDemoFlags(c, &cfg); err != nil {
@@ -81,7 +82,7 @@ it holds; otherwise the offending orders are listed.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp)
-	fl.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded): nats://HOST:PORT")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS): nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
@@ -111,12 +112,12 @@ func checkDemoFlags(c *cobra.Command, cfg *demo.Config) error {
 		return usagef("--consumers must be at least 1")
 	}
 	switch {
-	case cfg.Broker == "", strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"):
-	case strings.HasPrefix(cfg.Broker, "amqp://"), strings.HasPrefix(cfg.Broker, "amqps://"), strings.HasPrefix(cfg.Broker, "kafka://"):
-		scheme, _, _ := strings.Cut(cfg.Broker, "://")
-		return usagef("--broker %s://: not supported by the demo yet; use nats://HOST:PORT or leave it out for the embedded broker", scheme)
+	case cfg.Broker == "", strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"),
+		strings.HasPrefix(cfg.Broker, "amqp://"), strings.HasPrefix(cfg.Broker, "amqps://"):
+	case strings.HasPrefix(cfg.Broker, "kafka://"):
+		return usagef("--broker kafka://: not supported by the demo yet; use nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/ or leave it out for the embedded broker")
 	default:
-		return usagef("--broker %q: want nats://HOST:PORT (or nothing, for the embedded broker)", cfg.Broker)
+		return usagef("--broker %q: want nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/ (or nothing, for the embedded broker)", cfg.Broker)
 	}
 	return nil
 }

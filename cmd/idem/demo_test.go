@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/idemgo/idem/internal/testenv"
 )
@@ -102,6 +103,36 @@ func TestDemoRealBroker(t *testing.T) {
 	for n := range names.Name() {
 		if n == "IDEM_DEMO_"+rep["run_id"].(string) {
 			t.Errorf("the demo left its stream %s behind", n)
+		}
+	}
+}
+
+// TestDemoRabbitMQ runs the demo on the RabbitMQ server named by the test
+// environment and checks that it deletes its queues.
+func TestDemoRabbitMQ(t *testing.T) {
+	addr := testenv.RabbitMQ.Need(t)
+	code, out, stderr := runCmd(t, "demo", "--json", "--broker", addr, "--messages", "150", "--crash-rate", "0.2", "--seed", "5")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	if rep["invariant_ok"] != true || rep["naive_effects_applied"].(float64) <= rep["unique"].(float64) {
+		t.Fatalf("report: %v", rep)
+	}
+	conn, err := amqp.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"idem", "naive", "dlq"} {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "idem.demo." + rep["run_id"].(string) + "." + q
+		if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err == nil {
+			t.Errorf("the demo left queue %s behind", name)
+			ch.Close()
 		}
 	}
 }

@@ -10,27 +10,36 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/idemgo/idem"
 )
 
 // side is one group of competing consumers (idem's or the naive ones) and
 // what happened to its deliveries.
 type side struct {
-	durable string
-	handle  func(ctx context.Context, s *side, m jetstream.Msg) bool // false: the consumer crashed
+	group  string
+	handle func(ctx context.Context, s *side, d delivery) bool // false: the consumer crashed
 
 	deliveries, duplicates, inProgress           atomic.Int64
 	crashes, acksLost, handlerFailures, restarts atomic.Int64
 
-	mu      sync.Mutex
-	settled map[uint64]bool   // stream sequences acked (confirmed) or dead-lettered
-	dead    map[uint64]string // stream sequences dead-lettered, with the reason
+	mu       sync.Mutex
+	attempts map[uint64]uint64 // deliveries seen per sequence number
+	settled  map[uint64]bool   // sequence numbers acked or dead-lettered
+	dead     map[uint64]string // sequence numbers dead-lettered, with the reason
 }
 
-func newSide(durable string) *side {
-	return &side{durable: durable, settled: map[uint64]bool{}, dead: map[uint64]string{}}
+func newSide(group string) *side {
+	return &side{group: group, attempts: map[uint64]uint64{}, settled: map[uint64]bool{}, dead: map[uint64]string{}}
+}
+
+// attempt counts a delivery of seq and returns its number (1 for the first).
+// The chaos keys on it rather than on a broker's own counter, which not
+// every broker has.
+func (s *side) attempt(seq uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[seq]++
+	return s.attempts[seq]
 }
 
 func (s *side) settle(seq uint64, deadReason string) {
@@ -51,7 +60,7 @@ func (s *side) settledCount() int {
 // runner is one demo run.
 type runner struct {
 	cfg    Config
-	b      *broker
+	b      transport
 	guard  *idem.Guard
 	ledger ledger
 	naive  *memLedger
@@ -87,7 +96,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer r.ledger.close()
-	b, err := startBroker(ctx, cfg.Broker, runID)
+	b, err := startTransport(ctx, cfg, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -108,15 +117,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.naiveS.handle = r.handleNaive
 
 	msgs := plan(cfg.Seed, cfg.Orders, cfg.DupRate, cfg.ConflictRate, accountsFor(cfg.Orders))
-	seqs := make([]uint64, len(msgs))
 
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, s := range []*side{r.idem, r.naiveS} {
-		if _, err := b.consumer(ctx, s.durable, cfg.AckWait); err != nil {
-			stopWorkers()
-			return nil, err
-		}
 		for range cfg.Consumers {
 			wg.Add(1)
 			go func() { defer wg.Done(); r.worker(wctx, s) }()
@@ -127,18 +131,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() {
 		defer wg.Done()
 		for i, m := range msgs {
-			seq, err := b.publish(wctx, m)
-			if err != nil {
+			if err := b.publish(wctx, m, uint64(i+1)); err != nil {
 				prodErr <- err
 				return
 			}
-			seqs[i] = seq
 		}
 		r.published.Store(int64(len(msgs)))
 	}()
 	waitErr := r.wait(ctx, prodErr, start)
 	stopWorkers()
-	wg.Wait()
+	if err := joinWorkers(&wg, b); err != nil && waitErr == nil {
+		waitErr = err
+	}
 	if cfg.Progress != nil {
 		fmt.Fprint(cfg.Progress, "\r\033[K")
 	}
@@ -147,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	rep := &Report{
-		Store: st.label, Broker: b.name, Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
+		Store: st.label, Broker: b.name(), Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
 		Published: len(msgs), Unique: cfg.Orders,
 		Deliveries: r.idem.deliveries.Load(), DuplicatesSuppressed: r.idem.duplicates.Load(),
 		InProgressRetried: r.idem.inProgress.Load(), NaiveDeliveries: r.naiveS.deliveries.Load(),
@@ -164,11 +168,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	vctx, vcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer vcancel()
-	if err := r.verify(vctx, rep, msgs, seqs); err != nil {
+	if err := r.verify(vctx, rep, msgs); err != nil {
 		return nil, err
 	}
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	return rep, nil
+}
+
+// joinWorkers waits for the workers to stop. A broker client that hangs on
+// the way out (a channel close the server never answers) must not hang the
+// demo: after a grace period the broker connection is closed under them.
+func joinWorkers(wg *sync.WaitGroup, b transport) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	grace := time.NewTimer(15 * time.Second)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-grace.C:
+	}
+	b.close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	return fmt.Errorf("%w: the consumers did not stop within 15s of the end; the broker connection was closed under them", ErrStalled)
 }
 
 func accountsFor(orders int) int { return min(50, max(3, orders/40)) }
@@ -214,13 +239,14 @@ func (r *runner) status() string {
 		r.naiveS.settledCount(), t)
 }
 
-// worker is one consumer process: it pulls and handles messages until it
-// crashes, then restarts with a fresh consumer handle, until ctx ends.
+// worker is one consumer process: it handles messages until it crashes,
+// then restarts with a fresh session, until ctx ends.
 func (r *runner) worker(ctx context.Context, s *side) {
 	for ctx.Err() == nil {
-		cons, err := r.b.js.Consumer(ctx, r.b.stream, s.durable)
+		sess, err := r.b.open(ctx, s.group)
 		if err == nil {
-			r.pull(ctx, s, cons)
+			r.consume(ctx, s, sess)
+			sess.close()
 		}
 		if ctx.Err() != nil {
 			return
@@ -230,119 +256,101 @@ func (r *runner) worker(ctx context.Context, s *side) {
 	}
 }
 
-// pull handles batches until the consumer crashes or ctx ends. A crashed
-// consumer acks nothing more of its batch: those messages come back after
-// the ack wait, like those of a real process that died.
-func (r *runner) pull(ctx context.Context, s *side, cons jetstream.Consumer) {
+// consume handles deliveries until the consumer crashes or ctx ends. A
+// crashed consumer acks nothing more: what it held comes back, as a dead
+// process's would.
+func (r *runner) consume(ctx context.Context, s *side, sess session) {
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(250*time.Millisecond))
-		if err != nil {
-			sleep(ctx, 50*time.Millisecond)
-			continue
-		}
-		alive := true
-		for m := range batch.Messages() {
-			if alive && ctx.Err() == nil {
-				alive = s.handle(ctx, s, m)
+		for d := range sess.fetch(ctx) {
+			if ctx.Err() != nil || !s.handle(ctx, s, d) {
+				return
 			}
-		}
-		if !alive {
-			return
 		}
 	}
 }
 
 // handleIdem is idem's consumer: the charge goes through the ledger's idem
 // mode, and idem.Decide says what to tell the broker.
-func (r *runner) handleIdem(ctx context.Context, s *side, m jetstream.Msg) bool {
-	seq, f, o, ok := r.delivery(s, m)
+func (r *runner) handleIdem(ctx context.Context, s *side, d delivery) bool {
+	f, o, ok := r.delivery(s, d)
 	if !ok {
 		return true
 	}
-	msg := idem.Message{Headers: map[string]string{orderHeader: m.Headers().Get(orderHeader)}, Payload: m.Data(),
-		ContentType: "application/json"}
+	msg := idem.Message{Headers: map[string]string{orderHeader: d.key()}, Payload: d.data(), ContentType: "application/json"}
 	res, err := r.ledger.process(ctx, r.guard, msg, o, f == faultHandler)
 	switch idem.Decide(res, err) {
 	case idem.ActionAck:
 		if res.Outcome == idem.OutcomeDuplicate {
 			s.duplicates.Add(1)
 		}
-		return r.ack(ctx, s, m, seq, f)
+		return r.ack(ctx, s, d, f)
 	case idem.ActionDeadLetter:
 		reason := idem.DeadLetterReason(err)
-		if derr := r.b.deadLetter(ctx, m, reason, err); derr != nil {
-			_ = m.NakWithDelay(100 * time.Millisecond)
+		if derr := d.deadLetter(ctx, reason, err); derr != nil {
+			d.retry(100 * time.Millisecond)
 			return true
 		}
-		if err := m.Term(); err == nil {
-			s.settle(seq, reason)
-		}
+		s.settle(d.seq(), reason)
 	default:
 		switch {
 		case errors.Is(err, errDownstream):
 			s.handlerFailures.Add(1)
-			_ = m.NakWithDelay(20 * time.Millisecond)
+			d.retry(20 * time.Millisecond)
 		case errors.Is(err, idem.ErrInProgress):
 			// Another consumer holds this order (a producer retry arrived
 			// while the original was being charged): look again shortly.
 			s.inProgress.Add(1)
-			_ = m.NakWithDelay(200 * time.Millisecond)
+			d.retry(200 * time.Millisecond)
 		default:
-			_ = m.NakWithDelay(100 * time.Millisecond)
+			d.retry(100 * time.Millisecond)
 		}
 	}
 	return true
 }
 
 // handleNaive is the consumer without dedup: it charges every delivery.
-func (r *runner) handleNaive(ctx context.Context, s *side, m jetstream.Msg) bool {
-	seq, f, o, ok := r.delivery(s, m)
+func (r *runner) handleNaive(ctx context.Context, s *side, d delivery) bool {
+	f, o, ok := r.delivery(s, d)
 	if !ok {
 		return true
 	}
 	if f == faultHandler {
 		s.handlerFailures.Add(1)
-		_ = m.NakWithDelay(20 * time.Millisecond)
+		d.retry(20 * time.Millisecond)
 		return true
 	}
 	r.naive.apply(o)
-	return r.ack(ctx, s, m, seq, f)
+	return r.ack(ctx, s, d, f)
 }
 
 // delivery decodes a delivery and draws its fault.
-func (r *runner) delivery(s *side, m jetstream.Msg) (seq uint64, f fault, o Order, ok bool) {
-	meta, err := m.Metadata()
-	if err != nil {
-		_ = m.Nak()
-		return 0, faultNone, o, false
-	}
+func (r *runner) delivery(s *side, d delivery) (f fault, o Order, ok bool) {
 	s.deliveries.Add(1)
-	seq = meta.Sequence.Stream
-	if err := json.Unmarshal(m.Data(), &o); err != nil {
+	if err := json.Unmarshal(d.data(), &o); err != nil || d.seq() == 0 {
 		// The demo's producer never sends this; settle it so the run ends.
-		_ = m.Term()
-		s.settle(seq, "malformed")
-		return 0, faultNone, o, false
+		_ = d.deadLetter(context.Background(), "malformed", fmt.Errorf("not a demo order"))
+		s.settle(d.seq(), "malformed")
+		return faultNone, o, false
 	}
-	return seq, chaos(r.cfg.Seed, seq, meta.NumDelivered, r.cfg.CrashRate), o, true
+	return chaos(r.cfg.Seed, d.seq(), s.attempt(d.seq()), r.cfg.CrashRate), o, true
 }
 
 // ack acknowledges a processed delivery, unless the chaos crashes the
-// consumer first or loses the ack. The ack is confirmed by the server, so a
-// settled message is one the broker will not redeliver.
-func (r *runner) ack(ctx context.Context, s *side, m jetstream.Msg, seq uint64, f fault) bool {
-	switch f {
-	case faultCrash:
+// consumer first or loses the ack.
+func (r *runner) ack(ctx context.Context, s *side, d delivery, f fault) bool {
+	switch {
+	case f == faultCrash:
 		s.crashes.Add(1)
 		return false
-	case faultAckLost:
+	case f == faultAckLost && r.b.lostAckCrashes():
+		s.acksLost.Add(1)
+		return false
+	case f == faultAckLost:
 		s.acksLost.Add(1)
 		return true
 	}
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := m.DoubleAck(actx); err == nil {
-		s.settle(seq, "")
+	if err := d.ack(ctx); err == nil {
+		s.settle(d.seq(), "")
 	}
 	return true
 }

@@ -14,7 +14,7 @@ const maxOffending = 50
 // producer sent; every other version of a reused id dead-lettered as a
 // conflict; no charge for an order nobody sent; each account's balance equal
 // to the sum of its orders' charges. It also measures the naive ledger.
-func (r *runner) verify(ctx context.Context, rep *Report, msgs []message, seqs []uint64) error {
+func (r *runner) verify(ctx context.Context, rep *Report, msgs []message) error {
 	charges, err := r.ledger.charges(ctx)
 	if err != nil {
 		return fmt.Errorf("read idem's ledger: %w", err)
@@ -75,9 +75,9 @@ func (r *runner) verify(ctx context.Context, rep *Report, msgs []message, seqs [
 	}
 	for i, m := range msgs {
 		got := applied[m.Order.ID]
-		if len(got) == 1 && got[0] != m.Order && dead[seqs[i]] != "conflict" {
-			add("%s: version with amount %d (stream seq %d) neither charged nor dead-lettered as a conflict",
-				m.Order.ID, m.Order.Amount, seqs[i])
+		if len(got) == 1 && got[0] != m.Order && dead[uint64(i+1)] != "conflict" {
+			add("%s: version with amount %d (message %d) neither charged nor dead-lettered as a conflict",
+				m.Order.ID, m.Order.Amount, i+1)
 		}
 	}
 	accts := map[string]bool{}

@@ -1,0 +1,70 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+)
+
+// ErrBroker means the broker could not be started or reached.
+var ErrBroker = errors.New("demo broker")
+
+// transport is the broker under the demo: the producer publishes through it
+// and each consumer process opens a session on it.
+type transport interface {
+	// name describes the broker for the report.
+	name() string
+	// publish sends one order; seq is the producer's sequence number (1, 2,
+	// ...), carried with the message so the chaos and the checker can name
+	// it whichever broker delivers it.
+	publish(ctx context.Context, m message, seq uint64) error
+	// open starts a consumer process of the named group ("idem" or
+	// "naive"); its sessions compete for the group's messages.
+	open(ctx context.Context, group string) (session, error)
+	// lostAckCrashes is true when an unacked message stays with its live
+	// consumer until the connection ends (AMQP): a lost ack is then only
+	// noticed when the consumer dies, so the demo turns it into a crash.
+	lostAckCrashes() bool
+	close()
+}
+
+// session is one consumer process's connection to the broker.
+type session interface {
+	// fetch yields the deliveries that arrive within a short wait.
+	fetch(ctx context.Context) iter.Seq[delivery]
+	// close ends the session as a crash would: what it has not acked goes
+	// back to the broker for redelivery.
+	close()
+}
+
+// delivery is one delivery of a message.
+type delivery interface {
+	seq() uint64  // the producer's sequence number
+	data() []byte // the order, as JSON
+	key() string  // the idempotency key header
+	// ack acknowledges, confirmed by the broker where it can: a settled
+	// message is never redelivered.
+	ack(ctx context.Context) error
+	// retry hands the message back for redelivery after about delay.
+	retry(delay time.Duration)
+	// deadLetter publishes the message to the dead-letter destination with
+	// the reason, then settles the original.
+	deadLetter(ctx context.Context, reason string, cause error) error
+}
+
+// startTransport starts the broker cfg.Broker names: "" for an embedded
+// nats-server, nats:// (or tls://) for a JetStream server, amqp:// (or
+// amqps://) for RabbitMQ.
+func startTransport(ctx context.Context, cfg Config, runID string) (transport, error) {
+	scheme, _, _ := strings.Cut(cfg.Broker, "://")
+	switch scheme {
+	case "", "nats", "tls":
+		return startNATS(ctx, cfg.Broker, runID, cfg.AckWait)
+	case "amqp", "amqps":
+		return startAMQP(ctx, cfg.Broker, runID)
+	}
+	return nil, fmt.Errorf("%w: broker %q is not supported by the demo (use nats://, amqp://, or nothing for the embedded broker)", ErrConfig, cfg.Broker)
+}
