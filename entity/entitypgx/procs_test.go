@@ -1,5 +1,0 @@
-package entitypgx_test
-
-import "runtime"
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
