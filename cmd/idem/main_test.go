@@ -39,6 +39,7 @@ func TestUsageErrors(t *testing.T) {
 		{"rate out of range", []string{"demo", "--crash-rate", "2"}, "--crash-rate"},
 		{"no consumers", []string{"demo", "--consumers", "0"}, "--consumers"},
 		{"broker not supported", []string{"demo", "--broker", "kafka://127.0.0.1:9092"}, "not supported"},
+		{"kafka not supported yet", []string{"demo", "--broker", "kafka://127.0.0.1:9092"}, "not supported by the demo yet"},
 		{"broker scheme unknown", []string{"demo", "--broker", "http://x"}, "nats://"},
 		{"demo store scheme unknown", []string{"demo", "--store", "mongodb://x", "--messages", "1"}, "unknown store scheme"},
 		{"no store", []string{"stats"}, "IDEM_STORE"},

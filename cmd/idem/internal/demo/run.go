@@ -57,6 +57,10 @@ func (s *side) settledCount() int {
 	return len(s.settled)
 }
 
+// wrapLedger, when set (by tests), wraps the run's ledger: a broken ledger
+// must break the invariant the report checks.
+var wrapLedger func(ledger) ledger
+
 // runner is one demo run.
 type runner struct {
 	cfg    Config
@@ -94,6 +98,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.published.Store(-1)
 	if r.ledger, err = st.ledger(ctx, cfg.Mode, runID); err != nil {
 		return nil, err
+	}
+	if wrapLedger != nil {
+		r.ledger = wrapLedger(r.ledger)
 	}
 	defer r.ledger.close()
 	b, err := startTransport(ctx, cfg, runID)
