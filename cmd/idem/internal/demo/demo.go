@@ -21,7 +21,7 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultOrders       = 3000
+	DefaultOrders       = 4000
 	DefaultConsumers    = 4
 	DefaultDupRate      = 0.2
 	DefaultConflictRate = 0.005
