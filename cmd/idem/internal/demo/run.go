@@ -214,7 +214,10 @@ func (r *runner) wait(ctx context.Context, prodErr <-chan error, start time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: deadline of %v reached (%s)", ErrStalled, r.cfg.Deadline, r.status())
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%w: deadline of %v reached (%s)", ErrStalled, r.cfg.Deadline, r.status())
+			}
+			return fmt.Errorf("interrupted (%s)", r.status())
 		case err := <-prodErr:
 			return fmt.Errorf("producer: %w", err)
 		case <-tick.C:
