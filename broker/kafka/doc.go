@@ -22,13 +22,13 @@
 //
 // Usage, two-phase (the side effect lives outside the store):
 //
-//	g, _ := idem.New(store, idem.Options{Scope: "billing"}) // the consumer's scope replaces it: see Scope
 //	cl, _ := kgo.NewClient(kafka.ClientOptions(
 //		kgo.SeedBrokers("localhost:9092"),
 //		kgo.ConsumerGroup("billing"),
 //		kgo.ConsumeTopics("orders"),
 //	)...)
 //	defer cl.Close()
+//	g, _ := kafka.NewGuard(store, cl, idem.Options{}) // scope: the group
 //	c, _ := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders.dlq"}) // scope "billing", the group
 //	err := c.Run(ctx, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), rec.Value)

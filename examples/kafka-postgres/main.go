@@ -93,14 +93,6 @@ func run(ctx context.Context, cfg config) error {
 	defer cancel()
 	wg.Go(func() { _ = (&idem.Sweeper{Store: inbox}).Run(ctx) })
 
-	g, err := idem.New(inbox, idem.Options{
-		Scope:    cfg.Group, // replaced by the consumer's scope, which defaults to the group
-		Observer: idem.NewSlogObserver(cfg.Logger),
-	})
-	if err != nil {
-		return err
-	}
-
 	cl, err := kgo.NewClient(kafka.ClientOptions(append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -111,6 +103,12 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer cl.Close() // after RunTx has returned: closing leaves the group
+	g, err := kafka.NewGuard(inbox, cl, idem.Options{ // scope: the consumer group
+		Observer: idem.NewSlogObserver(cfg.Logger),
+	})
+	if err != nil {
+		return err
+	}
 
 	consumer, err := kafka.NewConsumer(cl, g, kafka.Options{
 		Key:             idem.HeaderKey(kafka.DefaultKeyHeader), // the producer's stable order id
