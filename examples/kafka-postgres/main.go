@@ -102,7 +102,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close() // after RunTx has returned: closing leaves the group
+	defer cl.Close()                                  // after RunTx has returned: closing leaves the group
 	g, err := kafka.NewGuard(inbox, cl, idem.Options{ // scope: the consumer group
 		Observer: idem.NewSlogObserver(cfg.Logger),
 	})
