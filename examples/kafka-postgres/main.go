@@ -102,8 +102,10 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close()                                  // after RunTx has returned: closing leaves the group
-	g, err := kafka.NewGuard(inbox, cl, idem.Options{ // scope: the consumer group
+	defer cl.Close() // after RunTx has returned: closing leaves the group
+
+	// Keys are scoped by the consumer group.
+	g, err := kafka.NewGuard(inbox, cl, idem.Options{
 		Observer: idem.NewSlogObserver(cfg.Logger),
 	})
 	if err != nil {
