@@ -210,3 +210,45 @@ type ScopeStats struct {
 	Expired          int64     // retention ended, waiting for a sweep
 	OldestInProgress time.Time // zero when none
 }
+
+// Match reports whether r passes f's filters (Scope, State, StaleAt,
+// CreatedBefore and After; not Limit). Stores that filter in Go rather than
+// in a query use it.
+func (f ListFilter) Match(r Record) bool {
+	switch {
+	case f.Scope != "" && r.Scope != f.Scope:
+		return false
+	case f.State != "" && r.State != f.State:
+		return false
+	case !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt):
+		return false
+	case !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore):
+		return false
+	case f.After != (Key{}):
+		after := f.After.StoredID()
+		return r.Scope > f.After.Scope || (r.Scope == f.After.Scope && r.ID > after)
+	}
+	return true
+}
+
+// Add counts r, a record of st's scope, as of now. Stores that count in Go
+// rather than in a query use it.
+func (st *ScopeStats) Add(r Record, now time.Time) {
+	switch r.State {
+	case StateInProgress:
+		st.InProgress++
+		if r.LeaseExpired(now) {
+			st.Stale++
+		}
+		if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
+			st.OldestInProgress = r.CreatedAt
+		}
+	case StateCompleted:
+		st.Completed++
+	case StateReleased:
+		st.Released++
+	}
+	if r.Expired(now) {
+		st.Expired++
+	}
+}

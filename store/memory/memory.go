@@ -181,7 +181,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	s.mu.Lock()
 	var out []idem.Record
 	for _, r := range s.recs {
-		if matches(r, f) {
+		if f.Match(*r) {
 			out = append(out, clone(*r))
 		}
 	}
@@ -198,27 +198,6 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	return out, nil
 }
 
-func matches(r *idem.Record, f idem.ListFilter) bool {
-	if f.Scope != "" && r.Scope != f.Scope {
-		return false
-	}
-	if f.State != "" && r.State != f.State {
-		return false
-	}
-	if !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt) {
-		return false
-	}
-	if !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore) {
-		return false
-	}
-	if f.After != (idem.Key{}) {
-		if r.Scope < f.After.Scope || (r.Scope == f.After.Scope && r.ID <= f.After.StoredID()) {
-			return false
-		}
-	}
-	return true
-}
-
 // Stats implements idem.Inspector.
 func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, error) {
 	if err := ctx.Err(); err != nil {
@@ -232,23 +211,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 			st = &idem.ScopeStats{Scope: r.Scope}
 			by[r.Scope] = st
 		}
-		switch r.State {
-		case idem.StateInProgress:
-			st.InProgress++
-			if r.LeaseExpired(now) {
-				st.Stale++
-			}
-			if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
-				st.OldestInProgress = r.CreatedAt
-			}
-		case idem.StateCompleted:
-			st.Completed++
-		case idem.StateReleased:
-			st.Released++
-		}
-		if r.Expired(now) {
-			st.Expired++
-		}
+		st.Add(*r, now)
 	}
 	s.mu.Unlock()
 	out := make([]idem.ScopeStats, 0, len(by))

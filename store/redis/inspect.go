@@ -63,7 +63,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 			return err
 		}
 		for _, r := range recs {
-			if matches(r, f) {
+			if f.Match(r) {
 				out = append(out, r)
 			}
 		}
@@ -84,18 +84,6 @@ func less(a, b idem.Record) bool {
 		return a.Scope < b.Scope
 	}
 	return a.ID < b.ID
-}
-
-func matches(r idem.Record, f idem.ListFilter) bool {
-	switch {
-	case f.State != "" && r.State != f.State:
-		return false
-	case !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt):
-		return false
-	case !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore):
-		return false
-	}
-	return true
 }
 
 // readRecords reads keys in one pipeline, skipping keys gone since the scan.
@@ -182,21 +170,5 @@ func count(by map[string]*idem.ScopeStats, r idem.Record, now time.Time) {
 		st = &idem.ScopeStats{Scope: r.Scope}
 		by[r.Scope] = st
 	}
-	switch r.State {
-	case idem.StateInProgress:
-		st.InProgress++
-		if r.LeaseExpired(now) {
-			st.Stale++
-		}
-		if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
-			st.OldestInProgress = r.CreatedAt
-		}
-	case idem.StateCompleted:
-		st.Completed++
-	case idem.StateReleased:
-		st.Released++
-	}
-	if r.Expired(now) {
-		st.Expired++
-	}
+	st.Add(r, now)
 }
