@@ -62,11 +62,15 @@ func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs 
 		if attempt == maxAttempts {
 			return nil, fmt.Errorf("postgres: %s: %d records kept changing under %d attempts", op, len(pending), maxAttempts)
 		}
-		stmt := query
+		var (
+			again []int
+			err   error
+		)
 		if attempt == 0 && first != "" {
-			stmt = first
+			again, err = s.batchNew(ctx, q, first, norm, index, mark, out)
+		} else {
+			again, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
 		}
-		again, err := s.batchOnce(ctx, q, stmt, norm, pending, index, mark, out)
 		switch {
 		case standalone && retryable(err):
 			continue // the statement rolled back as a whole: every key again
@@ -78,10 +82,55 @@ func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs 
 	return out, nil
 }
 
-// batchOnce runs the statement for the requests at pending, fills out and
-// returns the requests to run again (rows committed after the snapshot).
-func (s *Store) batchOnce(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest, pending []int,
+// batchNew runs the insert-only statement for every request. It returns the
+// keys of the rows it inserted; their claims are the fresh records the
+// requests describe (idem.ApplyClaim on an absent record), built here rather
+// than read back. It returns the requests whose keys exist already.
+func (s *Store) batchNew(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest,
 	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
+	rows, err := q.Query(ctx, query, batchArgs(reqs, nil)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	apply := idem.ApplyClaim
+	if mark {
+		apply = idem.ApplyMark
+	}
+	done := make([]bool, len(reqs))
+	var k rkey
+	for rows.Next() {
+		if err := rows.Scan(&k.scope, &k.id); err != nil {
+			return nil, err
+		}
+		i, ok := index[k]
+		if !ok {
+			return nil, fmt.Errorf("statement returned a key not in the batch: %s/%s", k.scope, k.id)
+		}
+		out[i], _ = apply(nil, reqs[i])
+		done[i] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var again []int
+	for i, d := range done {
+		if !d {
+			again = append(again, i)
+		}
+	}
+	return again, nil
+}
+
+// batchArgs are the statement's unnested arrays for the requests at
+// pending (all of them when pending is nil).
+func batchArgs(reqs []idem.ClaimRequest, pending []int) []any {
+	if pending == nil {
+		pending = make([]int, len(reqs))
+		for i := range pending {
+			pending[i] = i
+		}
+	}
 	n := len(pending)
 	var (
 		scopes, ids, displays, fps = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -94,7 +143,15 @@ func (s *Store) batchOnce(ctx context.Context, q querier, query string, reqs []i
 		nows[j], leases[j], exps[j], sweeps[j] = r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt)
 		takeOver[j] = r.TakeOverStale
 	}
-	rows, err := q.Query(ctx, query, scopes, ids, displays, fps, nows, leases, exps, sweeps, takeOver)
+	return []any{scopes, ids, displays, fps, nows, leases, exps, sweeps, takeOver}
+}
+
+// batchOnce runs the statement for the requests at pending, fills out and
+// returns the requests to run again (rows committed after the snapshot).
+func (s *Store) batchOnce(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest, pending []int,
+	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
+	n := len(pending)
+	rows, err := q.Query(ctx, query, batchArgs(reqs, pending)...)
 	if err != nil {
 		return nil, err
 	}

@@ -130,6 +130,8 @@ WHERE NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)
 	// The batches' fast path, like Mark's: the insert alone, for a poll of
 	// new keys; the keys it does not return go through the full statement,
 	// whose anti-joins against the insert's rows cost O(n²) on big batches.
+	// It returns only the keys: an inserted row is the fresh record the
+	// request describes, which the caller builds without reading it back.
 	batchNew := func(state int) string {
 		return `WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
@@ -140,7 +142,7 @@ INSERT INTO ` + table + ` AS t ` + insertCols + `
 SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
 FROM req ORDER BY scope, id
 ON CONFLICT (scope, id) DO NOTHING
-RETURNING true, ` + recordCols
+RETURNING scope, id`
 	}
 	s.claimBatchNew, s.markBatchNew = batchNew(stInProgress), batchNew(stCompleted)
 
