@@ -112,31 +112,44 @@ func (g *Guard) unkeyed(ctx context.Context, key Key, start time.Time, h Handler
 
 // DoKey is Do with a key and fingerprint computed by the caller (HTTP
 // middleware, job runners). key.Scope is used as given.
-func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (res Result, err error) {
-	ev := Event{Key: key, Mode: "two-phase"}
+func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (Result, error) {
 	start := time.Now()
-	defer func() {
-		ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
-		g.observe(ctx, ev)
-	}()
-	res.Key = key
 	if err := key.Validate(); err != nil {
-		res.Outcome = OutcomeNoKey
-		return res, err
+		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
+		return Result{Key: key, Outcome: OutcomeNoKey}, err
 	}
+	c, err := g.store.Claim(ctx, g.claimRequest(key, fingerprint))
+	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)
+}
+
+func (g *Guard) claimRequest(key Key, fingerprint string) ClaimRequest {
 	now := g.opts.Clock()
-	c, err := g.store.Claim(ctx, ClaimRequest{
+	return ClaimRequest{
 		Key:           key,
 		Fingerprint:   fingerprint,
 		Now:           now,
 		LeaseUntil:    now.Add(g.opts.Lease),
 		ExpiresAt:     now.Add(g.opts.Retention),
 		TakeOverStale: g.opts.Stale != StalePark,
-	})
-	ev.Claim = time.Since(start)
-	if err != nil {
+	}
+}
+
+// afterClaim runs the flow from a claim's answer (or its error) on: the
+// conflict check, the outcome, the handler under its lease, completion.
+func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c Claim, claimErr error,
+	start time.Time, claimTook time.Duration, h Handler) (res Result, err error) {
+	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
+	defer func() {
+		ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
+		g.observe(ctx, ev)
+	}()
+	res.Key = key
+	if claimErr != nil {
 		res.Outcome = OutcomeStoreError
-		return res, storeErr("claim", err)
+		if errors.Is(claimErr, ErrLeaseLost) {
+			res.Outcome = OutcomeLeaseLost
+		}
+		return res, storeErr("claim", claimErr)
 	}
 	res.Record, res.Retaken = c.Record, c.Retaken
 	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts

@@ -1,0 +1,134 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrTicketUsed means a Ticket was run or released already.
+var ErrTicketUsed = errors.New("idem: ticket already used")
+
+// Ticket is one message of a batch claimed with Guard.ClaimBatch: run it
+// with Do, once, or give it back with Release. A ticket is used by one
+// goroutine; a ticket neither run nor released holds its key until its
+// lease ends.
+type Ticket struct {
+	g       *Guard
+	msg     Message
+	key     Key
+	fp      string
+	keyErr  error // the message had no usable key
+	claim   Claim
+	claimed bool // claim holds the batch's answer; false: the key repeats an earlier message of the batch
+	took    time.Duration
+	used    bool
+}
+
+// Key returns the message's key (zero ID when it had none).
+func (t *Ticket) Key() Key { return t.key }
+
+// ClaimBatch claims the keys of msgs in one round trip when the store is a
+// BatchStore (one statement, one pipeline), for consumers that poll batches.
+// It returns one ticket per message, in order; run each with Ticket.Do in
+// the message's turn. A key that repeats an earlier message of the batch (a
+// producer retry inside one poll) is claimed when its ticket runs, after the
+// first has completed, so it is reported as the duplicate it is. A message
+// without a usable key gets a ticket that reports it as Do would. The error
+// is a store failure for the whole batch (retry it).
+//
+// Tickets run later than the claim: Do renews the lease first when more than
+// a third of it has passed, and reports ErrLeaseLost (retry) when another
+// owner took the key over in between.
+func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, error) {
+	start := time.Now()
+	tickets := make([]*Ticket, len(msgs))
+	var (
+		reqs []ClaimRequest
+		idx  []int
+		seen = make(map[Key]bool, len(msgs))
+	)
+	for i, m := range msgs {
+		t := &Ticket{g: g, msg: m}
+		tickets[i] = t
+		t.key, t.keyErr = g.Key(m)
+		if t.keyErr == nil {
+			t.fp, t.keyErr = g.Fingerprint(m)
+		}
+		stored := Key{Scope: t.key.Scope, ID: t.key.StoredID()}
+		if t.keyErr != nil || seen[stored] {
+			continue
+		}
+		seen[stored] = true
+		reqs = append(reqs, g.claimRequest(t.key, t.fp))
+		idx = append(idx, i)
+	}
+	if len(reqs) == 0 {
+		return tickets, nil
+	}
+	claims, err := ClaimBatch(ctx, g.store, reqs)
+	if err != nil {
+		return nil, storeErr("claim batch", err)
+	}
+	if len(claims) != len(reqs) {
+		return nil, storeErr("claim batch", fmt.Errorf("%d claims for %d requests", len(claims), len(reqs)))
+	}
+	took := time.Since(start)
+	for j, i := range idx {
+		tickets[i].claim, tickets[i].claimed, tickets[i].took = claims[j], true, took
+	}
+	return tickets, nil
+}
+
+// Do runs the idempotent flow for the ticket's message from its claim on,
+// exactly as Guard.Do would after claiming: duplicates return the recorded
+// result, conflicts and in-progress keys their errors, and an acquired key
+// runs h under its lease and completes. Pass the pair to Decide.
+func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
+	if t.used {
+		return Result{Key: t.key}, ErrTicketUsed
+	}
+	t.used = true
+	g := t.g
+	start := time.Now()
+	switch {
+	case t.keyErr != nil:
+		if errors.Is(t.keyErr, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
+			return g.unkeyed(ctx, t.key, start, h, "two-phase")
+		}
+		g.observe(ctx, Event{Key: t.key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: t.keyErr, Total: time.Since(start)})
+		return Result{Key: t.key, Outcome: OutcomeNoKey}, t.keyErr
+	case !t.claimed:
+		return g.DoKey(ctx, t.key, t.fp, h)
+	}
+	c := t.claim
+	var err error
+	if c.Outcome == ClaimAcquired {
+		now := g.opts.Clock()
+		if !now.Before(c.Record.LeaseUntil.Add(-2 * g.opts.Lease / 3)) {
+			// The claim has waited for its turn: extend the lease before the
+			// handler starts, so the heartbeat's first tick is not too late.
+			c.Record.LeaseUntil = now.Add(g.opts.Lease)
+			err = g.store.Renew(ctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
+				g.release(ctx, t.key, c.Record.Token) // let the redelivery claim it at once
+			}
+		}
+	}
+	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, h)
+}
+
+// Release gives an acquired, unrun ticket's key back (a consumer shutting
+// down or losing its partition), so a redelivery claims it at once rather
+// than after the lease. Other tickets have nothing to give back.
+func (t *Ticket) Release(ctx context.Context) error {
+	if t.used {
+		return ErrTicketUsed
+	}
+	t.used = true
+	if t.claimed && t.claim.Outcome == ClaimAcquired {
+		return t.g.store.Release(ctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()})
+	}
+	return nil
+}

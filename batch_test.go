@@ -1,0 +1,118 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/memory"
+)
+
+// countingBatch counts ClaimBatch round trips.
+type countingBatch struct {
+	*memory.Store
+	batches int
+}
+
+func (c *countingBatch) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	c.batches++
+	return c.Store.ClaimBatch(ctx, reqs)
+}
+
+func TestClaimBatchTickets(t *testing.T) {
+	s := &countingBatch{Store: memory.New()}
+	g := guard(t, s, idem.Options{})
+	ctx := context.Background()
+	if _, err := g.Do(ctx, idem.Message{ID: "done", Payload: []byte("p")}, ok("old result")); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []idem.Message{
+		{ID: "a", Payload: []byte("p")},
+		{ID: "done", Payload: []byte("p")},
+		{Payload: []byte("no key")},
+		{ID: "a", Payload: []byte("p")}, // a producer retry inside one poll
+		{ID: "done", Payload: []byte("other")},
+		{ID: "b", Payload: []byte("p")},
+	}
+	tickets, err := g.ClaimBatch(ctx, msgs)
+	if err != nil || len(tickets) != len(msgs) || s.batches != 1 {
+		t.Fatalf("ClaimBatch = %d tickets, %v, %d round trips", len(tickets), err, s.batches)
+	}
+	runs := map[string]int{}
+	h := func(ctx context.Context) ([]byte, error) {
+		k, _ := idem.KeyFromContext(ctx)
+		runs[k.ID]++
+		return []byte("r-" + k.ID), nil
+	}
+	want := []struct {
+		outcome idem.Outcome
+		action  idem.Action
+		value   string
+	}{
+		{idem.OutcomeProcessed, idem.ActionAck, "r-a"},
+		{idem.OutcomeDuplicate, idem.ActionAck, "old result"},
+		{idem.OutcomeNoKey, idem.ActionDeadLetter, ""},
+		{idem.OutcomeDuplicate, idem.ActionAck, "r-a"},
+		{idem.OutcomeConflict, idem.ActionDeadLetter, ""},
+	}
+	for i, w := range want {
+		res, err := tickets[i].Do(ctx, h)
+		if res.Outcome != w.outcome || idem.Decide(res, err) != w.action || (w.value != "" && string(res.Value) != w.value) {
+			t.Fatalf("ticket %d: %v %q %v", i, res.Outcome, res.Value, err)
+		}
+	}
+	if runs["a"] != 1 || runs["done"] != 0 {
+		t.Fatalf("handler runs %v", runs)
+	}
+	if _, err := tickets[0].Do(ctx, h); !errors.Is(err, idem.ErrTicketUsed) {
+		t.Fatalf("second Do = %v", err)
+	}
+	// The consumer stops before b's turn: b is given back at once.
+	if err := tickets[5].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Get(ctx, idem.Key{Scope: "test", ID: "b"}); r.State != idem.StateReleased {
+		t.Fatalf("released ticket left %s", r.State)
+	}
+	if res, err := g.Do(ctx, idem.Message{ID: "b", Payload: []byte("p")}, h); err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("redelivery of a released ticket: %v %v", res.Outcome, err)
+	}
+}
+
+func TestTicketRenewsOrLosesItsLease(t *testing.T) {
+	clk := newClock()
+	s := memory.New()
+	g := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute})
+	ctx := context.Background()
+	tickets, err := g.ClaimBatch(ctx, []idem.Message{{ID: "slow", Payload: []byte("p")}, {ID: "late", Payload: []byte("p")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "slow" waits 50s for its turn: Do renews before running, so another
+	// consumer at 70s still sees it in progress.
+	clk.Advance(50 * time.Second)
+	res, err := tickets[0].Do(ctx, func(ctx context.Context) ([]byte, error) {
+		clk.Advance(20 * time.Second)
+		if r, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute}).Do(ctx, idem.Message{ID: "slow", Payload: []byte("p")}, ok("x")); !errors.Is(err, idem.ErrInProgress) {
+			return nil, errors.New("the waiting ticket's lease was not renewed: " + r.Outcome.String())
+		}
+		return nil, nil
+	})
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("slow ticket: %v %v", res.Outcome, err)
+	}
+	// "late" waited past its lease and another consumer took it over.
+	clk.Advance(time.Minute)
+	if _, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Hour}).Do(ctx, idem.Message{ID: "late", Payload: []byte("p")}, ok("other owner")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = tickets[1].Do(ctx, func(context.Context) ([]byte, error) {
+		t.Fatal("handler ran on a lost lease")
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) || res.Outcome != idem.OutcomeLeaseLost || idem.Decide(res, err) != idem.ActionRetry {
+		t.Fatalf("late ticket: %v %v", res.Outcome, err)
+	}
+}
