@@ -154,26 +154,6 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return c, nil
 }
 
-// ClaimBatch implements idem.BatchStore: every claim in one write
-// transaction (one commit, one sync).
-func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	out := make([]idem.Claim, len(reqs))
-	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		for i, req := range reqs {
-			c, err := s.claimTx(ctx, tx, req)
-			if err != nil {
-				return fmt.Errorf("claim %s: %w", req.Key, err)
-			}
-			out[i] = c
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim batch: %w", err)
-	}
-	return out, nil
-}
-
 // owned runs an update guarded by (token, in_progress) and maps "no row
 // changed" to idem.ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, op string, key idem.Key, query string, args ...any) error {

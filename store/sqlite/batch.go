@@ -1,0 +1,98 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// batchRows bounds the rows of one multi-row insert (12 parameters a row,
+// far below SQLite's limit on bound parameters).
+const batchRows = 500
+
+// ClaimBatch implements idem.BatchStore: every claim in one write
+// transaction (one commit, one sync). New keys, the common case of a poll,
+// are inserted with multi-row conflict-free inserts that return the keys
+// they wrote; only keys that exist already go through the read, apply and
+// write of a single claim.
+func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	out := make([]idem.Claim, len(reqs))
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		done := make([]bool, len(reqs))
+		for lo := 0; lo < len(reqs); lo += batchRows {
+			if err := s.insertNew(ctx, tx, reqs, lo, min(lo+batchRows, len(reqs)), out, done); err != nil {
+				return err
+			}
+		}
+		for i, req := range reqs {
+			if done[i] {
+				continue
+			}
+			c, err := s.claimTx(ctx, tx, req)
+			if err != nil {
+				return fmt.Errorf("claim %s: %w", req.Key, err)
+			}
+			out[i] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim batch: %w", err)
+	}
+	return out, nil
+}
+
+// insertNew inserts fresh records for reqs[lo:hi] whose keys are absent and
+// marks them done with the claim idem.ApplyClaim gives on an absent record.
+func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequest, lo, hi int, out []idem.Claim, done []bool) error {
+	type rk struct{ scope, id string }
+	fresh := make(map[rk]int, hi-lo)
+	var (
+		b    strings.Builder
+		args = make([]any, 0, (hi-lo)*12)
+	)
+	b.WriteString("INSERT INTO " + quoteIdent(s.opts.Table) + " (" + columns + ") VALUES ")
+	for i := lo; i < hi; i++ {
+		k := rk{reqs[i].Key.Scope, reqs[i].Key.StoredID()}
+		if _, dup := fresh[k]; dup {
+			continue // a repeated key is claimed singly, after its first
+		}
+		c, _ := idem.ApplyClaim(nil, millis(reqs[i]))
+		fresh[k] = i
+		out[i] = c
+		if len(args) > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, recordArgs(c.Record)...)
+	}
+	b.WriteString(" ON CONFLICT (scope, id) DO NOTHING RETURNING scope, id")
+	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k rk
+		if err := rows.Scan(&k.scope, &k.id); err != nil {
+			return err
+		}
+		if i, ok := fresh[k]; ok {
+			done[i] = true
+		}
+	}
+	return rows.Err()
+}
+
+// millis truncates a request's times to the milliseconds the table keeps,
+// so a claim built in Go equals the record read back later.
+func millis(req idem.ClaimRequest) idem.ClaimRequest {
+	req.Now = req.Now.Truncate(time.Millisecond)
+	req.LeaseUntil = req.LeaseUntil.Truncate(time.Millisecond)
+	req.ExpiresAt = req.ExpiresAt.Truncate(time.Millisecond)
+	return req
+}
