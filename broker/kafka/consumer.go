@@ -43,11 +43,11 @@ type Consumer struct {
 
 	ran atomic.Bool
 
-	mu    sync.Mutex                         // guards parts and base
-	parts map[tp]*partition                  // partitions that received records and are still owned
-	base  context.Context                    // parent of handler contexts; nil when not running
-	proc  func(*partition, *kgo.Record) bool // processes one record, reports it done; set by Run
-	sem   chan struct{}                      // bounds partitions processed at once
+	mu    sync.Mutex        // guards parts and base
+	parts map[tp]*partition // partitions that received records and are still owned
+	base  context.Context   // parent of handler contexts; nil when not running
+	proc  procFunc          // processes one record, reports it done; set by Run
+	sem   chan struct{}     // bounds partitions processed at once
 }
 
 type tp struct {
@@ -104,9 +104,12 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 	if h == nil {
 		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
 	}
-	return c.run(ctx, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
+	if c.batchClaims() {
+		return c.run(ctx, func(p *partition, rec *kgo.Record) bool { return c.processBatch(p, rec, h) })
+	}
+	return c.run(ctx, c.perRecord(func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
 		return c.g.Do(ctx, MessageOf(rec), func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
-	})
+	}))
 }
 
 // RunTx is Run in transactional-inbox mode: fn runs in a transaction of the
@@ -125,15 +128,23 @@ func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
 		var zero Tx
 		return fmt.Errorf("%w: %T has none for %T", idem.ErrNoTx, c.g.Store(), zero)
 	}
-	return c.run(ctx, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
+	return c.run(ctx, c.perRecord(func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
 		return idem.DoTx(ctx, c.g, MessageOf(rec), func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, rec) })
-	})
+	}))
 }
 
 // doFunc runs one record through the guard (Guard.Do or idem.DoTx).
 type doFunc func(ctx context.Context, rec *kgo.Record) (idem.Result, error)
 
-func (c *Consumer) run(ctx context.Context, do doFunc) error {
+// procFunc processes the head record of a partition and reports it done.
+type procFunc func(p *partition, rec *kgo.Record) bool
+
+// perRecord claims and runs each record in its turn with do.
+func (c *Consumer) perRecord(do doFunc) procFunc {
+	return func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, do) }
+}
+
+func (c *Consumer) run(ctx context.Context, proc procFunc) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -141,7 +152,7 @@ func (c *Consumer) run(ctx context.Context, do doFunc) error {
 	defer cancelBase()
 	c.mu.Lock()
 	c.base = base
-	c.proc = func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, do) }
+	c.proc = proc
 	c.mu.Unlock()
 
 	// Every poll that returns blocks rebalances until AllowRebalance, so

@@ -137,9 +137,20 @@
 //
 // # Batch claims
 //
-// Each record is claimed when its turn comes, also with an idem.BatchStore.
-// Claiming a poll batch ahead would need a guard call that runs a handler
-// under a claim taken by the caller (heartbeat, complete, release, events),
-// which the guard does not offer; and it would start the leases of records
-// that still wait behind earlier ones of their partition.
+// With a store that claims many keys in one round trip (an
+// idem.BatchStore: the memory, PostgreSQL, MySQL, Redis and SQLite stores), Run
+// claims a partition's queued records together, from the head of its queue
+// on and up to [Options.MaxClaimBatch] (default MaxPollRecords): one round
+// trip per partition batch instead of one per record
+// (idem.Guard.ClaimBatch). The records still run one at a time in offset
+// order, each under its own ticket, and each outcome is decided as above;
+// a key repeated inside the batch is reported as the duplicate it is. When
+// a record is held for a retry, the unrun tickets behind it are released,
+// so they neither run ahead of it nor keep their keys; the held record is
+// then claimed on its own, and the records after it in a new batch once it
+// is done. Revokes, losses and shutdown release the unrun tickets too.
+//
+// RunTx and stores without batch claims claim each record in its turn: the
+// transactional inbox marks a key inside the record's own transaction,
+// which cannot be taken ahead. MaxClaimBatch 1 does the same with Run.
 package kafka

@@ -98,6 +98,17 @@ type Options struct {
 	// for processing before fetching from it pauses. Default 1000.
 	MaxBuffered int
 
+	// MaxClaimBatch bounds how many queued records of a partition Run
+	// claims in one round trip when the guard's store is an
+	// idem.BatchStore: the record at the head and those queued behind it
+	// are claimed together, then run one by one in offset order. Default
+	// MaxPollRecords. Claiming ahead starts the leases of the records that
+	// wait behind the head (Ticket.Do renews a lease that aged before its
+	// turn), so with slow handlers keep MaxClaimBatch × handler time well
+	// under the guard's Lease; 1 claims each record in its turn, as RunTx
+	// and stores without batch claims always do.
+	MaxClaimBatch int
+
 	// OnDeadLetter, if set, is called after a dead letter is acknowledged,
 	// with the original record, the reason (the idem-reason header) and
 	// the error that caused it: the place to alert on conflicts. It must
@@ -124,7 +135,7 @@ func (o *Options) fill(group string) error {
 		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency < 0 || o.RetryMin < 0 || o.RetryMax < 0 || o.MaxAttempts < 0 ||
-		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 {
+		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
 		return fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency == 0 {
@@ -147,6 +158,9 @@ func (o *Options) fill(group string) error {
 	}
 	if o.MaxPollRecords == 0 {
 		o.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if o.MaxClaimBatch == 0 {
+		o.MaxClaimBatch = o.MaxPollRecords
 	}
 	if o.MaxBuffered == 0 {
 		o.MaxBuffered = DefaultMaxBuffered

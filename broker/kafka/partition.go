@@ -35,6 +35,10 @@ type partition struct {
 	// Owned by the work goroutine: how often the head record was tried,
 	// and how many of those tries the handler failed.
 	attempts, failures int
+	// Owned by the work goroutine: tickets claimed in one batch for the
+	// records queued right behind the head, in queue order (Run with an
+	// idem.BatchStore).
+	pending []pendingTicket
 }
 
 func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {
@@ -61,6 +65,13 @@ func (p *partition) push(recs []*kgo.Record) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// queued returns up to n records from the head of the queue on.
+func (p *partition) queued(n int) []*kgo.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*kgo.Record(nil), p.queue[:min(n, len(p.queue))]...)
 }
 
 func (p *partition) head() *kgo.Record {
@@ -112,9 +123,11 @@ func (p *partition) stopping() bool {
 	}
 }
 
-// work processes the queue in order until stopped.
+// work processes the queue in order until stopped, then releases the
+// claims of records it did not run.
 func (p *partition) work() {
 	defer close(p.exited)
+	defer p.releasePending()
 	for {
 		rec := p.head()
 		if rec == nil {

@@ -1,0 +1,206 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker/kafka"
+	"github.com/idemgo/idem/store/memory"
+)
+
+// countingStore is the memory store (a BatchStore) counting its round trips,
+// and, in benchmarks, making each one cost delay.
+type countingStore struct {
+	*memory.Store
+	delay                     time.Duration
+	claims, batches, releases atomic.Int64
+
+	mu       sync.Mutex
+	released []string // ids given back with Release
+}
+
+func (s *countingStore) roundTrip() {
+	if s.delay > 0 {
+		time.Sleep(s.delay) // the network, in benchmarks only
+	}
+}
+
+func (s *countingStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	s.claims.Add(1)
+	s.roundTrip()
+	return s.Store.Claim(ctx, req)
+}
+
+func (s *countingStore) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	s.batches.Add(1)
+	s.roundTrip()
+	return s.Store.ClaimBatch(ctx, reqs)
+}
+
+func (s *countingStore) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	s.roundTrip()
+	return s.Store.Complete(ctx, req)
+}
+
+func (s *countingStore) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	s.releases.Add(1)
+	s.mu.Lock()
+	s.released = append(s.released, req.Key.ID)
+	s.mu.Unlock()
+	s.roundTrip()
+	return s.Store.Release(ctx, req)
+}
+
+func (s *countingStore) Renew(ctx context.Context, req idem.RenewRequest) error {
+	s.roundTrip()
+	return s.Store.Renew(ctx, req)
+}
+
+func (s *countingStore) releasedIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.released...)
+}
+
+func newCountingGuard(t testing.TB, obs idem.Observer, delay time.Duration) (*idem.Guard, *countingStore) {
+	t.Helper()
+	st := &countingStore{Store: memory.New(), delay: delay}
+	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, st
+}
+
+// batchRun produces w, consumes it with batch claims until every offset is
+// committed (checking that no commit passes an unfinished record), and
+// returns the store and the outcome counts.
+func batchRun(t *testing.T, e *env, w *workload, eff *effects) (*countingStore, *idem.Counter) {
+	t.Helper()
+	e.produce(w.recs...)
+	counter := &idem.Counter{}
+	g, st := newCountingGuard(t, counter, 0)
+	e.commit.setCheck(doneBefore(st.Store, e.group, w.offsetIDs()))
+	r := startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	e.waitCommitted(t)
+	r.stop(nil)
+	eff.check(t, w.ids)
+	if n, b := len(w.recs), st.batches.Load(); b == 0 || 4*b > int64(n) {
+		t.Errorf("%d batch claims for %d records: want at least one, and a batch of 4 records or more on average", b, n)
+	}
+	return st, counter
+}
+
+// TestBatchClaimsDuplicatesInPoll: a producer re-send right behind its
+// original, in the same poll and so the same batch, is a duplicate; the
+// batch claims every record in a few round trips.
+func TestBatchClaimsDuplicatesInPoll(t *testing.T) {
+	e := newEnv(t, "batchdups", 2)
+	w := &workload{}
+	for p := range int32(2) {
+		for seq := range 60 {
+			id := fmt.Sprintf("p%d-%d", p, seq)
+			n := 1
+			if seq%3 == 0 {
+				n = 2 // sent twice back to back
+				w.dups++
+			}
+			for range n {
+				r := kafka.Record(e.topic, "", id, payload(p, seq))
+				r.Partition = p
+				w.recs = append(w.recs, r)
+			}
+			w.ids = append(w.ids, id)
+		}
+	}
+	eff := newEffects(nil)
+	st, counter := batchRun(t, e, w, eff)
+	if got := counter.Count(idem.OutcomeDuplicate); got != int64(w.dups) {
+		t.Errorf("%d duplicates, want %d", got, w.dups)
+	}
+	if got := st.releases.Load(); got != 0 {
+		t.Errorf("%d releases with nothing to retry", got)
+	}
+}
+
+// TestBatchClaimsTransientFailure: a handler failure in the middle of a
+// batch holds its record; the tickets behind it are released instead of
+// running ahead, then everything is processed in order, once.
+func TestBatchClaimsTransientFailure(t *testing.T) {
+	e := newEnv(t, "batchfail", 1)
+	w := &workload{}
+	for seq := range 40 {
+		id := fmt.Sprintf("p0-%d", seq)
+		w.recs = append(w.recs, kafka.Record(e.topic, "", id, payload(0, seq)))
+		w.ids = append(w.ids, id)
+	}
+	eff := newEffects(func(id string) bool { return id == "p0-20" })
+	st, counter := batchRun(t, e, w, eff)
+	if got := counter.Count(idem.OutcomeFailed); got != 1 {
+		t.Errorf("%d failures, want the one injected", got)
+	}
+	if got := counter.Count(idem.OutcomeInProgress); got != 0 {
+		t.Errorf("%d in-progress outcomes: a claim behind the failure was not released", got)
+	}
+	// The failed record's own claim (released by the guard) and the unrun
+	// tickets behind it; nothing before it.
+	rel := st.releasedIDs()
+	if len(rel) < 2 {
+		t.Errorf("released %v: want the failed record's claim and the tickets behind it", rel)
+	}
+	for _, id := range rel {
+		if seq, _ := strconv.Atoi(strings.TrimPrefix(id, "p0-")); seq < 20 {
+			t.Errorf("released %s, before the failed record", id)
+		}
+	}
+}
+
+// TestBatchClaimsConflict: a conflicting record inside a batch is
+// dead-lettered and the rest of the batch runs under its tickets.
+func TestBatchClaimsConflict(t *testing.T) {
+	e := newEnv(t, "batchconflict", 1)
+	w := &workload{}
+	for seq := range 30 {
+		id := fmt.Sprintf("p0-%d", seq)
+		w.recs = append(w.recs, kafka.Record(e.topic, "", id, payload(0, seq)))
+		w.ids = append(w.ids, id)
+		if seq == 15 {
+			w.recs = append(w.recs, kafka.Record(e.topic, "", "p0-10", []byte(`{"conflict":true}`), kafka.WithHeader("trace", "x")))
+			w.conflicts++
+		}
+	}
+	eff := newEffects(nil)
+	st, counter := batchRun(t, e, w, eff)
+	if got := counter.Count(idem.OutcomeConflict); got != 1 {
+		t.Errorf("%d conflicts, want 1", got)
+	}
+	dl := e.dlqRecords(1)
+	checkDeadLetter(t, dl[0], e.topic, "conflict")
+	if got := st.releases.Load(); got != 0 {
+		t.Errorf("%d releases: the batch should run on after the dead letter", got)
+	}
+}
+
+// TestPerRecordClaims: MaxClaimBatch 1 claims each record in its turn.
+func TestPerRecordClaims(t *testing.T) {
+	e := newEnv(t, "perrecord", 1)
+	w := buildWorkload(e.topic, 1, 30)
+	e.produce(w.recs...)
+	g, st := newCountingGuard(t, nil, 0)
+	eff := newEffects(nil)
+	r := startConsumer(t, e, g, kafka.Options{MaxClaimBatch: 1, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	e.waitCommitted(t)
+	r.stop(nil)
+	eff.check(t, w.ids)
+	if b, c := st.batches.Load(), st.claims.Load(); b != 0 || c != int64(len(w.recs)) {
+		t.Errorf("%d batch claims and %d claims for %d records, want 0 and one each", b, c, len(w.recs))
+	}
+}
