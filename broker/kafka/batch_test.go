@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
@@ -21,12 +23,14 @@ type countingStore struct {
 	*memory.Store
 	delay                     time.Duration
 	claims, batches, releases atomic.Int64
+	trips                     atomic.Int64 // every call, lookups aside
 
 	mu       sync.Mutex
 	released []string // ids given back with Release
 }
 
 func (s *countingStore) roundTrip() {
+	s.trips.Add(1)
 	if s.delay > 0 {
 		time.Sleep(s.delay) // the network, in benchmarks only
 	}
@@ -69,10 +73,10 @@ func (s *countingStore) releasedIDs() []string {
 	return append([]string(nil), s.released...)
 }
 
-func newCountingGuard(t testing.TB, obs idem.Observer, delay time.Duration) (*idem.Guard, *countingStore) {
+func newCountingGuard(t testing.TB, obs idem.Observer, delay, lease time.Duration) (*idem.Guard, *countingStore) {
 	t.Helper()
 	st := &countingStore{Store: memory.New(), delay: delay}
-	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: 2 * time.Second})
+	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func batchRun(t *testing.T, e *env, w *workload, eff *effects) (*countingStore, 
 	t.Helper()
 	e.produce(w.recs...)
 	counter := &idem.Counter{}
-	g, st := newCountingGuard(t, counter, 0)
+	g, st := newCountingGuard(t, counter, 0, 2*time.Second)
 	e.commit.setCheck(doneBefore(st.Store, e.group, w.offsetIDs()))
 	r := startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
@@ -194,7 +198,7 @@ func TestPerRecordClaims(t *testing.T) {
 	e := newEnv(t, "perrecord", 1)
 	w := buildWorkload(e.topic, 1, 30)
 	e.produce(w.recs...)
-	g, st := newCountingGuard(t, nil, 0)
+	g, st := newCountingGuard(t, nil, 0, 2*time.Second)
 	eff := newEffects(nil)
 	r := startConsumer(t, e, g, kafka.Options{MaxClaimBatch: 1, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
@@ -202,5 +206,43 @@ func TestPerRecordClaims(t *testing.T) {
 	eff.check(t, w.ids)
 	if b, c := st.batches.Load(), st.claims.Load(); b != 0 || c != int64(len(w.recs)) {
 		t.Errorf("%d batch claims and %d claims for %d records, want 0 and one each", b, c, len(w.recs))
+	}
+}
+
+// TestShutdownReleasesBatch: shutting down in the middle of a batch gives
+// back the claims of the records that did not run, so the next owner claims
+// them at once rather than after their lease. The record in flight when the
+// drain times out still succeeds, so the worker stops between two records
+// of the batch with tickets pending.
+func TestShutdownReleasesBatch(t *testing.T) {
+	e := newEnv(t, "batchstop", 1)
+	var ids []string
+	for seq := range 20 {
+		id := fmt.Sprintf("p0-%d", seq)
+		ids = append(ids, id)
+		e.produce(kafka.Record(e.topic, "", id, payload(0, seq)))
+	}
+	g, st := newCountingGuard(t, nil, 0, time.Minute)
+	entered := make(chan struct{})
+	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+		if idOf(rec) == "p0-5" {
+			close(entered)
+			<-ctx.Done() // the drain timed out; the record succeeds anyway
+		}
+		return nil, nil
+	})
+	<-entered
+	r.stop(nil)
+	if st.batches.Load() == 0 {
+		t.Fatal("no batch claim")
+	}
+	for i, id := range ids {
+		rec, err := st.Get(context.Background(), idem.Key{Scope: e.group, ID: id})
+		switch {
+		case i <= 5 && (err != nil || rec.State != idem.StateCompleted):
+			t.Errorf("%s: %v %v, want completed", id, rec.State, err)
+		case i > 5 && err == nil && rec.State == idem.StateInProgress:
+			t.Errorf("%s: still claimed after shutdown", id)
+		}
 	}
 }

@@ -8,25 +8,36 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
 )
 
 // BenchmarkConsume measures records per second through the consumer on the
 // in-process cluster with the memory store, against a plain kgo
 // poll-and-commit loop, and with a handler that waits 1ms (an API call) at
-// concurrency 1 and 8. Run with -benchtime=5000x: b.N is the record count.
+// concurrency 1 and 8. The store=200µs cases put a fixed 200µs on every
+// store call (a nearby database) and compare claiming each record in its
+// turn (MaxClaimBatch 1) with claiming each partition's queued records in one
+// round trip (the default). Run with -benchtime=5000x: b.N is the record
+// count.
 func BenchmarkConsume(b *testing.B) {
 	cases := []struct {
 		name  string
 		plain bool
 		conc  int
 		work  time.Duration
+		store time.Duration // cost of each store round trip
+		batch int           // Options.MaxClaimBatch
 	}{
-		{"handler=0/plain-kgo", true, 1, 0},
-		{"handler=0/idem-c8", false, 8, 0},
-		{"handler=1ms/plain-kgo", true, 1, time.Millisecond},
-		{"handler=1ms/idem-c1", false, 1, time.Millisecond},
-		{"handler=1ms/idem-c8", false, 8, time.Millisecond},
+		{"handler=0/plain-kgo", true, 1, 0, 0, 0},
+		{"handler=0/idem-c8", false, 8, 0, 0, 0},
+		{"handler=1ms/plain-kgo", true, 1, time.Millisecond, 0, 0},
+		{"handler=1ms/idem-c1", false, 1, time.Millisecond, 0, 0},
+		{"handler=1ms/idem-c8", false, 8, time.Millisecond, 0, 0},
+		{"store=200µs/claim=record-c1", false, 1, 0, 200 * time.Microsecond, 1},
+		{"store=200µs/claim=batch-c1", false, 1, 0, 200 * time.Microsecond, 0},
+		{"store=200µs/claim=record-c8", false, 8, 0, 200 * time.Microsecond, 1},
+		{"store=200µs/claim=batch-c8", false, 8, 0, 200 * time.Microsecond, 0},
 	}
 	for i, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
@@ -46,12 +57,15 @@ func BenchmarkConsume(b *testing.B) {
 			done := make(chan error, 1)
 			cl := e.consumerClient()
 			defer cl.Close()
+			var st *countingStore
 			b.ResetTimer()
 			if bc.plain {
 				go func() { done <- plainLoop(ctx, cl, work) }()
 			} else {
-				g, _ := newGuard(b, nil)
-				c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq, Concurrency: bc.conc, CommitInterval: 20 * time.Millisecond})
+				var g *idem.Guard
+				g, st = newCountingGuard(b, nil, bc.store, 0) // default lease
+				c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq, Concurrency: bc.conc,
+					CommitInterval: 20 * time.Millisecond, MaxClaimBatch: bc.batch})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -64,6 +78,9 @@ func BenchmarkConsume(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			if st != nil {
+				b.ReportMetric(float64(st.trips.Load())/float64(b.N), "trips/record")
+			}
 			cancel()
 			if err := <-done; err != nil {
 				b.Fatal(err)

@@ -103,10 +103,13 @@ type Options struct {
 	// idem.BatchStore: the record at the head and those queued behind it
 	// are claimed together, then run one by one in offset order. Default
 	// MaxPollRecords. Claiming ahead starts the leases of the records that
-	// wait behind the head (Ticket.Do renews a lease that aged before its
-	// turn), so with slow handlers keep MaxClaimBatch × handler time well
-	// under the guard's Lease; 1 claims each record in its turn, as RunTx
-	// and stores without batch claims always do.
+	// wait behind the head: for the records before them in the batch, and,
+	// when more partitions have records than Concurrency, for other
+	// partitions' records too. A ticket whose lease aged by a third before
+	// its turn costs one renewal round trip (idem.Ticket.Do), so with slow
+	// handlers keep that wait well under a third of the guard's Lease. 1
+	// claims each record in its turn, as RunTx and stores without batch
+	// claims always do.
 	MaxClaimBatch int
 
 	// OnDeadLetter, if set, is called after a dead letter is acknowledged,
