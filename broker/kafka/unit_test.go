@@ -37,6 +37,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		{"no dead-letter topic", build(kafka.ClientOptions(kgo.ConsumerGroup("g3"), kgo.ConsumeTopics(e.topic))...), kafka.Options{}, idem.ErrInvalidOptions},
 		{"retry bounds", build(kafka.ClientOptions(kgo.ConsumerGroup("g4"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
 		{"invalid scope", build(kafka.ClientOptions(kgo.ConsumerGroup("g5"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, Scope: "bad\x00scope"}, idem.ErrInvalidOptions},
+		{"negative claim batch", build(kafka.ClientOptions(kgo.ConsumerGroup("g6"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
