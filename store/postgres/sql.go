@@ -19,7 +19,7 @@ var recordCols = columns("")
 // statements holds the SQL of one table, built once in New.
 type statements struct {
 	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 take over stale
-	markNew               string // Mark's fast path: the insert alone, $1 .. $8
+	markNew               string // Mark's fast path: the insert alone, $1 .. $8, no RETURNING
 	claimBatchNew         string // ClaimBatch's fast path: the insert alone over the arrays
 	markBatchNew          string // MarkBatch's fast path, the arrays of claimBatch
 	claimBatch, markBatch string // the same as unnested arrays
@@ -92,11 +92,12 @@ WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SE
 	s.claim, s.mark = single(stInProgress), single(stCompleted)
 	// The insert branch alone: a new key (the common case in a business
 	// transaction) costs the marker row and nothing else; any other case
-	// falls back to the full statement.
+	// falls back to the full statement. It returns nothing: the inserted
+	// row is the fresh record the request describes, and its affected-row
+	// count says whether it was inserted.
 	s.markNew = `INSERT INTO ` + table + ` AS t ` + insertCols + `
 	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(stCompleted) + `, $4, 1, 1, $6, $7, $8, $5, $5)
-	ON CONFLICT (scope, id) DO NOTHING
-	RETURNING ` + recordCols
+	ON CONFLICT (scope, id) DO NOTHING`
 
 	// Many keys in one statement, the same three branches over unnested
 	// arrays. New rows are inserted in key order so that two overlapping
