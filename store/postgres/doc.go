@@ -151,9 +151,9 @@
 //	go test -run '^$' -bench Ratios -benchtime=5x -count 3 ./store/postgres/
 //
 // On a shared 2-core machine, 8 workers, the inbox (marker plus one business
-// insert per transaction) ran at 0.76–0.86 × the rate of the insert alone
-// (mean 0.80) once the marker stopped returning its row, against 0.65–0.78
-// (mean 0.72) before, in the same session. What is left is the cost of a
+// insert per transaction) ran at 0.75–0.86 × the rate of the insert alone
+// (mean 0.79 over nine runs) once the marker stopped returning its row,
+// against 0.65–0.78 (mean 0.72 over six) before. What is left is the cost of a
 // second statement; a narrower marker row or a BRIN sweep index did not
 // measurably help (BENCH.md).
 package postgres
