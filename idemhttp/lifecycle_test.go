@@ -70,10 +70,18 @@ func TestHijackReleases(t *testing.T) {
 		_, _ = buf.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		_ = buf.Flush()
 	})
-	srv := server(t, newStore(), idemhttp.Options{}, h)
+	events := make(chan idem.Event, 2)
+	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{
+		Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) { events <- e }),
+	}}, h)
 	for i := range 2 {
 		if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated || r.replayed() {
 			t.Fatalf("request %d: %d replayed=%v", i, r.status, r.replayed())
+		}
+		// The client has its answer as soon as the handler flushes it; the
+		// middleware releases the key after the handler returns.
+		if e := <-events; e.Outcome == idem.OutcomeProcessed || e.Outcome == idem.OutcomeDuplicate {
+			t.Fatalf("request %d: outcome %v, want the key released", i, e.Outcome)
 		}
 	}
 	if calls.Load() != 2 {
