@@ -54,6 +54,7 @@ type ConflictError struct {
 	Record      Record // what the store holds
 }
 
+// Error describes the conflict with short fingerprints.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("idem: key %s reused with different content (stored fingerprint %.12s, message %.12s)",
 		e.Key, e.Record.Fingerprint, e.Fingerprint)
@@ -70,6 +71,7 @@ type StateError struct {
 	Err    error // ErrInProgress or ErrStale
 }
 
+// Error names the state, the key and the current owner's token and lease.
 func (e *StateError) Error() string {
 	return fmt.Sprintf("%v: %s (token %d, lease until %s)", e.Err, e.Key, e.Record.Token,
 		e.Record.LeaseUntil.UTC().Format("2006-01-02T15:04:05.000Z"))
@@ -85,6 +87,7 @@ type KeyError struct {
 	Err    error // ErrNoKey or ErrInvalidKey
 }
 
+// Error is the sentinel's text with the reason.
 func (e *KeyError) Error() string { return e.Err.Error() + ": " + e.Reason }
 
 // Unwrap returns ErrNoKey or ErrInvalidKey.
@@ -131,6 +134,7 @@ type StoreError struct {
 	Err error
 }
 
+// Error names the store operation that failed.
 func (e *StoreError) Error() string { return "idem: store " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the store's error.
@@ -142,6 +146,7 @@ type DuplicateError struct {
 	Result []byte
 }
 
+// Error is ErrDuplicate's text.
 func (e *DuplicateError) Error() string { return ErrDuplicate.Error() }
 
 // Unwrap returns ErrDuplicate.

@@ -34,6 +34,7 @@ var outcomeNames = map[Outcome]string{
 	OutcomeSuperseded: "superseded",
 }
 
+// String is the outcome's name in logs and metrics (processed, duplicate, ...).
 func (o Outcome) String() string {
 	if s, ok := outcomeNames[o]; ok {
 		return s
@@ -60,6 +61,7 @@ const (
 	ActionDeadLetter                   // dead-letter with the reason, then ack the original
 )
 
+// String is the action's name (ack, retry, dead_letter).
 func (a Action) String() string {
 	switch a {
 	case ActionAck:

@@ -81,6 +81,7 @@ const (
 	ClaimStale                              // in progress, lease ended, not taken over
 )
 
+// String is the claim outcome's name (acquired, duplicate, in_progress, stale).
 func (o ClaimOutcome) String() string {
 	switch o {
 	case ClaimAcquired:

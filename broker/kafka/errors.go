@@ -23,6 +23,7 @@ type CommitError struct {
 	Err     error
 }
 
+// Error names the offsets that were not committed.
 func (e *CommitError) Error() string {
 	return fmt.Sprintf("kafka: commit offsets %v: %v", e.Offsets, e.Err)
 }
@@ -41,6 +42,7 @@ type DeadLetterError struct {
 	Err       error
 }
 
+// Error names the record that could not be dead-lettered and why.
 func (e *DeadLetterError) Error() string {
 	return fmt.Sprintf("kafka: dead-letter %s/%d@%d (%s): %v", e.Topic, e.Partition, e.Offset, e.Reason, e.Err)
 }

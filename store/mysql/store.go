@@ -41,6 +41,7 @@ type TableError struct {
 	Reason string
 }
 
+// Error names the table and what is wrong with it.
 func (e *TableError) Error() string {
 	return fmt.Sprintf("mysql: table name %q: %s", e.Table, e.Reason)
 }
