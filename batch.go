@@ -94,11 +94,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	start := time.Now()
 	switch {
 	case t.keyErr != nil:
-		if errors.Is(t.keyErr, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
-			return g.unkeyed(ctx, t.key, start, h, "two-phase")
-		}
-		g.observe(ctx, Event{Key: t.key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: t.keyErr, Total: time.Since(start)})
-		return Result{Key: t.key, Outcome: OutcomeNoKey}, t.keyErr
+		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
 	case !t.claimed:
 		return g.DoKey(ctx, t.key, t.fp, h)
 	}

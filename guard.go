@@ -89,15 +89,17 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 			return g.DoKey(ctx, key, fp, h)
 		}
 	}
-	if errors.Is(err, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
-		return g.unkeyed(ctx, key, start, func(ctx context.Context) ([]byte, error) { return h(ctx) }, "two-phase")
-	}
-	res := Result{Outcome: OutcomeNoKey, Key: key}
-	g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
-	return res, err
+	return g.unkeyed(ctx, key, err, start, h, "two-phase")
 }
 
-func (g *Guard) unkeyed(ctx context.Context, key Key, start time.Time, h Handler, mode string) (Result, error) {
+// unkeyed answers a message whose key could not be extracted (keyErr): with
+// MissingKeyProcess and a missing key, h runs without dedup
+// (OutcomeUnkeyed); otherwise the message is rejected (OutcomeNoKey).
+func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.Time, h Handler, mode string) (Result, error) {
+	if !errors.Is(keyErr, ErrNoKey) || g.opts.MissingKey != MissingKeyProcess {
+		g.observe(ctx, Event{Key: key, Mode: mode, Outcome: OutcomeNoKey, Err: keyErr, Total: time.Since(start)})
+		return Result{Key: key, Outcome: OutcomeNoKey}, keyErr
+	}
 	hs := time.Now()
 	v, err := h(ctx)
 	res := Result{Outcome: OutcomeUnkeyed, Key: key, Value: v}

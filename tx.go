@@ -38,19 +38,15 @@ func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) 
 		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
 	}
 	if err != nil {
-		if errors.Is(err, ErrNoKey) && g.opts.MissingKey == MissingKeyProcess {
-			return g.unkeyed(ctx, key, start, func(ctx context.Context) ([]byte, error) {
-				var v []byte
-				err := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
-					var herr error
-					v, herr = fn(ctx, tx)
-					return herr
-				})
-				return v, err
-			}, "tx")
-		}
-		g.observe(ctx, Event{Key: key, Mode: "tx", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
-		return Result{Key: key, Outcome: OutcomeNoKey}, err
+		return g.unkeyed(ctx, key, err, start, func(ctx context.Context) ([]byte, error) {
+			var v []byte
+			err := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
+				var herr error
+				v, herr = fn(ctx, tx)
+				return herr
+			})
+			return v, err
+		}, "tx")
 	}
 	return doTx(ctx, g, ts, key, fp, fn)
 }
