@@ -32,10 +32,9 @@ func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) 
 	if err == nil {
 		fp, err = g.Fingerprint(msg)
 	}
-	ts, ok := g.store.(TxStore[Tx])
-	if !ok {
-		var zero Tx
-		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+	ts, txErr := txStore[Tx](g)
+	if txErr != nil {
+		return Result{Key: key, Outcome: OutcomeStoreError}, txErr
 	}
 	if err != nil {
 		return g.unkeyed(ctx, key, err, start, func(ctx context.Context) ([]byte, error) {
@@ -53,10 +52,9 @@ func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) 
 
 // DoTxKey is DoTx with a key and fingerprint computed by the caller.
 func DoTxKey[Tx any](ctx context.Context, g *Guard, key Key, fingerprint string, fn TxHandler[Tx]) (Result, error) {
-	ts, ok := g.store.(TxStore[Tx])
-	if !ok {
-		var zero Tx
-		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+	ts, err := txStore[Tx](g)
+	if err != nil {
+		return Result{Key: key, Outcome: OutcomeStoreError}, err
 	}
 	return doTx(ctx, g, ts, key, fingerprint, fn)
 }
@@ -149,9 +147,9 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 	if err != nil {
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
 	}
-	ts, ok := g.store.(TxStore[Tx])
-	if !ok {
-		return Result{Key: key, Outcome: OutcomeStoreError}, fmt.Errorf("%w: %T", ErrNoTx, g.store)
+	ts, err := txStore[Tx](g)
+	if err != nil {
+		return Result{Key: key, Outcome: OutcomeStoreError}, err
 	}
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
@@ -194,4 +192,15 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		res.Outcome = OutcomeInProgress
 		return res, &StateError{Key: key, Record: c.Record, Err: ErrInProgress}
 	}
+}
+
+// txStore returns the guard's store as a transactional inbox over Tx, or an
+// error wrapping ErrNoTx that names both types.
+func txStore[Tx any](g *Guard) (TxStore[Tx], error) {
+	ts, ok := g.store.(TxStore[Tx])
+	if !ok {
+		var zero Tx
+		return nil, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+	}
+	return ts, nil
 }
