@@ -58,7 +58,8 @@ type Store struct {
 	client goredis.UniversalClient
 	prefix string
 
-	held heldClaims // claims this Store acquired and still holds
+	held    heldClaims // claims this Store acquired and still holds
+	flights flights    // coalesces concurrent fenced scripts
 
 	sweepMu sync.Mutex // one Sweep at a time in this process; guards sweepPos
 	sweepAt sweepPos
@@ -215,7 +216,7 @@ func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k
 		expected, next, pxat = h.value, encodeRecord(h.rec), msArg(h.rec.ExpiresAt)
 	}
 	all := append([]any{strconv.FormatInt(token, 10), expected, next, pxat}, args...)
-	n, err := script.Run(ctx, s.client, []string{key}, all...).Int64()
+	n, err := s.flights.run(s.client, &fencedCall{ctx: ctx, script: script, key: key, args: all})
 	if err != nil {
 		return idem.Record{}, false, wrap(op, err)
 	}
