@@ -25,27 +25,33 @@ type fencedCall struct {
 }
 
 // flights coalesces the fenced scripts of concurrent callers, the way a
-// database coalesces commits: a call that finds no script in flight sends
-// its own at once, exactly as without coalescing; calls that arrive while a
-// flight is out queue up, and when it lands the first of them sends the
-// whole queue as one pipeline. Under load a consumer's completion then costs
-// a fraction of a round trip instead of one (its claim stays a round trip of
-// its own), and at low load nothing waits.
+// database coalesces commits: a call that finds fewer than maxOut flights
+// out sends its own script at once, exactly as without coalescing; calls
+// that arrive while they are out queue up, and when a flight lands the first
+// of them sends the whole queue as one pipeline. Under load a consumer's
+// completion then costs a fraction of a round trip instead of one (its claim
+// stays a round trip of its own), and at low load nothing waits.
 //
 // Each call is still one atomic script on its own key, so coalescing changes
 // no outcome: it only shares the write and read of the connection between
 // calls that were in flight together anyway.
 type flights struct {
 	mu    sync.Mutex
-	busy  bool
+	out   int // flights out
 	queue []*fencedCall
 }
+
+// maxOut is how many flights may be out at once. Two measured best at 16
+// workers (BENCH.md): with one, Redis waits while a flight's replies travel
+// back and the next pipeline is built; with more, calls go alone that could
+// have shared a round trip.
+const maxOut = 2
 
 // run sends c, alone or with the calls queued behind a flight, and returns
 // the script's integer reply.
 func (f *flights) run(client goredis.UniversalClient, c *fencedCall) (int64, error) {
 	f.mu.Lock()
-	if f.busy {
+	if f.out >= maxOut {
 		c.turn = make(chan bool, 1)
 		f.queue = append(f.queue, c)
 		f.mu.Unlock()
@@ -53,7 +59,7 @@ func (f *flights) run(client goredis.UniversalClient, c *fencedCall) (int64, err
 			return c.n, c.err
 		}
 	} else {
-		f.busy = true
+		f.out++
 		f.mu.Unlock()
 		c.batch = []*fencedCall{c}
 	}
@@ -72,7 +78,7 @@ func (f *flights) run(client goredis.UniversalClient, c *fencedCall) (int64, err
 func (f *flights) land() {
 	f.mu.Lock()
 	if len(f.queue) == 0 {
-		f.busy = false
+		f.out--
 		f.mu.Unlock()
 		return
 	}

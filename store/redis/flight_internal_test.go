@@ -29,7 +29,7 @@ func TestFlightsCoalesce(t *testing.T) {
 	fresh := goredis.NewScript("-- " + hex.EncodeToString(b[:]) + "\nreturn redis.call('INCR', KEYS[1]) * 0 + tonumber(ARGV[1])")
 
 	var f flights
-	f.busy = true // a flight is out
+	f.out = maxOut // flights are out
 	const n = 30
 	type reply struct {
 		n   int64
@@ -76,8 +76,8 @@ func TestFlightsCoalesce(t *testing.T) {
 			t.Errorf("fresh script on k%d ran %d times, want 1", i, v)
 		}
 	}
-	if f.busy || len(f.queue) != 0 {
-		t.Fatalf("after landing: busy %v, %d queued", f.busy, len(f.queue))
+	if f.out != maxOut-1 || len(f.queue) != 0 {
+		t.Fatalf("after landing: %d out, %d queued", f.out, len(f.queue))
 	}
 }
 
