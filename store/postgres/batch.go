@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
@@ -20,18 +21,18 @@ var ErrDuplicateKeyInBatch = errors.New("postgres: key repeated in one batch")
 // unnested into one statement). Results are in request order; keys must be
 // distinct (ErrDuplicateKeyInBatch).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	return s.batch(ctx, s.pool, s.sql.claimBatchNew, s.sql.claimBatch, reqs, false)
+	return s.batch(ctx, s.pool, reqs, false)
 }
 
 type rkey struct{ scope, id string }
 
-// batch claims or marks reqs with query, running first instead (when set)
-// for the first attempt: a statement that settles some keys cheaply and
-// leaves the others to query.
-func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs []idem.ClaimRequest, mark bool) ([]idem.Claim, error) {
-	op := "claim batch"
+// batch claims (or with mark, marks) reqs. The first attempt is the
+// insert-only statement, which settles new keys cheaply; the keys it leaves
+// go through the full statement.
+func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, mark bool) ([]idem.Claim, error) {
+	op, query := "claim batch", s.sql.claimBatch
 	if mark {
-		op = "mark batch"
+		op, query = "mark batch", s.sql.markBatch
 	}
 	if len(reqs) == 0 {
 		return nil, nil
@@ -66,8 +67,8 @@ func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs 
 			again []int
 			err   error
 		)
-		if attempt == 0 && first != "" {
-			again, err = s.batchNew(ctx, q, first, norm, index, mark, out)
+		if attempt == 0 {
+			again, err = s.batchNew(ctx, q, norm, index, mark, out)
 		} else {
 			again, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
 		}
@@ -86,9 +87,34 @@ func (s *Store) batch(ctx context.Context, q querier, first, query string, reqs 
 // keys of the rows it inserted; their claims are the fresh records the
 // requests describe (idem.ApplyClaim on an absent record), built here rather
 // than read back. It returns the requests whose keys exist already.
-func (s *Store) batchNew(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest,
+//
+// A batch whose requests share their scope and times (a poll claimed at one
+// instant) sends those once, as scalars, and gets back ids alone.
+func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimRequest,
 	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
-	rows, err := q.Query(ctx, query, batchArgs(reqs, nil)...)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	shared := sharesScopeAndTimes(reqs)
+	if shared {
+		query := s.sql.claimBatchNewShared
+		if mark {
+			query = s.sql.markBatchNewShared
+		}
+		r := reqs[0]
+		ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
+		for i, r := range reqs {
+			ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
+		}
+		rows, err = q.Query(ctx, query, r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt))
+	} else {
+		query := s.sql.claimBatchNew
+		if mark {
+			query = s.sql.markBatchNew
+		}
+		rows, err = q.Query(ctx, query, batchArgs(reqs, nil)...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,9 +124,13 @@ func (s *Store) batchNew(ctx context.Context, q querier, query string, reqs []id
 		apply = idem.ApplyMark
 	}
 	done := make([]bool, len(reqs))
-	var k rkey
+	k := rkey{scope: reqs[0].Key.Scope}
+	dest := []any{&k.scope, &k.id}
+	if shared {
+		dest = dest[1:]
+	}
 	for rows.Next() {
-		if err := rows.Scan(&k.scope, &k.id); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		i, ok := index[k]
@@ -120,6 +150,20 @@ func (s *Store) batchNew(ctx context.Context, q querier, query string, reqs []id
 		}
 	}
 	return again, nil
+}
+
+// sharesScopeAndTimes reports whether every request has the first one's
+// scope, clock reading, lease and retention, and none has a display id
+// (an id long enough to be stored hashed).
+func sharesScopeAndTimes(reqs []idem.ClaimRequest) bool {
+	f := reqs[0]
+	for _, r := range reqs {
+		if r.Key.Scope != f.Key.Scope || !r.Now.Equal(f.Now) || !r.LeaseUntil.Equal(f.LeaseUntil) ||
+			!r.ExpiresAt.Equal(f.ExpiresAt) || displayArg(r.Key) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // batchArgs are the statement's unnested arrays for the requests at

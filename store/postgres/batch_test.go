@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +141,55 @@ func TestMarkBatchMatchesRules(t *testing.T) {
 				t.Errorf("%s: committed marker %+v, %v", r.Key.ID, rec, err)
 			}
 		}
+	}
+}
+
+// A poll whose requests share scope and times takes the statement that
+// sends those once; any other batch sends every field per request. Both
+// write the same records, and both tell new keys from existing ones.
+func TestClaimBatchSharedFieldsWriteTheSameRecords(t *testing.T) {
+	s := newStore(t, postgres.Options{})
+	ctx := context.Background()
+	t0 := storetest.T0
+	long := strings.Repeat("x", idem.MaxIDLen+1) // stored hashed, with a display id
+	shared := []idem.ClaimRequest{mixedReq("s-1", t0, false), mixedReq("s-2", t0, false), mixedReq("s-3", t0, false)}
+	perReq := []idem.ClaimRequest{mixedReq("p-1", t0, false), mixedReq("p-2", t0, false), mixedReq(long, t0, false)}
+	for _, batch := range [][]idem.ClaimRequest{shared, perReq} {
+		cs, err := s.ClaimBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cs {
+			if c.Outcome != idem.ClaimAcquired || c.Record.Token != 1 {
+				t.Fatalf("%s: %v token %d", batch[i].Key.ID, c.Outcome, c.Record.Token)
+			}
+		}
+	}
+	for i := range shared {
+		a, err := s.Get(ctx, shared[i].Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Get(ctx, perReq[i].Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.ID, a.DisplayID, a.Fingerprint = b.ID, b.DisplayID, b.Fingerprint
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("shared path wrote %+v\nper-request path wrote %+v", a, b)
+		}
+	}
+	if r, _ := s.Get(ctx, perReq[2].Key); r.DisplayID != long {
+		t.Errorf("long id: display id %q", r.DisplayID)
+	}
+	// Again, with one new key among them: the shared statement inserts it
+	// and leaves the rest to the full statement.
+	again := append(shared[:2:2], mixedReq("s-4", t0, false))
+	cs, err := s.ClaimBatch(ctx, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Outcome != idem.ClaimInProgress || cs[1].Outcome != idem.ClaimInProgress || cs[2].Outcome != idem.ClaimAcquired {
+		t.Fatalf("second batch: %v %v %v", cs[0].Outcome, cs[1].Outcome, cs[2].Outcome)
 	}
 }

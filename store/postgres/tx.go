@@ -91,7 +91,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 // offset. To detect a key reused with other content, compare each
 // duplicate's Record.Fingerprint with the request's, as idem.MarkTx does.
 func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	return s.batch(ctx, tx, s.sql.markBatchNew, s.sql.markBatch, reqs, true)
+	return s.batch(ctx, tx, reqs, true)
 }
 
 // SaveResult implements idem.TxStore: it stores result on the marker Mark
