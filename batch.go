@@ -48,6 +48,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 		reqs []ClaimRequest
 		idx  []int
 		seen = make(map[Key]bool, len(msgs))
+		now  = g.opts.Clock() // one instant for the whole batch
 	)
 	for i, m := range msgs {
 		t := &Ticket{g: g, msg: m}
@@ -61,7 +62,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 			continue
 		}
 		seen[stored] = true
-		reqs = append(reqs, g.claimRequest(t.key, t.fp))
+		reqs = append(reqs, g.claimRequestAt(t.key, t.fp, now))
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {

@@ -14,11 +14,35 @@ import (
 type countingBatch struct {
 	*memory.Store
 	batches int
+	reqs    []idem.ClaimRequest // of the last batch
 }
 
 func (c *countingBatch) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	c.batches++
+	c.reqs = reqs
 	return c.Store.ClaimBatch(ctx, reqs)
+}
+
+func (c *countingBatch) lastReqs() []idem.ClaimRequest { return c.reqs }
+
+// A batch is claimed at one instant: the guard reads its clock once, so
+// every request carries the same times (stores send shared values once).
+func TestClaimBatchReadsTheClockOnce(t *testing.T) {
+	s := &countingBatch{Store: memory.New()}
+	tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := guard(t, s, idem.Options{Clock: func() time.Time { tick = tick.Add(time.Millisecond); return tick }})
+	if _, err := g.ClaimBatch(context.Background(), []idem.Message{{ID: "a"}, {ID: "b"}, {ID: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.lastReqs()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	for _, r := range reqs[1:] {
+		if !r.Now.Equal(reqs[0].Now) || !r.LeaseUntil.Equal(reqs[0].LeaseUntil) || !r.ExpiresAt.Equal(reqs[0].ExpiresAt) {
+			t.Fatalf("request times differ: %+v vs %+v", r, reqs[0])
+		}
+	}
 }
 
 func TestClaimBatchTickets(t *testing.T) {

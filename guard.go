@@ -125,7 +125,13 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 }
 
 func (g *Guard) claimRequest(key Key, fingerprint string) ClaimRequest {
-	now := g.opts.Clock()
+	return g.claimRequestAt(key, fingerprint, g.opts.Clock())
+}
+
+// claimRequestAt is claimRequest with the clock read by the caller: a batch
+// reads it once, so that its requests share their times (stores send shared
+// values once).
+func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) ClaimRequest {
 	return ClaimRequest{
 		Key:           key,
 		Fingerprint:   fingerprint,
