@@ -27,7 +27,11 @@
 //
 // A poll of many messages (a Kafka batch) can be claimed with one statement
 // (ClaimBatch), or marked inside one transaction with its business writes
-// (MarkBatch).
+// (MarkBatch). New keys are settled first by an insert alone; when the
+// batch's requests share their scope and times, as a poll claimed at one
+// instant does (idem.Guard.ClaimBatch), those go once as scalars and only
+// ids and fingerprints as arrays, which measured a third or more faster
+// than an array per field. Keys that exist go through the full statement.
 //
 // # Statements
 //
@@ -155,5 +159,6 @@
 // (mean 0.79 over nine runs) once the marker stopped returning its row,
 // against 0.65–0.78 (mean 0.72 over six) before. What is left is the cost of a
 // second statement; a narrower marker row or a BRIN sweep index did not
-// measurably help (BENCH.md).
+// measurably help (BENCH.md). Batch claims of 100 keys measured 80–106k
+// keys/s and of 1000 keys 117–140k keys/s.
 package postgres
