@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -90,17 +91,17 @@ func (f *flights) land() {
 
 // execFenced runs batch's scripts and fills in each call's reply. One call
 // is a plain EVALSHA under its caller's context; several are one pipeline
-// under the leader's context without its cancellation (a waiter must not
-// fail because another caller gave up; the client's timeouts still bound the
-// round trip). Calls that found no cached script (NOSCRIPT: a restart, a
-// failover) did not run, so they alone are sent again with the source.
+// under batchContext. Calls that found no cached script (NOSCRIPT: a
+// restart, a failover) did not run, so they alone are sent again with the
+// source.
 func execFenced(client goredis.UniversalClient, batch []*fencedCall) {
 	if len(batch) == 1 {
 		c := batch[0]
 		c.n, c.err = c.script.Run(c.ctx, client, []string{c.key}, c.args...).Int64()
 		return
 	}
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx, cancel := batchContext(batch)
+	defer cancel()
 	cmds := make([]*goredis.Cmd, len(batch))
 	pipe := client.Pipeline()
 	for i, c := range batch {
@@ -126,4 +127,24 @@ func execFenced(client goredis.UniversalClient, batch []*fencedCall) {
 	for _, i := range missing {
 		batch[i].n, batch[i].err = cmds[i].Int64()
 	}
+}
+
+// batchContext is the context a shared pipeline runs under: the leader's
+// values without its cancellation (a caller must not fail because another
+// gave up), ending at the latest deadline of the callers when every one of
+// them has a deadline; otherwise the client's own timeouts bound the round
+// trip.
+func batchContext(batch []*fencedCall) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return ctx, func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(ctx, latest)
 }

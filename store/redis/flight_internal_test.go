@@ -143,3 +143,31 @@ func TestConcurrentCompletionsKeepTheirFences(t *testing.T) {
 		}
 	}
 }
+
+// A shared pipeline outlives a caller that gave up, and ends at the latest
+// deadline when every caller has one.
+func TestBatchContext(t *testing.T) {
+	type key struct{}
+	base := context.WithValue(context.Background(), key{}, "leader")
+	cancelled, cancel := context.WithCancel(base)
+	cancel()
+	soon, c1 := context.WithTimeout(context.Background(), time.Minute)
+	defer c1()
+	late, c2 := context.WithTimeout(context.Background(), time.Hour)
+	defer c2()
+
+	ctx, done := batchContext([]*fencedCall{{ctx: cancelled}, {ctx: late}})
+	defer done()
+	if ctx.Err() != nil || ctx.Value(key{}) != "leader" {
+		t.Fatalf("leader gave up: err %v, value %v; want live with the leader's values", ctx.Err(), ctx.Value(key{}))
+	}
+	if _, ok := ctx.Deadline(); ok {
+		t.Fatal("a caller without a deadline: want none")
+	}
+	ctx, done2 := batchContext([]*fencedCall{{ctx: soon}, {ctx: late}})
+	defer done2()
+	want, _ := late.Deadline()
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(want) {
+		t.Fatalf("deadline %v %v, want the latest %v", d, ok, want)
+	}
+}
