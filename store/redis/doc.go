@@ -49,7 +49,10 @@
 // Each script
 // is still atomic on its own key and each caller gets its own reply, so
 // this changes no outcome, only how many writes and reads the connection
-// makes under load. Claims are never delayed this way.
+// makes under load. Claims are never delayed this way. A shared pipeline
+// runs under the context of the call that sends it (its values, such as a
+// trace span, and none of its cancellation), until the latest deadline of
+// the calls in it when they all have one.
 //
 // Redis 7.0 or later is required (SET with NX and GET together).
 //
