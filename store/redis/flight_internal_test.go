@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,9 +85,29 @@ func TestFlightsCoalesce(t *testing.T) {
 
 // TestConcurrentCompletionsKeepTheirFences: 200 goroutines complete or
 // release at once, half of them with a token that is no longer current.
-// Coalesced into shared pipelines, each still gets its own verdict.
+// Coalesced into shared pipelines, each still gets its own verdict. With
+// IDEM_REDIS_CLUSTER set it runs on that cluster too, where one pipeline
+// spans the masters.
 func TestConcurrentCompletionsKeepTheirFences(t *testing.T) {
-	s := internalStore(t)
+	t.Run("node", func(t *testing.T) { concurrentCompletions(t, internalStore(t)) })
+	t.Run("cluster", func(t *testing.T) {
+		addrs := os.Getenv("IDEM_REDIS_CLUSTER")
+		if addrs == "" {
+			t.Skip("IDEM_REDIS_CLUSTER is not set (comma-separated cluster seed addresses)")
+		}
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+		t.Cleanup(func() { c.Close() })
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		s, err := New(c, Options{Prefix: "idemtest:int:" + hex.EncodeToString(b[:])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		concurrentCompletions(t, s)
+	})
+}
+
+func concurrentCompletions(t *testing.T, s *Store) {
 	ctx := context.Background()
 	now := time.Now()
 	const n = 200
