@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
@@ -68,7 +70,17 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 			err   error
 		)
 		if attempt == 0 {
-			again, err = s.batchNew(ctx, q, norm, index, mark, out)
+			plain := false
+			if standalone && !mark && s.plainTries.try() {
+				plain, err = s.batchPlain(ctx, q, norm, out)
+				if isUniqueViolation(err) {
+					s.plainTries.failed()
+					plain, err = false, nil
+				}
+			}
+			if !plain && err == nil {
+				again, err = s.batchNew(ctx, q, norm, index, mark, out)
+			}
 		} else {
 			again, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
 		}
@@ -151,6 +163,64 @@ func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 	}
 	return again, nil
 }
+
+// batchPlain claims every request of a ClaimBatch with one plain INSERT, no
+// ON CONFLICT and no RETURNING: the cheapest statement for a poll of new
+// keys. It reports whether it inserted them all. Any key that exists fails
+// the whole statement with a unique violation (SQLSTATE 23505), which rolls
+// back this statement only, since it runs on its own; the caller then takes
+// the ON CONFLICT path. Only for statements outside a caller's transaction.
+func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequest, out []idem.Claim) (bool, error) {
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if sharesScopeAndTimes(reqs) {
+		r := reqs[0]
+		ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
+		for i, r := range reqs {
+			ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
+		}
+		tag, err = q.Exec(ctx, s.sql.claimBatchPlainShared, r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt))
+	} else {
+		tag, err = q.Exec(ctx, s.sql.claimBatchPlain, batchArgs(reqs, nil)...)
+	}
+	if err != nil {
+		return false, err
+	}
+	if n := tag.RowsAffected(); n != int64(len(reqs)) {
+		return false, fmt.Errorf("plain batch insert wrote %d rows for %d keys", n, len(reqs))
+	}
+	for i := range reqs {
+		out[i], _ = idem.ApplyClaim(nil, reqs[i])
+	}
+	return true, nil
+}
+
+// isUniqueViolation reports a statement that failed on an existing key.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// plainTries decides when ClaimBatch tries the plain insert. After one
+// failed on an existing key (a redelivered poll, a producer retry), the
+// next plainPause batches of this Store go straight to ON CONFLICT, so a
+// stream of duplicates costs a wasted statement (and a line in the server's
+// error log) once per plainPause batches at most, not every time.
+type plainTries struct{ pause atomic.Int64 }
+
+const plainPause = 32
+
+func (p *plainTries) try() bool {
+	if p.pause.Load() <= 0 {
+		return true
+	}
+	p.pause.Add(-1)
+	return false
+}
+
+func (p *plainTries) failed() { p.pause.Store(plainPause) }
 
 // sharesScopeAndTimes reports whether every request has the first one's
 // scope, clock reading, lease and retention, and none has a display id

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,5 +193,54 @@ func TestClaimBatchSharedFieldsWriteTheSameRecords(t *testing.T) {
 	}
 	if cs[0].Outcome != idem.ClaimInProgress || cs[1].Outcome != idem.ClaimInProgress || cs[2].Outcome != idem.ClaimAcquired {
 		t.Fatalf("second batch: %v %v %v", cs[0].Outcome, cs[1].Outcome, cs[2].Outcome)
+	}
+}
+
+// Eight ClaimBatch calls over the same keys at once: the plain insert of
+// all but one fails on the others' keys and falls back, and every key is
+// acquired exactly once.
+func TestClaimBatchOverlappingBatchesOneWinner(t *testing.T) {
+	s := newStore(t, postgres.Options{})
+	ctx := context.Background()
+	now := storetest.T0
+	const workers, keys = 8, 50
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		won = map[string]int{}
+	)
+	for w := range workers {
+		wg.Go(func() {
+			reqs := make([]idem.ClaimRequest, keys)
+			for i := range reqs {
+				reqs[i] = mixedReq(strconv.Itoa((i+w*7)%keys), now, false) // each worker in its own order
+			}
+			cs, err := s.ClaimBatch(ctx, reqs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, c := range cs {
+				if c.Outcome == idem.ClaimAcquired {
+					won[reqs[i].Key.ID]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range keys {
+		if n := won[strconv.Itoa(i)]; n != 1 {
+			t.Errorf("key %d acquired %d times", i, n)
+		}
+	}
+	// A poll of new keys after the pause still claims them all.
+	for b := range 40 {
+		reqs := []idem.ClaimRequest{mixedReq("after-"+strconv.Itoa(b), now, false), mixedReq("after-x"+strconv.Itoa(b), now, false)}
+		cs, err := s.ClaimBatch(ctx, reqs)
+		if err != nil || cs[0].Outcome != idem.ClaimAcquired || cs[1].Outcome != idem.ClaimAcquired {
+			t.Fatalf("batch %d after the pause: %v, %v", b, cs, err)
+		}
 	}
 }

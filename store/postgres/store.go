@@ -20,6 +20,8 @@ type Store struct {
 	opts  Options
 	names names
 	sql   statements
+
+	plainTries plainTries // when ClaimBatch tries its plain insert
 }
 
 var (
