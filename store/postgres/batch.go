@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -104,29 +103,19 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 // instant) sends those once, as scalars, and gets back ids alone.
 func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimRequest,
 	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
-	var (
-		rows pgx.Rows
-		err  error
-	)
 	shared := sharesScopeAndTimes(reqs)
-	if shared {
-		query := s.sql.claimBatchNewShared
-		if mark {
-			query = s.sql.markBatchNewShared
-		}
-		r := reqs[0]
-		ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
-		for i, r := range reqs {
-			ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
-		}
-		rows, err = q.Query(ctx, query, r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt))
-	} else {
-		query := s.sql.claimBatchNew
-		if mark {
-			query = s.sql.markBatchNew
-		}
-		rows, err = q.Query(ctx, query, batchArgs(reqs, nil)...)
+	var query string
+	switch {
+	case mark && shared:
+		query = s.sql.markBatchNewShared
+	case mark:
+		query = s.sql.markBatchNew
+	case shared:
+		query = s.sql.claimBatchNewShared
+	default:
+		query = s.sql.claimBatchNew
 	}
+	rows, err := q.Query(ctx, query, insertArgs(reqs, shared)...)
 	if err != nil {
 		return nil, err
 	}
@@ -171,20 +160,12 @@ func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 // back this statement only, since it runs on its own; the caller then takes
 // the ON CONFLICT path. Only for statements outside a caller's transaction.
 func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequest, out []idem.Claim) (bool, error) {
-	var (
-		tag pgconn.CommandTag
-		err error
-	)
-	if sharesScopeAndTimes(reqs) {
-		r := reqs[0]
-		ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
-		for i, r := range reqs {
-			ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
-		}
-		tag, err = q.Exec(ctx, s.sql.claimBatchPlainShared, r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt))
-	} else {
-		tag, err = q.Exec(ctx, s.sql.claimBatchPlain, batchArgs(reqs, nil)...)
+	shared := sharesScopeAndTimes(reqs)
+	query := s.sql.claimBatchPlain
+	if shared {
+		query = s.sql.claimBatchPlainShared
 	}
+	tag, err := q.Exec(ctx, query, insertArgs(reqs, shared)...)
 	if err != nil {
 		return false, err
 	}
@@ -221,6 +202,21 @@ func (p *plainTries) try() bool {
 }
 
 func (p *plainTries) failed() { p.pause.Store(plainPause) }
+
+// insertArgs are the arguments of the insert-only statements: with shared,
+// the scope, ids, fingerprints and the four times of the shared form
+// (claimBatchNewShared); otherwise batchArgs's arrays.
+func insertArgs(reqs []idem.ClaimRequest, shared bool) []any {
+	if !shared {
+		return batchArgs(reqs, nil)
+	}
+	ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
+	}
+	r := reqs[0]
+	return []any{r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt)}
+}
 
 // sharesScopeAndTimes reports whether every request has the first one's
 // scope, clock reading, lease and retention, and none has a display id
