@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -64,13 +65,26 @@ func (f *flights) run(client goredis.UniversalClient, c *fencedCall) (int64, err
 		f.mu.Unlock()
 		c.batch = []*fencedCall{c}
 	}
+	defer f.land()
+	defer func() {
+		// A panic in the client (a hook, say) must not leave the others
+		// waiting for ever: they get an error, and this caller the panic.
+		if p := recover(); p != nil {
+			for _, o := range c.batch {
+				if o != c {
+					o.err = fmt.Errorf("redisstore: panic in a shared pipeline: %v", p)
+					o.turn <- false
+				}
+			}
+			panic(p)
+		}
+	}()
 	execFenced(client, c.batch)
 	for _, o := range c.batch {
 		if o != c {
 			o.turn <- false
 		}
 	}
-	f.land()
 	return c.n, c.err
 }
 

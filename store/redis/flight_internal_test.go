@@ -193,3 +193,63 @@ func TestBatchContext(t *testing.T) {
 		t.Fatalf("deadline %v %v, want the latest %v", d, ok, want)
 	}
 }
+
+// panicHook panics in every pipeline, as a broken client hook might.
+type panicHook struct{}
+
+func (panicHook) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (panicHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (panicHook) ProcessPipelineHook(goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(context.Context, []goredis.Cmder) error { panic("hook") }
+}
+
+// A panic while a shared pipeline runs reaches its leader; the callers
+// queued with it get an error instead of waiting for ever, and the flight
+// lands.
+func TestFlightsPanicReleasesWaiters(t *testing.T) {
+	s := internalStore(t)
+	c := goredis.NewClient(&goredis.Options{Addr: s.client.(*goredis.Client).Options().Addr})
+	defer c.Close()
+	c.AddHook(panicHook{})
+	script := goredis.NewScript("return 1")
+	var f flights
+	f.out = maxOut
+	const n = 3
+	errs := make([]error, n)
+	panics := make([]any, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			defer func() { panics[i] = recover() }()
+			_, errs[i] = f.run(c, &fencedCall{ctx: context.Background(), script: script, key: s.prefix + ":p"})
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		queued := len(f.queue)
+		f.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls queued", queued, n)
+		}
+	}
+	f.land()
+	wg.Wait()
+	var panicked, failed int
+	for i := range n {
+		switch {
+		case panics[i] != nil:
+			panicked++
+		case errs[i] != nil:
+			failed++
+		}
+	}
+	if panicked != 1 || failed != n-1 {
+		t.Fatalf("%d panicked, %d failed; want 1 and %d (errs %v)", panicked, failed, n-1, errs)
+	}
+	if f.out != maxOut-1 || len(f.queue) != 0 {
+		t.Fatalf("after the panic: %d out, %d queued", f.out, len(f.queue))
+	}
+}
