@@ -208,6 +208,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for d := range work {
+				if ctx.Err() != nil {
+					// Shutdown began as d was handed over (a ready worker
+					// and a cancelled ctx race in the select below): it
+					// goes back untouched, like the prefetched ones.
+					_ = d.Nack(false, true)
+					continue
+				}
 				c.process(workCtx, d, hold, done)
 			}
 		}()
@@ -219,6 +226,10 @@ loop:
 		case d, ok := <-deliveries:
 			if !ok {
 				runErr = c.closedErr(closed)
+				break loop
+			}
+			if ctx.Err() != nil {
+				_ = d.Nack(false, true) // not started
 				break loop
 			}
 			select {

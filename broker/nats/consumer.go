@@ -180,6 +180,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for msg := range work {
+				if ctx.Err() != nil {
+					// Shutdown began as msg was pulled (a freed slot and a
+					// cancelled ctx race in the select below): it goes back
+					// unstarted, like the buffered ones.
+					if err := msg.Nak(); err != nil {
+						c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
+					}
+					<-slots
+					continue
+				}
 				r := c.Process(workCtx, msg)
 				if c.opts.OnResult != nil {
 					c.opts.OnResult(msg, r)
