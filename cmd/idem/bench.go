@@ -20,10 +20,12 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure a store's throughput and latency with idem, against the raw store",
 		Long: `bench runs --concurrency workers for --duration, each claiming fresh keys in
 the chosen mode, and reports keys per second and call latency (p50, p99).
-Then, in the same run, it measures the baseline: the same write without idem
-(a plain conflict-free insert per transaction into a scratch table for SQL
-stores, SET NX PX for Redis, a map insert under a mutex for memory). The
-ratio is idem's throughput over the baseline's.
+In the same run it measures the baseline: the same write without idem (a
+plain conflict-free insert per transaction into a scratch table for SQL
+stores, SET NX PX for Redis, a map insert under a mutex for memory). The two
+sides alternate in --rounds slices (idem, baseline, baseline, idem, ...) of
+--duration/--rounds each, so a change in the machine's load during the run
+hits both alike. The ratio is idem's throughput over the baseline's.
 
 Modes:
   two-phase  claim + complete per key (Guard.Do with an empty handler)
@@ -50,6 +52,9 @@ baseline's scratch table is dropped at the end.`,
 			}
 			if cfg.Batch < 1 || cfg.Batch > 10_000 {
 				return usagef("--batch must be between 1 and 10000")
+			}
+			if cfg.Rounds < 1 || cfg.Rounds > 100 {
+				return usagef("--rounds must be between 1 and 100")
 			}
 			ctx := c.Context()
 			h, err := f.open(ctx, false)
@@ -84,7 +89,7 @@ baseline's scratch table is dropped at the end.`,
 			if res.Batch > 0 {
 				fmt.Fprintf(w, " (batches of %d)", res.Batch)
 			}
-			fmt.Fprintf(w, ", %d workers, %v per phase\n\n", res.Concurrency, cfg.Duration)
+			fmt.Fprintf(w, ", %d workers, %v a side in %d alternating slices\n\n", res.Concurrency, cfg.Duration, res.Rounds)
 			tw := newTable(w)
 			fmt.Fprintln(tw, "\tkeys/s\tp50\tp99\terrors\t")
 			fmt.Fprintf(tw, "idem (%s)\t%.0f\t%s\t%s\t%d\t\n", res.Mode, res.OpsPerSec, latency(res.P50ms), latency(res.P99ms), res.Errors)
@@ -100,7 +105,8 @@ baseline's scratch table is dropped at the end.`,
 	fl := c.Flags()
 	fl.StringVar(&cfg.Mode, "mode", bench.ModeTwoPhase, "two-phase, tx or batch")
 	fl.IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent workers")
-	fl.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long each phase (idem, baseline) runs")
+	fl.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long each side (idem, baseline) runs in all")
+	fl.IntVar(&cfg.Rounds, "rounds", 4, "slices each side's duration is cut into, run alternately")
 	fl.IntVar(&cfg.Batch, "batch", 100, "keys per batch claim (batch mode)")
 	return c
 }

@@ -28,6 +28,25 @@ func TestBenchJSON(t *testing.T) {
 	}
 }
 
+// A run in several slices keeps every key new: the two-phase and batch
+// ops fail on a key that is not.
+func TestBenchRoundsKeepKeysNew(t *testing.T) {
+	for _, mode := range []string{"two-phase", "batch"} {
+		code, out, errs := runCmd(t, "bench", "--store", "memory://", "--mode", mode, "--concurrency", "2",
+			"--duration", "300ms", "--rounds", "5", "--batch", "10", "--json")
+		if code != exitOK {
+			t.Fatalf("%s: exit %d\n%s%s", mode, code, out, errs)
+		}
+		res := decode(t, out)
+		if res["rounds"] != float64(5) || res["errors"] != float64(0) || res["ops"].(float64) <= 0 {
+			t.Fatalf("%s: %v", mode, res)
+		}
+	}
+	if code, _, errs := runCmd(t, "bench", "--store", "memory://", "--rounds", "0"); code != exitUsage || !strings.Contains(errs, "--rounds") {
+		t.Fatalf("--rounds 0: exit %d: %s", code, errs)
+	}
+}
+
 func TestBenchText(t *testing.T) {
 	code, out, errs := runCmd(t, "bench", "--store", "memory://", "--concurrency", "1", "--duration", "100ms")
 	if code != exitOK || !strings.Contains(out, "keys/s") || !strings.Contains(out, "baseline") || !strings.Contains(out, "ratio") {

@@ -36,8 +36,9 @@ var ErrMode = errors.New("bench mode not available")
 type Config struct {
 	Mode        string        // two-phase, tx or batch
 	Concurrency int           // concurrent workers; default 8
-	Duration    time.Duration // per phase (idem, then baseline); default 5s
+	Duration    time.Duration // per side (idem, baseline) in all; default 5s
 	Batch       int           // keys per batch in batch mode; default 100
+	Rounds      int           // slices each side's Duration is cut into, run alternately; default 4
 }
 
 // Result is what a run measured. Ops count keys: a batch of 100 is 100 ops.
@@ -47,6 +48,7 @@ type Result struct {
 	Concurrency int     `json:"concurrency"`
 	Batch       int     `json:"batch,omitempty"`
 	DurationS   float64 `json:"duration_s"`
+	Rounds      int     `json:"rounds"`
 
 	Ops       int64   `json:"ops"`
 	Errors    int64   `json:"errors"`
@@ -67,9 +69,12 @@ type Result struct {
 // op is one timed call doing n keys; worker w, call i make keys unique.
 type op func(ctx context.Context, w, i int) (n int, err error)
 
-// Run benchmarks h's store in cfg.Mode, then the baseline, each for
-// cfg.Duration. Keys are unique to the run, in scope "idem-bench-<run>", with
-// a one-minute retention so idem sweep (or the store's sweeper) removes them.
+// Run benchmarks h's store in cfg.Mode and the baseline for cfg.Duration
+// each, in cfg.Rounds alternating slices (idem then baseline, then baseline
+// then idem, ...) so that a change in the machine's load during the run
+// hits both sides alike. Keys are unique to the run, in scope
+// "idem-bench-<run>", with a one-minute retention so idem sweep (or the
+// store's sweeper) removes them.
 func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
@@ -80,6 +85,9 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 100
 	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 4
+	}
 	runID := fmt.Sprintf("%08x", rand.Uint32())
 	g, err := idem.New(h.Store, idem.Options{Scope: "idem-bench-" + runID, Lease: 30 * time.Second, Retention: time.Minute})
 	if err != nil {
@@ -89,7 +97,10 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	switch cfg.Mode {
 	case ModeTwoPhase:
 		idemOp = func(ctx context.Context, w, i int) (int, error) {
-			_, err := g.Do(ctx, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)}, func(context.Context) ([]byte, error) { return nil, nil })
+			res, err := g.Do(ctx, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)}, func(context.Context) ([]byte, error) { return nil, nil })
+			if err == nil && res.Outcome != idem.OutcomeProcessed {
+				err = fmt.Errorf("%w: key %s was %s", errKeyReused, res.Key, res.Outcome)
+			}
 			return 1, err
 		}
 	case ModeTx:
@@ -104,7 +115,12 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 				reqs[j] = idem.ClaimRequest{Key: idem.Key{Scope: g.Options().Scope, ID: fmt.Sprintf("k-%d-%d-%d", w, i, j)},
 					Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Minute)}
 			}
-			_, err := idem.ClaimBatch(ctx, h.Store, reqs)
+			cs, err := idem.ClaimBatch(ctx, h.Store, reqs)
+			for j, c := range cs {
+				if err == nil && c.Outcome != idem.ClaimAcquired {
+					err = fmt.Errorf("%w: key %s was %s", errKeyReused, reqs[j].Key, c.Outcome)
+				}
+			}
 			return cfg.Batch, err
 		}
 	default:
@@ -120,16 +136,29 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 		baseOp = func(ctx context.Context, w, i int) (int, error) { return cfg.Batch, base.many(ctx, w, i, cfg.Batch) }
 	}
 
-	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(), Baseline: base.name}
+	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(),
+		Rounds: cfg.Rounds, Baseline: base.name}
 	if cfg.Mode == ModeBatch {
 		res.Batch, res.Baseline = cfg.Batch, base.manyName
 	}
-	ph, err := phase(ctx, cfg, idemOp)
+	var sides [2]phase // idem, baseline
+	ops := [2]op{idemOp, baseOp}
+	slice := cfg.Duration / time.Duration(cfg.Rounds)
+	for r := 0; r < cfg.Rounds && ctx.Err() == nil; r++ {
+		for j := range 2 {
+			i := j
+			if r%2 == 1 {
+				i = 1 - j
+			}
+			sides[i].run(ctx, cfg.Concurrency, ops[i], slice)
+		}
+	}
+	ph, err := sides[0].result()
 	if err != nil {
 		return nil, fmt.Errorf("idem %s: %w", cfg.Mode, err)
 	}
 	res.Ops, res.Errors, res.OpsPerSec, res.P50ms, res.P99ms = ph.ops, ph.errs, ph.rate, ph.p50, ph.p99
-	bp, err := phase(ctx, cfg, baseOp)
+	bp, err := sides[1].result()
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
@@ -140,67 +169,98 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	return res, nil
 }
 
-type phaseResult struct {
-	ops, errs      int64
-	rate, p50, p99 float64
-}
+// errKeyReused means a benchmark key was not new: the run's keys would not
+// measure what they claim to.
+var errKeyReused = errors.New("benchmark key not new")
 
 // maxErrorShare fails a phase whose calls mostly fail: its figures would
 // measure error paths.
 const maxErrorShare = 0.5
 
-// phase runs op from cfg.Concurrency workers for cfg.Duration. Calls are
-// never cancelled half-way (a claim whose answer was cut off would be left
-// in progress): workers stop starting new ones when the time is up.
-func phase(ctx context.Context, cfg Config, o op) (phaseResult, error) {
+// phase accumulates one side of a run over its slices.
+type phase struct {
+	next     []int // per worker, the index of its next call: keys stay new across slices
+	total    hist
+	ops      int64
+	errs     int64
+	elapsed  time.Duration
+	firstErr error
+}
+
+// run runs o from workers goroutines for d. Calls are never cancelled
+// half-way (a claim whose answer was cut off would be left in progress):
+// workers stop starting new ones when the time is up.
+func (p *phase) run(ctx context.Context, workers int, o op, d time.Duration) {
+	if p.next == nil {
+		p.next = make([]int, workers)
+	}
 	var stop atomic.Bool
-	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		total    hist
-		ops      atomic.Int64
-		errs     atomic.Int64
-		firstErr atomic.Value
+		wg sync.WaitGroup
+		mu sync.Mutex
 	)
 	start := time.Now()
-	for w := range cfg.Concurrency {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var h hist
-			for i := 0; !stop.Load() && ctx.Err() == nil; i++ {
+			var (
+				h         hist
+				ops, errs int64
+				firstErr  error
+			)
+			i := p.next[w]
+			for ; !stop.Load() && ctx.Err() == nil; i++ {
 				t0 := time.Now()
 				n, err := o(ctx, w, i)
 				d := time.Since(t0)
 				if err != nil {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
 					continue
 				}
-				ops.Add(int64(n))
+				ops += int64(n)
 				h.add(d)
 			}
+			p.next[w] = i
 			mu.Lock()
-			total.merge(&h)
-			mu.Unlock()
+			defer mu.Unlock()
+			p.total.merge(&h)
+			p.ops += ops
+			p.errs += errs
+			if p.firstErr == nil {
+				p.firstErr = firstErr
+			}
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	r := phaseResult{ops: ops.Load(), errs: errs.Load()}
-	calls := total.n + r.errs
+	p.elapsed += time.Since(start)
+}
+
+type phaseResult struct {
+	ops, errs      int64
+	rate, p50, p99 float64
+}
+
+// result is the side's figures over all its slices, or an error when most
+// of its calls failed.
+func (p *phase) result() (phaseResult, error) {
+	r := phaseResult{ops: p.ops, errs: p.errs}
+	calls := p.total.n + r.errs
 	if calls == 0 || float64(r.errs) > maxErrorShare*float64(calls) {
-		err, _ := firstErr.Load().(error)
+		err := p.firstErr
 		if err == nil {
 			err = errors.New("no call completed")
 		}
 		return r, fmt.Errorf("%d of %d calls failed: %w", r.errs, calls, err)
 	}
-	r.rate = float64(r.ops) / elapsed
-	r.p50 = ms(total.quantile(0.50))
-	r.p99 = ms(total.quantile(0.99))
+	r.rate = float64(r.ops) / p.elapsed.Seconds()
+	r.p50 = ms(p.total.quantile(0.50))
+	r.p99 = ms(p.total.quantile(0.99))
 	return r, nil
 }
 
