@@ -47,19 +47,7 @@ func TestFlightsCoalesce(t *testing.T) {
 			replies[i].n, replies[i].err = f.run(s.client, c)
 		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		f.mu.Lock()
-		queued := len(f.queue)
-		f.mu.Unlock()
-		if queued == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d calls queued behind the flight", queued, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	f.land()
+	landWhenQueued(t, &f, n)
 	wg.Wait()
 	for i, r := range replies {
 		if i%3 == 1 {
@@ -224,18 +212,7 @@ func TestFlightsPanicReleasesWaiters(t *testing.T) {
 			_, errs[i] = f.run(c, &fencedCall{ctx: context.Background(), script: script, key: s.prefix + ":p"})
 		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		f.mu.Lock()
-		queued := len(f.queue)
-		f.mu.Unlock()
-		if queued == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d calls queued", queued, n)
-		}
-	}
-	f.land()
+	landWhenQueued(t, &f, n)
 	wg.Wait()
 	var panicked, failed int
 	for i := range n {
@@ -252,4 +229,22 @@ func TestFlightsPanicReleasesWaiters(t *testing.T) {
 	if f.out != maxOut-1 || len(f.queue) != 0 {
 		t.Fatalf("after the panic: %d out, %d queued", f.out, len(f.queue))
 	}
+}
+
+// landWhenQueued waits until n calls queue behind the flights out, then
+// lands one of them.
+func landWhenQueued(t *testing.T, f *flights, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mu.Lock()
+		queued := len(f.queue)
+		f.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls queued behind the flights", queued, n)
+		}
+	}
+	f.land()
 }
