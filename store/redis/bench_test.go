@@ -77,7 +77,8 @@ type workload struct {
 //
 //   - raw-setnx: SET key value NX PX, the least a dedup claim can cost;
 //   - claim-complete: Store.Claim then Store.Complete per key, as a
-//     consumer does around its handler (two round trips);
+//     consumer does around its handler (two commands; the completion shares
+//     its round trip with concurrent ones);
 //   - raw-setnx-pipelined: SET NX PX, 100 per pipeline;
 //   - claim-batch: Store.ClaimBatch of 100 keys;
 //   - raw-setnx+noop-script: SET NX PX then EVALSHA of a script that only
