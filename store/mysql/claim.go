@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // errVanished: the record existed when the insert ran and was gone (swept)
@@ -57,7 +58,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return nil
 		}
 		return s.inTxRC(ctx, func(tx *sql.Tx) error {
-			cur, err := scanRecord(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
+			cur, err := sqlrecord.Scan(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
 			if errors.Is(err, sql.ErrNoRows) {
 				return errVanished
 			}
@@ -190,7 +191,7 @@ const overwrite = "display_id = VALUES(display_id), state = VALUES(state), finge
 
 func (s *Store) multiRow(n int, onDup string) string {
 	row := "(" + quoteList(nColumns, "?") + ")"
-	return "INSERT INTO " + s.table + " (" + columns + ") VALUES " + quoteList(n, row) + " ON DUPLICATE KEY UPDATE " + onDup
+	return "INSERT INTO " + s.table + " (" + sqlrecord.Columns + ") VALUES " + quoteList(n, row) + " ON DUPLICATE KEY UPDATE " + onDup
 }
 
 func multiArgs(rs []idem.Record) []any {
@@ -227,19 +228,11 @@ func (s *Store) readMarked(ctx context.Context, tx *sql.Tx, keys []rkey, order [
 		}
 		i = j
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT "+columns+" FROM "+s.table+" WHERE ("+where.String()+
+	rows, err := tx.QueryContext(ctx, "SELECT "+sqlrecord.Columns+" FROM "+s.table+" WHERE ("+where.String()+
 		") AND token < 0 ORDER BY scope, id FOR UPDATE", args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []idem.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return sqlrecord.ScanAll(rows)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // Complete implements idem.Store with one fenced UPDATE: the row changes only
@@ -13,18 +14,18 @@ import (
 // changes, so zero affected rows means the fence failed whatever the
 // connection's clientFoundRows setting.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	return s.fenced(ctx, s.q.complete, req.Key, req.Token, false, resultArg(req.Result), ms(req.ExpiresAt), ms(req.Now))
+	return s.fenced(ctx, s.q.complete, req.Key, req.Token, false, resultArg(req.Result), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now))
 }
 
 // Release implements idem.Store with one fenced UPDATE (state released, the
 // lease ended at req.Now).
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	return s.fenced(ctx, s.q.release, req.Key, req.Token, false, ms(req.Now), ms(req.Now))
+	return s.fenced(ctx, s.q.release, req.Key, req.Token, false, sqlrecord.MS(req.Now), sqlrecord.MS(req.Now))
 }
 
 // Renew implements idem.Store with one fenced UPDATE of the lease.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	return s.fenced(ctx, s.q.renew, req.Key, req.Token, true, ms(req.LeaseUntil), ms(req.Now))
+	return s.fenced(ctx, s.q.renew, req.Key, req.Token, true, sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.Now))
 }
 
 // fenced runs an UPDATE whose WHERE clause is the fence (key, token,
@@ -60,7 +61,7 @@ func (s *Store) fenced(ctx context.Context, query string, key idem.Key, token in
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
-	r, err := scanRecord(s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.StoredID()))
+	r, err := sqlrecord.Scan(s.db.QueryRowContext(ctx, s.q.get, key.Scope, key.StoredID()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idem.Record{}, idem.ErrNotFound
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // InTx implements idem.TxStore: it begins a transaction at the server's
@@ -51,7 +52,7 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 	if inserted {
 		return fresh, nil
 	}
-	cur, err := scanRecord(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
+	cur, err := sqlrecord.Scan(tx.QueryRowContext(ctx, s.q.getForUpdate, req.Key.Scope, req.Key.StoredID()))
 	if err != nil {
 		// The insert locked the record, so it cannot have gone.
 		return idem.Claim{}, err

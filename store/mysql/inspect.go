@@ -2,11 +2,11 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // List implements idem.Inspector: records in (scope, id) byte order, paged
@@ -17,27 +17,12 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	if limit <= 0 {
 		limit = 100
 	}
-	var (
-		conds []string
-		args  []any
-	)
-	if f.Scope != "" {
-		conds, args = append(conds, "scope = ?"), append(args, f.Scope)
-	}
-	if f.State != "" {
-		conds, args = append(conds, "state = ?"), append(args, string(f.State))
-	}
-	if !f.StaleAt.IsZero() {
-		conds, args = append(conds, "state = 'in_progress' AND lease_until <= ?"), append(args, ms(f.StaleAt))
-	}
-	if !f.CreatedBefore.IsZero() {
-		conds, args = append(conds, "created_at < ?"), append(args, ms(f.CreatedBefore))
-	}
+	conds, args := sqlrecord.ListConds(f)
 	if f.After != (idem.Key{}) {
 		conds = append(conds, "(scope > ? OR (scope = ? AND id > ?))")
 		args = append(args, f.After.Scope, f.After.Scope, f.After.StoredID())
 	}
-	q := "SELECT " + columns + " FROM " + s.table
+	q := "SELECT " + sqlrecord.Columns + " FROM " + s.table
 	if len(conds) > 0 {
 		q += " WHERE " + strings.Join(conds, " AND ")
 	}
@@ -47,20 +32,12 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		return nil, err
 	}
 	defer rows.Close()
-	var out []idem.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return sqlrecord.ScanAll(rows)
 }
 
 // Stats implements idem.Inspector with one grouped scan of the table.
 func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, error) {
-	t := ms(now)
+	t := sqlrecord.MS(now)
 	rows, err := s.db.QueryContext(ctx, `SELECT scope,
 		COALESCE(SUM(state = 'in_progress'), 0), COALESCE(SUM(state = 'completed'), 0), COALESCE(SUM(state = 'released'), 0),
 		COALESCE(SUM(state = 'in_progress' AND lease_until <= ?), 0),
@@ -71,19 +48,5 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		return nil, err
 	}
 	defer rows.Close()
-	var out []idem.ScopeStats
-	for rows.Next() {
-		var (
-			st     idem.ScopeStats
-			oldest sql.NullInt64
-		)
-		if err := rows.Scan(&st.Scope, &st.InProgress, &st.Completed, &st.Released, &st.Stale, &st.Expired, &oldest); err != nil {
-			return nil, err
-		}
-		if oldest.Valid {
-			st.OldestInProgress = fromMS(oldest.Int64)
-		}
-		out = append(out, st)
-	}
-	return out, rows.Err()
+	return sqlrecord.ScanStats(rows)
 }

@@ -1,32 +1,15 @@
 package mysql
 
 import (
-	"database/sql"
-	"time"
-
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
-// Times are stored as BIGINT Unix milliseconds: no dependence on the DSN's
-// parseTime or loc, no time zone conversions, exact round trips of the
-// caller's clock, and a plain integer index for sweeps. The zero time is 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// columns in the order rowArgs and scanRecord use.
-const columns = "scope, id, display_id, state, fingerprint, result, token, attempts, lease_until, expires_at, created_at, updated_at"
-
+// Records use package sqlrecord's layout: times as BIGINT Unix milliseconds
+// (sqlrecord.MS: no dependence on the DSN's parseTime or loc, no time zone
+// conversions, exact round trips of the caller's clock, a plain integer
+// index for sweeps) and the columns sqlrecord.Columns, nColumns of them, in
+// the order rowArgs uses.
 const nColumns = 12
 
 // displayArg returns the display id to store: NULL unless the id was hashed,
@@ -49,32 +32,8 @@ func resultArg(b []byte) any {
 func rowArgs(r idem.Record) []any {
 	return []any{
 		r.Scope, r.ID, displayArg(r), string(r.State), r.Fingerprint, resultArg(r.Result),
-		r.Token, r.Attempts, ms(r.LeaseUntil), ms(r.ExpiresAt), ms(r.CreatedAt), ms(r.UpdatedAt),
+		r.Token, r.Attempts, sqlrecord.MS(r.LeaseUntil), sqlrecord.MS(r.ExpiresAt), sqlrecord.MS(r.CreatedAt), sqlrecord.MS(r.UpdatedAt),
 	}
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRecord(sc scanner) (idem.Record, error) {
-	var (
-		r                                idem.Record
-		display                          sql.NullString
-		state                            string
-		lease, expires, created, updated int64
-	)
-	err := sc.Scan(&r.Scope, &r.ID, &display, &state, &r.Fingerprint, &r.Result,
-		&r.Token, &r.Attempts, &lease, &expires, &created, &updated)
-	if err != nil {
-		return idem.Record{}, err
-	}
-	r.DisplayID = r.ID
-	if display.Valid {
-		r.DisplayID = display.String
-	}
-	r.State = idem.State(state)
-	r.LeaseUntil, r.ExpiresAt = fromMS(lease), fromMS(expires)
-	r.CreatedAt, r.UpdatedAt = fromMS(created), fromMS(updated)
-	return r, nil
 }
 
 // queries are the statements for one table, built once.
@@ -92,15 +51,15 @@ func buildQueries(t string) queries {
 	const pk = " WHERE scope = ? AND id = ?"
 	const fenced = pk + " AND token = ? AND state = 'in_progress'"
 	return queries{
-		get:          "SELECT " + columns + " FROM " + t + pk,
-		getForUpdate: "SELECT " + columns + " FROM " + t + pk + " FOR UPDATE",
+		get:          "SELECT " + sqlrecord.Columns + " FROM " + t + pk,
+		getForUpdate: "SELECT " + sqlrecord.Columns + " FROM " + t + pk + " FOR UPDATE",
 		// On a duplicate the assignment changes nothing but records the
 		// existing token with LAST_INSERT_ID(expr), which the server returns
 		// as the statement's insert id: 0 means "inserted", whatever the
 		// clientFoundRows setting does to the affected-rows count. The
 		// duplicate path takes an exclusive lock on the record (never a
 		// shared one that two transactions would then both try to upgrade).
-		insertIfAbsent: "INSERT INTO " + t + " (" + columns + ") VALUES (" + quoteList(nColumns, "?") +
+		insertIfAbsent: "INSERT INTO " + t + " (" + sqlrecord.Columns + ") VALUES (" + quoteList(nColumns, "?") +
 			") ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)",
 		update: "UPDATE " + t + " SET display_id = ?, state = ?, fingerprint = ?, result = ?, token = ?, attempts = ?," +
 			" lease_until = ?, expires_at = ?, created_at = ?, updated_at = ?" + pk,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // lockName derives a server-wide named-lock name (GET_LOCK names span all
@@ -59,7 +60,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, s.q.sweep, ms(req.Now), req.Limit)
+			res, err := tx.ExecContext(ctx, s.q.sweep, sqlrecord.MS(req.Now), req.Limit)
 			if err != nil {
 				tx.Rollback()
 				return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // batchRows bounds the rows of one multi-row insert (12 parameters a row,
@@ -55,7 +56,7 @@ func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequ
 		b    strings.Builder
 		args = make([]any, 0, (hi-lo)*12)
 	)
-	b.WriteString("INSERT INTO " + quoteIdent(s.opts.Table) + " (" + columns + ") VALUES ")
+	b.WriteString("INSERT INTO " + quoteIdent(s.opts.Table) + " (" + sqlrecord.Columns + ") VALUES ")
 	for i := lo; i < hi; i++ {
 		k := rk{reqs[i].Key.Scope, reqs[i].Key.StoredID()}
 		if _, dup := fresh[k]; dup {

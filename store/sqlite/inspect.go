@@ -2,12 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // List implements idem.Inspector. Pages follow the primary key (scope, id),
@@ -17,22 +17,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	if limit <= 0 {
 		limit = 100
 	}
-	var (
-		where []string
-		args  []any
-	)
-	if f.Scope != "" {
-		where, args = append(where, "scope = ?"), append(args, f.Scope)
-	}
-	if f.State != "" {
-		where, args = append(where, "state = ?"), append(args, string(f.State))
-	}
-	if !f.StaleAt.IsZero() {
-		where, args = append(where, "state = 'in_progress' AND lease_until <= ?"), append(args, ms(f.StaleAt))
-	}
-	if !f.CreatedBefore.IsZero() {
-		where, args = append(where, "created_at < ?"), append(args, ms(f.CreatedBefore))
-	}
+	where, args := sqlrecord.ListConds(f)
 	if f.After != (idem.Key{}) {
 		where, args = append(where, "(scope, id) > (?, ?)"), append(args, f.After.Scope, f.After.StoredID())
 	}
@@ -47,15 +32,8 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		return nil, fmt.Errorf("sqlite: list: %w", err)
 	}
 	defer rows.Close()
-	var out []idem.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrecord.ScanAll(rows)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list: %w", err)
 	}
 	return out, nil
@@ -64,26 +42,13 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 // Stats implements idem.Inspector. It scans the whole table: an operator's
 // command, not something to run per message.
 func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.stats, ms(now))
+	rows, err := s.db.QueryContext(ctx, s.q.stats, sqlrecord.MS(now))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	defer rows.Close()
-	var out []idem.ScopeStats
-	for rows.Next() {
-		var (
-			st     idem.ScopeStats
-			oldest sql.NullInt64
-		)
-		if err := rows.Scan(&st.Scope, &st.InProgress, &st.Completed, &st.Released, &st.Stale, &st.Expired, &oldest); err != nil {
-			return nil, fmt.Errorf("sqlite: stats: %w", err)
-		}
-		if oldest.Valid {
-			st.OldestInProgress = fromMS(oldest.Int64)
-		}
-		out = append(out, st)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlrecord.ScanStats(rows)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	return out, nil

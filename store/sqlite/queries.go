@@ -2,13 +2,10 @@ package sqlite
 
 import (
 	"strings"
-	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
-
-// columns is the column list every query reads, in scanRecord's order.
-const columns = `scope, id, display_id, state, fingerprint, result, token, attempts, lease_until, expires_at, created_at, updated_at`
 
 // queries holds the statements with the table name filled in.
 type queries struct {
@@ -18,7 +15,7 @@ type queries struct {
 }
 
 func buildQueries(table string) queries {
-	r := strings.NewReplacer("{t}", quoteIdent(table), "{cols}", columns)
+	r := strings.NewReplacer("{t}", quoteIdent(table), "{cols}", sqlrecord.Columns)
 	return queries{
 		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = ? AND id = ?`),
 		// put writes a whole record computed by idem.ApplyClaim inside a write
@@ -78,42 +75,6 @@ func buildQueries(table string) queries {
 
 func quoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
-// ms converts a time to the stored integer unix milliseconds; the zero time
-// is stored as 0.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-// fromMS converts stored unix milliseconds back to a UTC time (0: zero time).
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRecord(row scanner) (idem.Record, error) {
-	var (
-		r                                idem.Record
-		state                            string
-		lease, expires, created, updated int64
-		result                           []byte
-	)
-	err := row.Scan(&r.Scope, &r.ID, &r.DisplayID, &state, &r.Fingerprint, &result, &r.Token, &r.Attempts,
-		&lease, &expires, &created, &updated)
-	if err != nil {
-		return idem.Record{}, err
-	}
-	r.State, r.Result = idem.State(state), result
-	r.LeaseUntil, r.ExpiresAt, r.CreatedAt, r.UpdatedAt = fromMS(lease), fromMS(expires), fromMS(created), fromMS(updated)
-	return r, nil
-}
-
 // recordArgs are the put statement's arguments, in column order.
 func recordArgs(r idem.Record) []any {
 	var result any // NULL for no result
@@ -121,7 +82,7 @@ func recordArgs(r idem.Record) []any {
 		result = r.Result
 	}
 	return []any{r.Scope, r.ID, r.DisplayID, string(r.State), r.Fingerprint, result, r.Token, r.Attempts,
-		ms(r.LeaseUntil), ms(r.ExpiresAt), ms(r.CreatedAt), ms(r.UpdatedAt)}
+		sqlrecord.MS(r.LeaseUntil), sqlrecord.MS(r.ExpiresAt), sqlrecord.MS(r.CreatedAt), sqlrecord.MS(r.UpdatedAt)}
 }
 
 // nullBytes returns b for a BLOB parameter, NULL when b is nil.

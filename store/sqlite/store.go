@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // lock takes the store's in-process writer lock, waiting at most
@@ -98,7 +99,7 @@ func (s *Store) get(ctx context.Context, tx *sql.Tx, key idem.Key) (*idem.Record
 	if err != nil {
 		return nil, err
 	}
-	r, err := scanRecord(row)
+	r, err := sqlrecord.Scan(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -170,19 +171,19 @@ func (s *Store) owned(ctx context.Context, op string, key idem.Key, query string
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	return s.owned(ctx, "complete", req.Key, s.q.complete,
-		nullBytes(req.Result), ms(req.ExpiresAt), ms(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
+		nullBytes(req.Result), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	return s.owned(ctx, "release", req.Key, s.q.release,
-		ms(req.Now), ms(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
+		sqlrecord.MS(req.Now), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	return s.owned(ctx, "renew", req.Key, s.q.renew,
-		ms(req.LeaseUntil), ms(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
+		sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
 
 // Get implements idem.Store. Reads do not take the writer lock: under WAL
@@ -208,7 +209,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil
 	}
-	n, err := s.exec(ctx, s.q.sweep, ms(req.Now), req.Limit)
+	n, err := s.exec(ctx, s.q.sweep, sqlrecord.MS(req.Now), req.Limit)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: sweep: %w", err)
 	}

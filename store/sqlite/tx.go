@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
 // InTx implements idem.TxStore[*sql.Tx]: it begins a write transaction that
@@ -37,11 +38,11 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 	}
 	k := req.Key
 	row, err := s.queryRow(ctx, tx, s.q.mark, k.Scope, k.StoredID(), k.DisplayID(), req.Fingerprint,
-		ms(req.LeaseUntil), ms(req.ExpiresAt), ms(req.Now))
+		sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now))
 	if err != nil {
 		return idem.Claim{}, fmt.Errorf("sqlite: mark %s: %w", k, err)
 	}
-	r, err := scanRecord(row)
+	r, err := sqlrecord.Scan(row)
 	if err == nil {
 		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r}, nil
 	}
