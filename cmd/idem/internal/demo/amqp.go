@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
 // amqpBroker is the demo on RabbitMQ: a fanout exchange feeding one queue
@@ -27,7 +28,7 @@ type amqpBroker struct {
 }
 
 func startAMQP(ctx context.Context, rawURL, runID string) (b *amqpBroker, err error) {
-	b = &amqpBroker{label: redactURL(rawURL), exchange: "idem.demo." + runID, dlq: "idem.demo." + runID + ".dlq",
+	b = &amqpBroker{label: dsn.Redact(rawURL), exchange: "idem.demo." + runID, dlq: "idem.demo." + runID + ".dlq",
 		queues: map[string]string{"idem": "idem.demo." + runID + ".idem", "naive": "idem.demo." + runID + ".naive"}}
 	b.conn, err = amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "idem demo"}})
 	if err != nil {
@@ -211,15 +212,4 @@ func (d *amqpDelivery) deadLetter(ctx context.Context, reason string, cause erro
 		return err
 	}
 	return d.d.Ack(false)
-}
-
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }

@@ -106,7 +106,7 @@ func Open(ctx context.Context, raw string) (*Handle, error) {
 	i := strings.Index(raw, "://")
 	if i <= 0 {
 		return nil, fmt.Errorf("%w: %q has no scheme (write it as SCHEME://..., e.g. sqlite://idem.db; schemes: %s)",
-			ErrBadDSN, redact(raw), schemeList())
+			ErrBadDSN, Redact(raw), schemeList())
 	}
 	scheme := strings.ToLower(raw[:i])
 	if a, ok := aliases[scheme]; ok {
@@ -124,14 +124,14 @@ func Open(ctx context.Context, raw string) (*Handle, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), unwrapURL(err))
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), unwrapURL(err))
 	}
 	h, err := o(ctx, u, raw)
 	if err != nil {
 		return nil, err
 	}
 	h.Scheme = scheme
-	h.Redacted = redact(raw)
+	h.Redacted = Redact(raw)
 	if h.Close == nil {
 		h.Close = func() error { return nil }
 	}
@@ -146,8 +146,8 @@ func schemeList() string {
 	return strings.Join(s, ", ")
 }
 
-// redact hides the password of a URL-shaped DSN.
-func redact(raw string) string {
+// Redact hides the password of a URL-shaped DSN (or broker URL).
+func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return raw

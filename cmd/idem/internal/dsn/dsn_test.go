@@ -62,7 +62,7 @@ func TestSchemes(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
-	if got := redact("postgres://app:hunter2@db/app"); strings.Contains(got, "hunter2") || !strings.Contains(got, "app:xxxxx@") {
+	if got := Redact("postgres://app:hunter2@db/app"); strings.Contains(got, "hunter2") || !strings.Contains(got, "app:xxxxx@") {
 		t.Fatalf("redact = %q", got)
 	}
 }

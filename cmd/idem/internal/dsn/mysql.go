@@ -17,13 +17,13 @@ func init() { register("mysql", openMySQL) }
 func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	d, table, err := mysqlDriverDSN(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
 	s, err := mysql.Open(d, mysql.Options{Table: table})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, redact(raw)), Close: s.Close}, nil
+	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, Redact(raw)), Close: s.Close}, nil
 }
 
 // mysqlDriverDSN converts the URL form to the driver's DSN and extracts the

@@ -21,7 +21,7 @@ func openPostgres(ctx context.Context, u *url.URL, raw string) (*Handle, error) 
 	if p := q.Get("partitions"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: partitions=%q is not a number", ErrBadDSN, redact(raw), p)
+			return nil, fmt.Errorf("%w: %s: partitions=%q is not a number", ErrBadDSN, Redact(raw), p)
 		}
 		opts.Partitions = n
 	}
@@ -32,17 +32,17 @@ func openPostgres(ctx context.Context, u *url.URL, raw string) (*Handle, error) 
 	u2.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(u2.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
 	s, err := postgres.New(pool, opts)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, PG: pool, Migrate: s.Migrate, Probe: probeStore(s, redact(raw)),
+	return &Handle{Store: s, Native: s, PG: pool, Migrate: s.Migrate, Probe: probeStore(s, Redact(raw)),
 		Close: func() error { pool.Close(); return nil }}, nil
 }

@@ -31,14 +31,14 @@ func openRedis(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	u2.RawQuery = q.Encode()
 	o, err := goredis.ParseURL(u2.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
 	silenceRedis.Do(func() { goredis.SetLogger(quietRedis{}) })
 	c := goredis.NewClient(o)
 	s, err := redisstore.New(c, redisstore.Options{Prefix: prefix})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, redact(raw), err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, Redis: c, Probe: probeStore(s, redact(raw)), Close: c.Close}, nil
+	return &Handle{Store: s, Native: s, Redis: c, Probe: probeStore(s, Redact(raw)), Close: c.Close}, nil
 }
