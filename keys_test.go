@@ -159,3 +159,11 @@ func TestFingerprints(t *testing.T) {
 		t.Fatal("NoFingerprint returned a fingerprint")
 	}
 }
+
+func TestListFilterPageLimit(t *testing.T) {
+	for limit, want := range map[int]int{0: idem.DefaultListLimit, -5: idem.DefaultListLimit, 1: 1, 250: 250} {
+		if got := (idem.ListFilter{Limit: limit}).PageLimit(); got != want {
+			t.Errorf("Limit %d: PageLimit %d, want %d", limit, got, want)
+		}
+	}
+}

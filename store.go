@@ -198,7 +198,19 @@ type ListFilter struct {
 	StaleAt       time.Time // only in-progress records whose lease ended at StaleAt
 	CreatedBefore time.Time // only records created before
 	After         Key       // page after this (scope, stored id); zero: from the start
-	Limit         int       // 0: 100
+	Limit         int       // 0 or less: DefaultListLimit (see PageLimit)
+}
+
+// DefaultListLimit is the page size of a ListFilter without a Limit.
+const DefaultListLimit = 100
+
+// PageLimit is the number of records a List call returns at most: Limit, or
+// DefaultListLimit when Limit is not positive.
+func (f ListFilter) PageLimit() int {
+	if f.Limit <= 0 {
+		return DefaultListLimit
+	}
+	return f.Limit
 }
 
 // ScopeStats counts the records of one scope.

@@ -174,10 +174,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.PageLimit()
 	s.mu.Lock()
 	var out []idem.Record
 	for _, r := range s.recs {

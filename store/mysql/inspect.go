@@ -13,10 +13,7 @@ import (
 // by keyset after f.After. Filters other than Scope and After scan; List is
 // an operator's tool, not a hot path.
 func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.PageLimit()
 	conds, args := sqlrecord.ListConds(f)
 	if f.After != (idem.Key{}) {
 		conds = append(conds, "(scope > ? OR (scope = ? AND id > ?))")

@@ -45,10 +45,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		a, b := arg(f.After.Scope), arg(f.After.StoredID())
 		where = append(where, fmt.Sprintf("(scope, id) > (%s, %s)", a, b))
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.PageLimit()
 	q := s.sql.list
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")

@@ -25,10 +25,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.PageLimit()
 	var afterScope, afterID string
 	paged := f.After != (idem.Key{})
 	if paged {

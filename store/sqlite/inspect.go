@@ -13,10 +13,7 @@ import (
 // List implements idem.Inspector. Pages follow the primary key (scope, id),
 // so each page is an index range scan however large the table.
 func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := f.PageLimit()
 	where, args := sqlrecord.ListConds(f)
 	if f.After != (idem.Key{}) {
 		where, args = append(where, "(scope, id) > (?, ?)"), append(args, f.After.Scope, f.After.StoredID())
