@@ -69,16 +69,19 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 			err   error
 		)
 		if attempt == 0 {
+			// Both insert-only statements take the same arguments.
+			shared := sharesScopeAndTimes(norm)
+			args := insertArgs(norm, shared)
 			plain := false
 			if standalone && !mark && s.plainTries.try() {
-				plain, err = s.batchPlain(ctx, q, norm, out)
+				plain, err = s.batchPlain(ctx, q, norm, shared, args, out)
 				if isUniqueViolation(err) {
 					s.plainTries.failed()
 					plain, err = false, nil
 				}
 			}
 			if !plain && err == nil {
-				again, err = s.batchNew(ctx, q, norm, index, mark, out)
+				again, err = s.batchNew(ctx, q, norm, shared, args, index, mark, out)
 			}
 		} else {
 			again, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
@@ -94,16 +97,16 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 	return out, nil
 }
 
-// batchNew runs the insert-only statement for every request. It returns the
+// batchNew runs the insert-only statement for every request, with args
+// from insertArgs. It returns the
 // keys of the rows it inserted; their claims are the fresh records the
 // requests describe (idem.ApplyClaim on an absent record), built here rather
 // than read back. It returns the requests whose keys exist already.
 //
 // A batch whose requests share their scope and times (a poll claimed at one
 // instant) sends those once, as scalars, and gets back ids alone.
-func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimRequest,
+func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimRequest, shared bool, args []any,
 	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
-	shared := sharesScopeAndTimes(reqs)
 	var query string
 	switch {
 	case mark && shared:
@@ -115,7 +118,7 @@ func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 	default:
 		query = s.sql.claimBatchNew
 	}
-	rows, err := q.Query(ctx, query, insertArgs(reqs, shared)...)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -159,13 +162,14 @@ func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 // the whole statement with a unique violation (SQLSTATE 23505), which rolls
 // back this statement only, since it runs on its own; the caller then takes
 // the ON CONFLICT path. Only for statements outside a caller's transaction.
-func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequest, out []idem.Claim) (bool, error) {
-	shared := sharesScopeAndTimes(reqs)
+// args are insertArgs's.
+func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequest, shared bool, args []any,
+	out []idem.Claim) (bool, error) {
 	query := s.sql.claimBatchPlain
 	if shared {
 		query = s.sql.claimBatchPlainShared
 	}
-	tag, err := q.Exec(ctx, query, insertArgs(reqs, shared)...)
+	tag, err := q.Exec(ctx, query, args...)
 	if err != nil {
 		return false, err
 	}
