@@ -97,11 +97,8 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	switch cfg.Mode {
 	case ModeTwoPhase:
 		idemOp = func(ctx context.Context, w, i int) (int, error) {
-			res, err := g.Do(ctx, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)}, func(context.Context) ([]byte, error) { return nil, nil })
-			if err == nil && res.Outcome != idem.OutcomeProcessed {
-				err = fmt.Errorf("%w: key %s was %s", errKeyReused, res.Key, res.Outcome)
-			}
-			return 1, err
+			return 1, processed(g.Do(ctx, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
+				func(context.Context) ([]byte, error) { return nil, nil }))
 		}
 	case ModeTx:
 		if idemOp, err = txOp(g, h); err != nil {
@@ -172,6 +169,15 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 // errKeyReused means a benchmark key was not new: the run's keys would not
 // measure what they claim to.
 var errKeyReused = errors.New("benchmark key not new")
+
+// processed is err, or errKeyReused when the guard did not process the
+// key (a duplicate: the run reused a key).
+func processed(res idem.Result, err error) error {
+	if err == nil && res.Outcome != idem.OutcomeProcessed {
+		err = fmt.Errorf("%w: key %s was %s", errKeyReused, res.Key, res.Outcome)
+	}
+	return err
+}
 
 // maxErrorShare fails a phase whose calls mostly fail: its figures would
 // measure error paths.

@@ -17,16 +17,14 @@ import (
 func txOp(g *idem.Guard, h *dsn.Handle) (op, error) {
 	if _, ok := h.Store.(idem.TxStore[*sql.Tx]); ok {
 		return func(ctx context.Context, w, i int) (int, error) {
-			_, err := idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
-				func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil })
-			return 1, err
+			return 1, processed(idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
+				func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }))
 		}, nil
 	}
 	if _, ok := h.Store.(idem.TxStore[pgx.Tx]); ok {
 		return func(ctx context.Context, w, i int) (int, error) {
-			_, err := idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
-				func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
-			return 1, err
+			return 1, processed(idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("k-%d-%d", w, i)},
+				func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil }))
 		}, nil
 	}
 	return nil, fmt.Errorf("%w: the %s store has no transactional inbox; use --mode two-phase or batch", ErrMode, h.Scheme)
