@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/postgres"
 	"github.com/idemgo/idem/store/storetest"
@@ -38,12 +40,12 @@ func TestMigrateConcurrent(t *testing.T) {
 			t.Fatalf("concurrent Migrate: %v", err)
 		}
 	}
-	var applied int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`"."Inbox_migrations"`).Scan(&applied); err != nil {
+	var applied, distinct int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT version) FROM "`+schema+`"."Inbox_migrations"`).Scan(&applied, &distinct); err != nil {
 		t.Fatal(err)
 	}
-	if applied != 1 {
-		t.Fatalf("%d migration rows, want 1", applied)
+	if applied != migrationCount || distinct != migrationCount {
+		t.Fatalf("%d migration rows (%d versions), want each of the %d migrations once", applied, distinct, migrationCount)
 	}
 	// Again, later: nothing to do, no error.
 	s, _ := postgres.New(pool, postgres.Options{Table: schema + ".Inbox"})
@@ -56,6 +58,9 @@ func TestMigrateConcurrent(t *testing.T) {
 		t.Fatalf("claim on a mixed-case table: %v %v", c.Outcome, err)
 	}
 }
+
+// migrationCount is the number of files in migrations/.
+const migrationCount = 2
 
 // The table is created as configured: fillfactor, hash partitions, the
 // sweep index.
@@ -97,5 +102,55 @@ func TestMigrateLayout(t *testing.T) {
 		if !indexed {
 			t.Fatalf("%s: no index on sweep_at", table)
 		}
+		// 002 dropped the CHECK on state from the table and its partitions.
+		var checks int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE contype = 'c'
+			AND (conrelid = $1::regclass OR conrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass))`,
+			table).Scan(&checks); err != nil {
+			t.Fatal(err)
+		}
+		if checks != 0 {
+			t.Fatalf("%s: %d CHECK constraints left, want 0", table, checks)
+		}
+	}
+}
+
+// A table created by migration 001 alone (an earlier release) keeps a CHECK
+// of its operator's and loses only the one on state when Migrate runs 002.
+func TestMigrateDropsOnlyTheStateCheck(t *testing.T) {
+	pool := testPool(t)
+	schema := newSchema(t, pool)
+	ctx := context.Background()
+	s, err := postgres.New(pool, postgres.Options{Table: schema + ".old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	table := s.Table()
+	// Back to the 001 layout, plus a constraint of the operator's.
+	for _, q := range []string{
+		`ALTER TABLE ` + table + ` ADD CHECK (state IN (1, 2, 3))`,
+		`ALTER TABLE ` + table + ` ADD CONSTRAINT scope_short CHECK (length(scope) < 100)`,
+		`DELETE FROM "` + schema + `"."old_migrations" WHERE version = 2`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT conname FROM pg_constraint WHERE contype = 'c' AND conrelid = $1::regclass`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != "scope_short" {
+		t.Fatalf("CHECK constraints after Migrate: %v, want [scope_short]", names)
 	}
 }
