@@ -14,7 +14,8 @@ type FingerprintFunc func(Message) (string, error)
 // PayloadFingerprint hashes the whole payload (SHA-256, hex). It is the
 // default.
 func PayloadFingerprint(m Message) (string, error) {
-	return sum(func(h hash.Hash) { h.Write(m.Payload) }), nil
+	d := sha256.Sum256(m.Payload)
+	return hexString(d), nil
 }
 
 // NoFingerprint disables conflict detection.
@@ -71,7 +72,16 @@ func Fingerprint(parts ...[]byte) string {
 func sum(write func(hash.Hash)) string {
 	h := sha256.New()
 	write(h)
-	return hex.EncodeToString(h.Sum(nil))
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return hexString(d)
+}
+
+// hexString is d in lower-case hex, with one allocation (the string).
+func hexString(d [sha256.Size]byte) string {
+	var buf [2 * sha256.Size]byte
+	hex.Encode(buf[:], d[:])
+	return string(buf[:])
 }
 
 func writeLenPrefixed(h hash.Hash, b []byte) {
