@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/idemgo/idem"
 )
@@ -19,6 +20,35 @@ type Table struct {
 	FingerprintColumn string // column holding the message fingerprint; "" compares nothing
 	// Scope is used in the errors' keys (for logs and dead letters).
 	Scope string
+}
+
+// insertStmt is Insert's statement for cols: the table validated and the
+// statement built on first use, cached after.
+func (t *Table) insertStmt(cols []string) (string, error) {
+	key := stmtKey(append([]string{"insert", strconv.Itoa(int(t.Dialect)), t.Name, t.KeyColumn, t.FingerprintColumn}, cols...)...)
+	return cachedStmt(key, func() (string, error) {
+		if err := t.Validate(); err != nil {
+			return "", err
+		}
+		all := append([]string{t.KeyColumn}, cols...)
+		if t.FingerprintColumn != "" {
+			all = append(all, t.FingerprintColumn)
+		}
+		for _, c := range all {
+			if err := checkIdent("column", c); err != nil {
+				return "", err
+			}
+		}
+		d := t.Dialect
+		stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", d.quote(t.Name), d.columns(all), d.placeholders(len(all)))
+		if d == MySQL {
+			// A no-op update of the key: nothing changes and "rows affected" is 0.
+			stmt += fmt.Sprintf(" ON DUPLICATE KEY UPDATE %s = %s", d.quote(t.KeyColumn), d.quote(t.KeyColumn))
+		} else {
+			stmt += fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", d.quote(t.KeyColumn))
+		}
+		return stmt, nil
+	})
 }
 
 // Validate checks the dialect and identifiers.
@@ -49,34 +79,22 @@ func (t *Table) Validate() error {
 // *idem.ConflictError when the stored fingerprint differs (dead-letter).
 // Columns must be plain identifiers.
 func (t *Table) Insert(ctx context.Context, q Querier, key, fingerprint string, cols []string, vals []any) error {
-	if err := t.Validate(); err != nil {
-		return err
-	}
 	if len(cols) != len(vals) {
 		return fmt.Errorf("entity: %d columns and %d values", len(cols), len(vals))
+	}
+	stmt, err := t.insertStmt(cols)
+	if err != nil {
+		return err
 	}
 	if key == "" {
 		return &idem.KeyError{Reason: "entity key is empty", Err: idem.ErrNoKey}
 	}
-	all := append([]string{t.KeyColumn}, cols...)
-	args := append([]any{key}, vals...)
+	args := make([]any, 0, len(vals)+2)
+	args = append(append(args, key), vals...)
 	if t.FingerprintColumn != "" {
-		all = append(all, t.FingerprintColumn)
 		args = append(args, fingerprint)
 	}
-	for _, c := range all {
-		if err := checkIdent("column", c); err != nil {
-			return err
-		}
-	}
 	d := t.Dialect
-	stmt := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", d.quote(t.Name), d.columns(all), d.placeholders(len(all)))
-	if d == MySQL {
-		// A no-op update of the key: nothing changes and "rows affected" is 0.
-		stmt += fmt.Sprintf(" ON DUPLICATE KEY UPDATE %s = %s", d.quote(t.KeyColumn), d.quote(t.KeyColumn))
-	} else {
-		stmt += fmt.Sprintf(" ON CONFLICT (%s) DO NOTHING", d.quote(t.KeyColumn))
-	}
 	n, err := q.Exec(ctx, stmt, args...)
 	if err != nil {
 		return err
