@@ -71,3 +71,64 @@ func TestEntityOnPgx(t *testing.T) {
 		t.Fatalf("status %q, %v", status, err)
 	}
 }
+
+// InTx behaves like pgx.BeginFunc although its BEGIN rides with the first
+// statement: a handler error or a panic rolls the insert back, a duplicate
+// rolls back and acks, and a handler that runs no statement commits nothing.
+func TestInTxRollsBack(t *testing.T) {
+	pool, _ := setup(t)
+	ctx := context.Background()
+	s := entitypgx.NewStore(pool)
+	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp"}
+	insert := func(id string) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			return orders.Insert(ctx, entitypgx.Querier(tx), id, "fp", []string{"amount"}, []any{1})
+		}
+	}
+	exists := func(id string) bool {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM orders WHERE order_id = $1", id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	boom := errors.New("boom")
+	if err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := insert("failed")(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) || exists("failed") {
+		t.Fatalf("handler error: %v, row kept: %v", err, exists("failed"))
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not reach the caller")
+			}
+		}()
+		s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := insert("panicked")(ctx, tx); err != nil {
+				return err
+			}
+			panic("handler panic")
+		})
+	}()
+	if exists("panicked") {
+		t.Fatal("a panicking handler's insert committed")
+	}
+	if err := s.InTx(ctx, insert("kept")); err != nil || !exists("kept") {
+		t.Fatalf("commit: %v, row kept: %v", err, exists("kept"))
+	}
+	var dup *idem.DuplicateError
+	if err := s.InTx(ctx, insert("kept")); !errors.As(err, &dup) {
+		t.Fatalf("second insert of one key = %v, want *idem.DuplicateError", err)
+	}
+	if err := s.InTx(ctx, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("empty transaction: %v", err)
+	}
+	// Every connection is back in the pool and usable.
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

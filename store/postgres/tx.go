@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/pgxtx"
 )
 
 // InTx implements idem.TxStore: it runs fn in a READ COMMITTED transaction
@@ -24,7 +24,7 @@ import (
 // REPEATABLE READ or SERIALIZABLE PostgreSQL reports a serialization failure
 // (SQLSTATE 40001) instead; callers that run Mark in such transactions of
 // their own get that error and must retry the whole transaction.
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return wrapErr("begin", err)
@@ -32,16 +32,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	// A connection released inside a transaction (a failed rollback) is
 	// closed by the pool, never reused.
 	defer c.Release()
-	tx := &lazyTx{conn: c.Conn(), opts: pgx.TxOptions{IsoLevel: pgx.ReadCommitted}}
-	defer func() {
-		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
-			err = rerr
-		}
-	}()
-	if err := fn(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return pgxtx.Run(ctx, c.Conn(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
 }
 
 // Mark implements idem.TxStore: it writes a completed marker for req.Key

@@ -1,4 +1,10 @@
-package postgres
+// Package pgxtx runs functions in pgx transactions whose BEGIN travels with
+// the first statement instead of costing a round trip of its own. The
+// PostgreSQL store's InTx (the transactional inbox) and entitypgx's InTx
+// (entity mode) both run on it, and their tests are its tests
+// (TestInTxBehavesLikeATransaction in store/postgres, TestInTxRollsBack in
+// entity/entitypgx).
+package pgxtx
 
 import (
 	"context"
@@ -8,12 +14,32 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// lazyTx is the pgx.Tx that InTx hands to its function. It sends BEGIN with
+// Run runs fn in a transaction on conn with opts and commits when fn returns
+// nil, rolling back otherwise (or when fn panics), like pgx.BeginTxFunc. The
+// transaction begins with fn's first statement (see lazyTx); a function that
+// runs none costs nothing. An error of the BEGIN itself comes back from that
+// first statement. If the rollback fails the connection is left inside a
+// transaction: pgxpool closes such a connection on release, never reuses it.
+func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	tx := &lazyTx{conn: conn, opts: opts}
+	defer func() {
+		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
+			err = rerr
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
 // the first statement instead of before it: a first QueryRow or Exec goes out
 // as one batch with the BEGIN (pgx's Batch.BeginTx), so the transaction
-// costs no round trip of its own. In idem.DoTx the first statement is always
-// the marker, so the inbox adds no round trip to the business transaction
-// beyond the marker itself. Every other method begins the transaction the
+// costs no round trip of its own. In idem.DoTx on the PostgreSQL store the
+// first statement is always the marker, so the inbox adds no round trip to
+// the business transaction beyond the marker itself; in entity mode it is
+// the business insert. Every other method begins the transaction the
 // ordinary way first; from then on everything is delegated to the pgx.Tx.
 type lazyTx struct {
 	conn   *pgx.Conn
