@@ -77,7 +77,9 @@ func workers8(b *testing.B, n int, op func(ctx context.Context, id string) error
 // its fingerprint column, through the guard) and the transactional inbox
 // (marker + the same insert). The three run interleaved, 300 messages each
 // per round and b.N rounds, so the machine's load hits them alike; the
-// metrics are messages per second and the ratios to raw.
+// metrics are messages per second and the ratios to raw. Raw is what a
+// caller writes by hand, pgx.BeginFunc: BEGIN, INSERT and COMMIT, three
+// round trips; entity mode's InTx sends its BEGIN with the insert, two.
 //
 //	go test -run '^$' -bench PostgresModes -benchtime 10x ./entity/entitypgx
 func BenchmarkPostgresModes(b *testing.B) {
