@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -59,6 +60,7 @@ type Store struct {
 	prefix string
 
 	held    heldClaims // claims this Store acquired and still holds
+	dupGet  dupGet     // whether claims read an existing key in the same command
 	flights flights    // coalesces concurrent fenced scripts
 
 	sweepMu sync.Mutex // one Sweep at a time in this process; guards sweepPos
@@ -100,12 +102,24 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("redisstore: %s: %w", op, err)
 }
 
-// Claim implements idem.Store. An absent key is claimed by one SET NX GET
-// (no script); the same command returns the current record otherwise, and
-// when that record calls for no write (duplicate, in progress, parked stale)
-// that snapshot is the answer. Only transitions that rewrite a record
-// (retake, reclaim after release or expiry) run claimScript, which checks
-// the rules again atomically.
+// Claim implements idem.Store. An absent key is claimed by one SET NX, no
+// script. How an existing key is read depends on what this Store has met
+// lately:
+//
+//   - While claims find new keys (the usual stream), the SET NX has no GET:
+//     its reply to a new key is then OK rather than a nil, which go-redis
+//     handles through its error path, and that cost a quarter of a claim's
+//     client CPU (BENCH.md). A key that exists (the reply is nil) goes
+//     through claimScript, a second round trip.
+//   - For the dupGetClaims claims after one that met an existing key (a
+//     redelivery, a replayed partition), the SET NX carries GET: the same
+//     command returns the current record, and when that record calls for no
+//     write (duplicate, in progress, parked stale) that snapshot is the
+//     answer, in one round trip.
+//
+// Either way only transitions that rewrite a record (retake, reclaim after
+// release or expiry) run claimScript, which checks the rules again
+// atomically.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
@@ -113,8 +127,27 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	key := keyOf(s.prefix, req.Key)
 	rec := freshRecord(req)
 	fresh := encodeRecord(rec)
-	cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
-	c, done, err := decodeSetNXGet(req, rec, cmd)
+	var (
+		c    idem.Claim
+		done bool
+		err  error
+	)
+	if s.dupGet.use() {
+		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
+		c, done, err = decodeSetNXGet(req, rec, cmd)
+		if err == nil && c.Outcome != idem.ClaimAcquired || !done {
+			s.dupGet.met()
+		}
+	} else {
+		err = s.client.Do(ctx, setNXArgs(key, fresh, req.ExpiresAt)...).Err()
+		switch {
+		case err == nil:
+			c, done = idem.Claim{Outcome: idem.ClaimAcquired, Record: rec}, true
+		case errors.Is(err, goredis.Nil):
+			err = nil // the key exists: claimScript reads and decides
+			s.dupGet.met()
+		}
+	}
 	if err != nil {
 		return idem.Claim{}, wrap("claim", err)
 	}
@@ -130,6 +163,33 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	}
 	s.held.acquired(key, c, value)
 	return c, nil
+}
+
+// dupGet decides whether Claim's SET NX carries GET: for the dupGetClaims
+// claims after one that met an existing key, so that a run of redeliveries
+// is answered in one round trip each, and not otherwise, so that new keys
+// get the cheaper OK reply.
+type dupGet struct{ left atomic.Int64 }
+
+const dupGetClaims = 64
+
+func (d *dupGet) use() bool {
+	if d.left.Load() <= 0 {
+		return false
+	}
+	d.left.Add(-1)
+	return true
+}
+
+func (d *dupGet) met() { d.left.Store(dupGetClaims) }
+
+// setNXArgs is the claim of an absent key alone: write fresh only if the
+// key does not exist. The reply is OK, or nil when the key exists.
+func setNXArgs(key, fresh string, expires time.Time) []any {
+	if expires.IsZero() {
+		return []any{"set", key, fresh, "nx"}
+	}
+	return []any{"set", key, fresh, "nx", "pxat", expires.UnixMilli()}
 }
 
 // setNXGetArgs is the claim of an absent key: write fresh only if the key
