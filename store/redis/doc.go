@@ -148,9 +148,11 @@
 //
 // A claim of a new key is one SET, like the cheapest possible dedup; a
 // claim and its completion are two commands (the handler runs between
-// them), the completion sharing its round trip with concurrent ones: at 16
-// workers, claim+complete measured 0.46-0.55 (median 0.48) of the rate of
-// a raw SET NX loop, and pipelined batch claims 0.56-0.79 of raw pipelined
-// SET NX.
+// them), the completion sharing its round trip with concurrent ones. At 16
+// workers on a 2-core machine shared with the Redis server, claim+complete
+// measured 0.46-0.55 (median 0.48) of the rate of a raw SET NX loop while
+// other jobs loaded the machine, and 0.37-0.38 on the quiet machine, where
+// the client's CPU per command decides (a script-fenced design cannot pass
+// 0.50 there); pipelined batch claims 0.56-0.79 of raw pipelined SET NX.
 // BENCH.md in this directory has the figures and the command.
 package redisstore
