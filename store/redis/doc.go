@@ -23,11 +23,15 @@
 // # Atomicity
 //
 // Every transition is one atomic step on one key. A claim is one
-// SET key fresh NX GET PXAT retention-end: when the key is absent it writes
-// the fresh in-progress record (the common case costs no script at all);
-// otherwise it returns the current record, and when that record calls for no
-// write (a duplicate, a live owner, a stale record the caller will not take
-// over) the answer is read from it with idem.ApplyClaim. Claims that rewrite
+// SET key fresh NX PXAT retention-end: when the key is absent it writes the
+// fresh in-progress record (the common case costs no script at all). When
+// the key exists, the claim script decides (a second round trip), and the
+// store's next 64 claims add GET to their SET: it then returns the current
+// record, and when that record calls for no write (a duplicate, a live
+// owner, a stale record the caller will not take over) the answer is read
+// from it with idem.ApplyClaim, so a run of redeliveries costs one round
+// trip each. (Without GET a new key's reply is OK rather than a nil, which
+// costs go-redis less: see BENCH.md.) Claims that rewrite
 // a record (a retake after the lease ended, a reclaim after a release or
 // after the retention ended) run a Lua script (EVALSHA, falling back to EVAL
 // when Redis has not seen it) that applies the rules of idem.ApplyClaim

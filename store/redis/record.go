@@ -18,7 +18,7 @@ import (
 // "1" is the format version; times are unix milliseconds, empty for a zero
 // time; display is empty unless the id was hashed; the result is whatever
 // follows (binary-safe). One string rather than a hash is what makes a claim
-// cheap: an absent key is claimed with a plain SET NX GET (no script), and
+// cheap: an absent key is claimed with a plain SET NX (no script), and
 // scripts read and write a record with one GET and one SET instead of a
 // command per field. The header keeps the record legible in redis-cli GET.
 //

@@ -55,7 +55,8 @@ const (
 )
 
 // claimScript is idem.ApplyClaim in one step, for keys that hold a record
-// (absent keys are claimed by SET NX GET without a script).
+// (absent keys are claimed by SET NX, with or without GET, without a
+// script).
 //
 // ARGV: now, take over stale ("1"/"0"), the fresh record value (token 1,
 // the request's fingerprint, lease and retention) written when the key is
