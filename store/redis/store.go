@@ -135,7 +135,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	if s.dupGet.use() {
 		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
 		c, done, err = decodeSetNXGet(req, rec, cmd)
-		if err == nil && c.Outcome != idem.ClaimAcquired || !done {
+		if existed := !done || (err == nil && c.Outcome != idem.ClaimAcquired); existed {
 			s.dupGet.met()
 		}
 	} else {
