@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -73,10 +72,10 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 			shared := sharesScopeAndTimes(norm)
 			args := insertArgs(norm, shared)
 			plain := false
-			if standalone && !mark && s.plainTries.try() {
+			if standalone && !mark && !s.plainPaused.Active() {
 				plain, err = s.batchPlain(ctx, q, norm, shared, args, out)
 				if isUniqueViolation(err) {
-					s.plainTries.failed()
+					s.plainPaused.Start(plainPause)
 					plain, err = false, nil
 				}
 			}
@@ -188,24 +187,12 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-// plainTries decides when ClaimBatch tries the plain insert. After one
-// failed on an existing key (a redelivered poll, a producer retry), the
-// next plainPause batches of this Store go straight to ON CONFLICT, so a
-// stream of duplicates costs a wasted statement (and a line in the server's
-// error log) once per plainPause batches at most, not every time.
-type plainTries struct{ pause atomic.Int64 }
-
+// plainPause is how many of a Store's batches skip the plain insert after
+// one failed on an existing key (a redelivered poll, a producer retry):
+// they go straight to ON CONFLICT, so a stream of duplicates costs a wasted
+// statement (and a line in the server's error log) once per plainPause
+// batches at most, not every time.
 const plainPause = 32
-
-func (p *plainTries) try() bool {
-	if p.pause.Load() <= 0 {
-		return true
-	}
-	p.pause.Add(-1)
-	return false
-}
-
-func (p *plainTries) failed() { p.pause.Store(plainPause) }
 
 // insertArgs are the arguments of the insert-only statements: with shared,
 // the scope, ids, fingerprints and the four times of the shared form

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/countdown"
 )
 
 // Store is an idem.Store on a PostgreSQL table. It is safe for concurrent
@@ -21,7 +22,7 @@ type Store struct {
 	names names
 	sql   statements
 
-	plainTries plainTries // when ClaimBatch tries its plain insert
+	plainPaused countdown.Countdown // ClaimBatch's plain insert paused (plainPause)
 }
 
 var (

@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/countdown"
 )
 
 // DefaultPrefix is the key prefix when Options.Prefix is empty.
@@ -59,9 +59,9 @@ type Store struct {
 	client goredis.UniversalClient
 	prefix string
 
-	held    heldClaims // claims this Store acquired and still holds
-	dupGet  dupGet     // whether claims read an existing key in the same command
-	flights flights    // coalesces concurrent fenced scripts
+	held    heldClaims          // claims this Store acquired and still holds
+	dupGet  countdown.Countdown // claims read existing keys in their SET (dupGetClaims)
+	flights flights             // coalesces concurrent fenced scripts
 
 	sweepMu sync.Mutex // one Sweep at a time in this process; guards sweepPos
 	sweepAt sweepPos
@@ -132,11 +132,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		done bool
 		err  error
 	)
-	if s.dupGet.use() {
+	if s.dupGet.Active() {
 		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
 		c, done, err = decodeSetNXGet(req, rec, cmd)
 		if existed := !done || (err == nil && c.Outcome != idem.ClaimAcquired); existed {
-			s.dupGet.met()
+			s.dupGet.Start(dupGetClaims)
 		}
 	} else {
 		err = s.client.Do(ctx, setNXArgs(key, fresh, req.ExpiresAt)...).Err()
@@ -145,7 +145,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			c, done = idem.Claim{Outcome: idem.ClaimAcquired, Record: rec}, true
 		case errors.Is(err, goredis.Nil):
 			err = nil // the key exists: claimScript reads and decides
-			s.dupGet.met()
+			s.dupGet.Start(dupGetClaims)
 		}
 	}
 	if err != nil {
@@ -165,23 +165,11 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return c, nil
 }
 
-// dupGet decides whether Claim's SET NX carries GET: for the dupGetClaims
-// claims after one that met an existing key, so that a run of redeliveries
-// is answered in one round trip each, and not otherwise, so that new keys
-// get the cheaper OK reply.
-type dupGet struct{ left atomic.Int64 }
-
+// dupGetClaims is how many claims after one that met an existing key
+// carry GET in their SET (Store.dupGet), so that a run of redeliveries is
+// answered in one round trip each; other claims leave it out, so that new
+// keys get the cheaper OK reply.
 const dupGetClaims = 64
-
-func (d *dupGet) use() bool {
-	if d.left.Load() <= 0 {
-		return false
-	}
-	d.left.Add(-1)
-	return true
-}
-
-func (d *dupGet) met() { d.left.Store(dupGetClaims) }
 
 // setNXArgs is the claim of an absent key alone: write fresh only if the
 // key does not exist. The reply is OK, or nil when the key exists.
