@@ -181,6 +181,26 @@ type TxStore[Tx any] interface {
 	SaveResult(ctx context.Context, tx Tx, key Key, result []byte) error
 }
 
+// MarkDeferrer is implemented by TxStores that can send the marker together
+// with the handler's first statement instead of ahead of it, saving DoTx a
+// round trip (store/postgres with Options.MarkWithFirstStatement). DoTx then
+// starts the handler before it knows whether the key is new.
+type MarkDeferrer[Tx any] interface {
+	// DeferMark queues the marker for req on tx, a transaction of InTx that
+	// has run no statement, and returns the claim Mark returns for a new
+	// key; deferred is false when it queued nothing (the store is not set
+	// to, or tx has begun), and then DoTx calls Mark.
+	//
+	// When the queued marker does not go in (the key is recorded, or the
+	// marker fails), tx's statement that carried it and every later one
+	// fail, nothing commits, and InTx runs its function again in a new
+	// transaction, where DeferMark reports false and Mark decides. When
+	// the function fails before any statement, InTx sends the marker anyway
+	// to learn which of the two it is: a recorded key is reported as such
+	// rather than as the function's failure.
+	DeferMark(ctx context.Context, tx Tx, req ClaimRequest) (c Claim, deferred bool, err error)
+}
+
 // Inspector is implemented by stores that operators can list and count
 // (the idem command's list and stats).
 type Inspector interface {

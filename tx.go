@@ -79,7 +79,7 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		// A store may run fn again (after a deadlock or serialization
 		// failure): only the last attempt's decisions count.
 		handlerErr = nil
-		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev)
+		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev, true)
 		if outcomeErr != nil {
 			return outcomeErr
 		}
@@ -153,20 +153,34 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 	}
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
-	res, err := markTx(ctx, g, ts, tx, key, fp, &ev)
+	res, err := markTx(ctx, g, ts, tx, key, fp, &ev, false)
 	ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
 	g.observe(ctx, ev)
 	return res, err
 }
 
-func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event) (Result, error) {
+// markTx marks key in tx. With mayDefer (DoTx, whose transaction the store
+// runs) a MarkDeferrer may queue the marker to go with the handler's first
+// statement; MarkTx's caller needs the answer at once.
+func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event, mayDefer bool) (Result, error) {
 	res := Result{Key: key}
 	now := g.opts.Clock()
 	cs := time.Now()
-	c, err := ts.Mark(ctx, tx, ClaimRequest{
+	req := ClaimRequest{
 		Key: key, Fingerprint: fp, Now: now,
 		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.Retention),
-	})
+	}
+	var (
+		c        Claim
+		deferred bool
+		err      error
+	)
+	if d, ok := ts.(MarkDeferrer[Tx]); ok && mayDefer {
+		c, deferred, err = d.DeferMark(ctx, tx, req)
+	}
+	if err == nil && !deferred {
+		c, err = ts.Mark(ctx, tx, req)
+	}
 	ev.Claim = time.Since(cs)
 	if err != nil {
 		res.Outcome = OutcomeStoreError

@@ -9,6 +9,7 @@ package pgxtx
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,17 +21,70 @@ import (
 // runs none costs nothing. An error of the BEGIN itself comes back from that
 // first statement. If the rollback fails the connection is left inside a
 // transaction: pgxpool closes such a connection on release, never reuses it.
-func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
-	tx := &lazyTx{conn: conn, opts: opts}
+//
+// fn may queue a statement with Defer. When that statement fails or changes
+// no row, Run rolls the transaction back and runs fn once more in a new one,
+// where Defer refuses; the first run's error is dropped. See Defer.
+func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	rerun, err := run(ctx, conn, opts, fn, true)
+	if rerun {
+		_, err = run(ctx, conn, opts, fn, false)
+	}
+	return err
+}
+
+func run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error, deferOK bool) (rerun bool, err error) {
+	tx := &lazyTx{conn: conn, opts: opts, deferOK: deferOK}
 	defer func() {
 		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
 			err = rerr
 		}
 	}()
-	if err := fn(ctx, tx); err != nil {
-		return err
+	ferr := fn(ctx, tx)
+	if ferr != nil && tx.pending != nil && tx.poison == nil {
+		// fn failed before its first statement. Settle the deferred
+		// statement anyway: when it would not have applied (an inbox
+		// marker whose key is recorded), the rerun reports that instead
+		// of fn's failure.
+		_ = tx.flush(ctx)
 	}
-	return tx.Commit(ctx)
+	if tx.poison != nil {
+		return true, tx.poison
+	}
+	if ferr != nil {
+		return false, ferr
+	}
+	err = tx.Commit(ctx)
+	return tx.poison != nil, err
+}
+
+// ErrRerun is the error every statement of a transaction returns once the
+// statement queued with Defer failed or changed no row. Run then rolls the
+// transaction back and runs its function again.
+var ErrRerun = errors.New("the statement sent ahead of this one did not apply: the transaction is rolled back and run again")
+
+// Defer queues sql to be sent in one batch with BEGIN and the transaction's
+// first statement, ahead of it, and reports whether it did: only a
+// transaction of Run that has not begun, in Run's first run, takes one, and
+// only one. The statement must change exactly one row to count as applied
+// (an INSERT .. ON CONFLICT DO NOTHING that inserted). When it fails or
+// changes no row, the statement that carried it (its result discarded) and
+// every later one return an error wrapping ErrRerun, Commit refuses, and Run
+// runs the function again without deferring. If the function ends before
+// any statement, the queued one is sent with the COMMIT's transaction, or
+// on its own when the function failed.
+func Defer(tx pgx.Tx, sql string, args ...any) bool {
+	t, ok := tx.(*lazyTx)
+	if !ok || !t.deferOK || t.tx != nil || t.closed || t.pending != nil {
+		return false
+	}
+	t.pending = &queued{sql: sql, args: args}
+	return true
+}
+
+type queued struct {
+	sql  string
+	args []any
 }
 
 // lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
@@ -42,10 +96,13 @@ func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx co
 // the business insert. Every other method begins the transaction the
 // ordinary way first; from then on everything is delegated to the pgx.Tx.
 type lazyTx struct {
-	conn   *pgx.Conn
-	opts   pgx.TxOptions
-	tx     pgx.Tx // nil until begun
-	closed bool   // committed or rolled back before anything began
+	conn    *pgx.Conn
+	opts    pgx.TxOptions
+	tx      pgx.Tx // nil until begun
+	closed  bool   // committed or rolled back before anything began
+	deferOK bool   // Defer may queue a statement
+	pending *queued
+	poison  error // set when the deferred statement did not apply
 }
 
 var _ pgx.Tx = (*lazyTx)(nil)
@@ -53,11 +110,20 @@ var _ pgx.Tx = (*lazyTx)(nil)
 // begin starts the transaction with a round trip of its own, for methods
 // that cannot carry it.
 func (t *lazyTx) begin(ctx context.Context) (pgx.Tx, error) {
+	if t.poison != nil {
+		return nil, t.poison
+	}
 	if t.tx != nil {
 		return t.tx, nil
 	}
 	if t.closed {
 		return nil, pgx.ErrTxClosed
+	}
+	if t.pending != nil {
+		if err := t.flush(ctx); err != nil {
+			return nil, err
+		}
+		return t.tx, nil
 	}
 	tx, err := t.conn.BeginTx(ctx, t.opts)
 	if err != nil {
@@ -67,26 +133,75 @@ func (t *lazyTx) begin(ctx context.Context) (pgx.Tx, error) {
 	return tx, nil
 }
 
-// batched sends BEGIN and one statement in one batch. The transaction is
-// t.tx afterwards (closed if the BEGIN failed). The caller reads the
-// statement's result from br and then closes br.
+// batched sends BEGIN, the deferred statement if one is queued, and one
+// statement in one batch. The transaction is t.tx afterwards (closed if the
+// BEGIN failed). The caller reads the statement's result from br and then
+// closes br.
 func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(t.opts)
+	q := t.pending
+	t.pending = nil
+	if q != nil {
+		b.Queue(q.sql, q.args...)
+	}
 	b.Queue(sql, args...)
 	br := t.conn.SendBatch(ctx, b)
 	t.tx = br.Tx()
 	if _, err := br.Exec(); err != nil { // the BEGIN
 		br.Close()
+		if q != nil {
+			return nil, t.fail(err)
+		}
 		return nil, err
 	}
+	if q != nil {
+		if tag, err := br.Exec(); err != nil || tag.RowsAffected() != 1 {
+			br.Close() // discards the statement's result
+			return nil, t.fail(err)
+		}
+	}
 	return br, nil
+}
+
+// flush sends BEGIN and the deferred statement on their own.
+func (t *lazyTx) flush(ctx context.Context) error {
+	q := t.pending
+	t.pending = nil
+	b := &pgx.Batch{}
+	b.BeginTx(t.opts)
+	b.Queue(q.sql, q.args...)
+	br := t.conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	_, err := br.Exec() // the BEGIN
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || tag.RowsAffected() != 1 {
+		return t.fail(err)
+	}
+	return nil
+}
+
+// fail poisons the transaction after its deferred statement failed with
+// cause (nil: it changed no row).
+func (t *lazyTx) fail(cause error) error {
+	if cause == nil {
+		t.poison = ErrRerun
+	} else {
+		t.poison = fmt.Errorf("%w: %w", ErrRerun, cause)
+	}
+	return t.poison
 }
 
 // QueryRow implements pgx.Tx; when it is the first statement it carries the
 // BEGIN.
 func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil || t.closed {
+	if t.tx != nil || t.closed || t.poison != nil {
 		tx, err := t.begin(ctx)
 		if err != nil {
 			return errRow{err}
@@ -103,7 +218,7 @@ func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 // Exec implements pgx.Tx; when it is the first statement it carries the
 // BEGIN.
 func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.tx != nil || t.closed {
+	if t.tx != nil || t.closed || t.poison != nil {
 		tx, err := t.begin(ctx)
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -140,8 +255,16 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // Commit implements pgx.Tx. A transaction that never began has nothing to
-// commit.
+// commit, unless a deferred statement is queued: that is sent first.
 func (t *lazyTx) Commit(ctx context.Context) error {
+	if t.poison != nil {
+		return t.poison
+	}
+	if t.tx == nil && t.pending != nil {
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+	}
 	if t.tx == nil {
 		if t.closed {
 			return pgx.ErrTxClosed
@@ -152,9 +275,10 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 	return t.tx.Commit(ctx)
 }
 
-// Rollback implements pgx.Tx.
+// Rollback implements pgx.Tx. A deferred statement not sent yet is dropped.
 func (t *lazyTx) Rollback(ctx context.Context) error {
 	if t.tx == nil {
+		t.pending = nil
 		if t.closed {
 			return pgx.ErrTxClosed
 		}

@@ -88,6 +88,11 @@ func BenchmarkRatios(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	first := newStore(b, postgres.Options{MarkWithFirstStatement: true})
+	gFirst, err := idem.New(first, idem.Options{Scope: "billing"})
+	if err != nil {
+		b.Fatal(err)
+	}
 	modes := []struct {
 		name string
 		op   func(ctx context.Context, seq int64) error
@@ -101,6 +106,14 @@ func BenchmarkRatios(b *testing.B) {
 		{"inbox", func(ctx context.Context, seq int64) error {
 			id := fmt.Sprintf("inbox-%d", seq)
 			_, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, insert, id)
+				return nil, err
+			})
+			return err
+		}},
+		{"inbox-first", func(ctx context.Context, seq int64) error {
+			id := fmt.Sprintf("first-%d", seq)
+			_, err := idem.DoTx(ctx, gFirst, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 				_, err := tx.Exec(ctx, insert, id)
 				return nil, err
 			})
@@ -136,7 +149,8 @@ func BenchmarkRatios(b *testing.B) {
 		b.ReportMetric(rate(i), m.name+"/s")
 	}
 	b.ReportMetric(rate(1)/rate(0), "inbox/raw")
-	b.ReportMetric(rate(2)/rate(0), "twophase/raw")
+	b.ReportMetric(rate(2)/rate(0), "inbox-first/raw")
+	b.ReportMetric(rate(3)/rate(0), "twophase/raw")
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -29,9 +29,16 @@ func newBusinessTable(t *testing.T, s *postgres.Store) string {
 
 // Many workers deliver many messages with many duplicates at once, each in
 // its own transaction with a business insert: the ledger ends with exactly
-// one row per distinct message.
+// one row per distinct message. Both ways of sending the marker.
 func TestInboxBusinessWritesOnce(t *testing.T) {
-	s := newStore(t, postgres.Options{})
+	t.Run("marker first", func(t *testing.T) { testInboxBusinessWritesOnce(t, postgres.Options{}) })
+	t.Run("MarkWithFirstStatement", func(t *testing.T) {
+		testInboxBusinessWritesOnce(t, postgres.Options{MarkWithFirstStatement: true})
+	})
+}
+
+func testInboxBusinessWritesOnce(t *testing.T, opts postgres.Options) {
+	s := newStore(t, opts)
 	ledger := newBusinessTable(t, s)
 	g, err := idem.New(s, idem.Options{Scope: "billing"})
 	if err != nil {

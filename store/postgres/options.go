@@ -42,6 +42,28 @@ type Options struct {
 	// FillFactor is the heap fillfactor (10..100) Migrate creates the table
 	// with. Default DefaultFillFactor (80).
 	FillFactor int
+
+	// MarkWithFirstStatement makes idem.DoTx send the marker in one batch
+	// with BEGIN and the handler's first statement, instead of with BEGIN
+	// ahead of the handler: the inbox then costs the business transaction
+	// no round trip at all (see BENCH.md for what that is worth).
+	//
+	// The price is that the handler starts before the marker's answer is
+	// known. For a key that is new (almost every message) nothing else
+	// changes. For a key already recorded, the handler's first statement
+	// (Exec, QueryRow or any other call on the tx) returns an error
+	// wrapping ErrRerun, the transaction rolls back, and DoTx runs again
+	// the ordinary way, where the duplicate is skipped (or the expired
+	// record taken over and the handler run in full). So a handler must
+	// tolerate running up to its first statement for a message it then
+	// does not process, or runs twice: decoding and validating are fine,
+	// a call to another service there is not. Nothing commits from the
+	// abandoned run, and the outcome and result DoTx reports are those of
+	// the ordinary path.
+	//
+	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
+	// answer at once.
+	MarkWithFirstStatement bool
 }
 
 // ErrInvalidTable is wrapped by errors about Options.Table.

@@ -30,6 +30,8 @@ var (
 	_ idem.BatchStore      = (*Store)(nil)
 	_ idem.Inspector       = (*Store)(nil)
 	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
+
+	_ idem.MarkDeferrer[pgx.Tx] = (*Store)(nil)
 )
 
 // New returns a store over pool. It validates opts (errors wrap

@@ -24,6 +24,11 @@ import (
 // REPEATABLE READ or SERIALIZABLE PostgreSQL reports a serialization failure
 // (SQLSTATE 40001) instead; callers that run Mark in such transactions of
 // their own get that error and must retry the whole transaction.
+//
+// With Options.MarkWithFirstStatement, idem.DoTx's marker travels with fn's
+// first statement instead (DeferMark); when it does not go in, InTx rolls
+// back and runs fn once more, marker first. A transaction without such a
+// marker runs fn once.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -83,6 +88,34 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 // duplicate's Record.Fingerprint with the request's, as idem.MarkTx does.
 func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	return s.batch(ctx, tx, reqs, true)
+}
+
+// ErrRerun is wrapped by the error a handler's first statement returns when
+// Options.MarkWithFirstStatement is set and the marker sent with it found
+// its key recorded (or failed): the transaction is rolled back and idem.DoTx
+// runs it again, marker first. Return the error; a handler that logs its
+// failures may want to leave this one out.
+var ErrRerun = pgxtx.ErrRerun
+
+// DeferMark implements idem.MarkDeferrer: with
+// Options.MarkWithFirstStatement, it queues the marker of a new key (the
+// INSERT .. ON CONFLICT DO NOTHING that Mark runs first) on a transaction
+// of InTx that has not begun, to go out with its first statement.
+func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (idem.Claim, bool, error) {
+	if !s.opts.MarkWithFirstStatement {
+		return idem.Claim{}, false, nil
+	}
+	if err := req.Key.Validate(); err != nil {
+		return idem.Claim{}, false, err
+	}
+	n := normalize(req)
+	k := n.Key
+	if !pgxtx.Defer(tx, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
+		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt)) {
+		return idem.Claim{}, false, nil
+	}
+	c, _ := idem.ApplyMark(nil, n)
+	return c, true, nil
 }
 
 // SaveResult implements idem.TxStore: it stores result on the marker Mark
