@@ -70,8 +70,14 @@ var seqBase atomic.Int64
 //
 //   - raw: the business insert alone, INSERT .. ON CONFLICT DO NOTHING in its
 //     own transaction (BEGIN, INSERT, COMMIT);
-//   - inbox: idem.DoTx with the same insert (BEGIN, marker, INSERT, COMMIT);
-//   - two-phase: Guard.Do with an empty handler (claim, then complete).
+//   - inbox: idem.DoTx with the same insert (BEGIN with the marker, INSERT,
+//     COMMIT: three round trips, like raw);
+//   - inbox-first: the same with Options.MarkWithFirstStatement (BEGIN, the
+//     marker and the INSERT in one round trip, COMMIT in the other);
+//   - two-phase: Guard.Do with an empty handler (claim, then complete);
+//   - autocommit: for reference, the insert as one statement outside any
+//     transaction block (one round trip, what a user without a transaction
+//     of their own would write).
 //
 // Each of the b.N rounds runs 1000 operations of each kind. Metrics are
 // operations per second and the ratios against raw.
@@ -126,6 +132,10 @@ func BenchmarkRatios(b *testing.B) {
 			})
 			return err
 		}},
+		{"autocommit", func(ctx context.Context, seq int64) error {
+			_, err := pool.Exec(ctx, insert, fmt.Sprintf("auto-%d", seq))
+			return err
+		}},
 	}
 	const perRound = 1000
 	// Warm the pool's connections and statement caches outside the timing.
@@ -151,6 +161,7 @@ func BenchmarkRatios(b *testing.B) {
 	b.ReportMetric(rate(1)/rate(0), "inbox/raw")
 	b.ReportMetric(rate(2)/rate(0), "inbox-first/raw")
 	b.ReportMetric(rate(3)/rate(0), "twophase/raw")
+	b.ReportMetric(rate(2)/rate(4), "inbox-first/autocommit")
 	b.ReportMetric(0, "ns/op")
 }
 
