@@ -88,7 +88,7 @@ type queued struct {
 }
 
 // lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
-// the first statement instead of before it: a first QueryRow or Exec goes out
+// the first statement instead of before it: a first Exec, QueryRow or Query goes out
 // as one batch with the BEGIN (pgx's Batch.BeginTx), so the transaction
 // costs no round trip of its own. In idem.DoTx on the PostgreSQL store the
 // first statement is always the marker, so the inbox adds no round trip to
@@ -236,13 +236,26 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, err
 }
 
-// Query implements pgx.Tx.
+// Query implements pgx.Tx; when it is the first statement it carries the
+// BEGIN. The batch ends when the rows do (Close, or Next returning false).
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	tx, err := t.begin(ctx)
+	if t.tx != nil || t.closed || t.poison != nil {
+		tx, err := t.begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tx.Query(ctx, sql, args...)
+	}
+	br, err := t.batched(ctx, sql, args)
 	if err != nil {
 		return nil, err
 	}
-	return tx.Query(ctx, sql, args...)
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // Begin implements pgx.Tx (a savepoint, as pgx does).
@@ -344,6 +357,44 @@ func (r batchRow) Scan(dest ...any) error {
 		err = cerr
 	}
 	return err
+}
+
+// batchRows are the first statement's rows; when they end, so does the
+// batch, and an error of its end is the rows' error.
+type batchRows struct {
+	pgx.Rows
+	br   pgx.BatchResults
+	done bool
+	err  error
+}
+
+func (r *batchRows) finish() {
+	if r.done {
+		return
+	}
+	r.done = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Next() bool {
+	if r.done {
+		return false
+	}
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *batchRows) Close() { r.finish() }
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 type errRow struct{ err error }

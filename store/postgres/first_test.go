@@ -175,6 +175,25 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	if n := f.rows(t, "order-1"); n != 1 {
 		t.Fatalf("ledger has %d rows for order-1", n)
 	}
+
+	// A first Query carries the marker the same way.
+	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		rows, err := tx.Query(ctx, `SELECT msg FROM `+f.ledger)
+		if err != nil {
+			return nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil && len(ids) != 1 {
+			err = fmt.Errorf("read %q", ids)
+		}
+		return nil, err
+	})
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("Query first: %v, %v", res.Outcome, err)
+	}
+	if trips := f.trips.take(); strings.Join(trips, " ") != "BEGIN+INSERT+SELECT COMMIT" {
+		t.Fatalf("Query first: round trips %q", trips)
+	}
 }
 
 // Whatever the handler does with the failed statement, nothing of the

@@ -3,9 +3,11 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemgo/idem/store/postgres"
 )
@@ -143,5 +145,59 @@ func TestInTxBehavesLikeATransaction(t *testing.T) {
 	}()
 	if n := count(); n != before {
 		t.Fatalf("a panicking transaction left %d rows", n-before)
+	}
+}
+
+// A first Query carries the BEGIN (and a deferred marker) too: its batch
+// ends with its rows, whether they are closed or read to the end, and an
+// error in the statement reaches the caller through the rows.
+func TestInTxQueryFirst(t *testing.T) {
+	f := newFirstFixture(t)
+	ctx := context.Background()
+	f.trips.take()
+	var sum int
+	err := f.s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT generate_series(1, 3)`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() { // read to the end, never closed
+			var n int
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			sum += n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT generate_series(4, 5)`)
+		if err != nil {
+			return err
+		}
+		ns, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		for _, n := range ns {
+			sum += n
+		}
+		return err
+	})
+	if err != nil || sum != 15 {
+		t.Fatalf("sum %d, %v", sum, err)
+	}
+	if trips := f.trips.take(); strings.Join(trips, " ") != "BEGIN+SELECT SELECT COMMIT" {
+		t.Fatalf("round trips %q", trips)
+	}
+
+	err = f.s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT 1/0`)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "22012" {
+		t.Fatalf("a failing first Query = %v, want division by zero", err)
 	}
 }
