@@ -25,6 +25,13 @@ type TxHandler[Tx any] func(ctx context.Context, tx Tx) ([]byte, error)
 // everything back and is returned (Permanent errors are dead-lettered by the
 // integrations); a result over Options.MaxResultSize rolls back too, as a
 // permanent error.
+//
+// fn normally runs only once the marker is written. A store that defers
+// the marker to fn's first statement (a MarkDeferrer, such as store/postgres
+// with Options.MarkWithFirstStatement) starts fn before it knows; for a key
+// already recorded that statement fails, nothing commits, and fn's
+// transaction runs again the ordinary way. DoTx's outcome and result are
+// the same either way.
 func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) (Result, error) {
 	start := time.Now()
 	key, err := g.Key(msg)
