@@ -341,8 +341,16 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	return tx.Prepare(ctx, name, sql)
 }
 
-// Conn implements pgx.Tx.
-func (t *lazyTx) Conn() *pgx.Conn { return t.conn }
+// Conn implements pgx.Tx. Statements sent on the connection must be inside
+// the transaction, as with pgx's own: Conn begins it first (with no context
+// to begin with, as LargeObjects). If that fails, the error comes back from
+// the transaction's next statement.
+func (t *lazyTx) Conn() *pgx.Conn {
+	if t.tx == nil && !t.closed && t.poison == nil {
+		_, _ = t.begin(context.Background())
+	}
+	return t.conn
+}
 
 // batchRow is the first statement's row; scanning it closes the batch.
 type batchRow struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/postgres"
 )
 
@@ -199,5 +200,39 @@ func TestInTxQueryFirst(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "22012" {
 		t.Fatalf("a failing first Query = %v, want division by zero", err)
+	}
+}
+
+// Statements sent on tx.Conn() are inside the transaction, as with a pgx.Tx
+// of pgx's own, also when they come before any statement on tx (and before
+// a deferred marker).
+func TestInTxConnIsInsideTheTransaction(t *testing.T) {
+	f := newFirstFixture(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		run  func(fn func(ctx context.Context, tx pgx.Tx) error) error
+	}{
+		{"InTx", func(fn func(ctx context.Context, tx pgx.Tx) error) error { return f.s.InTx(ctx, fn) }},
+		{"DoTx with MarkWithFirstStatement", func(fn func(ctx context.Context, tx pgx.Tx) error) error {
+			_, err := idem.DoTx(ctx, f.g, idem.Message{ID: "conn-first"}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				return nil, fn(ctx, tx)
+			})
+			return err
+		}},
+	} {
+		err := tc.run(func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Conn().Exec(ctx, `INSERT INTO `+f.ledger+` (msg, amount) VALUES ('via-conn', 1)`); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n := f.rows(t, "via-conn"); n != 0 {
+			t.Fatalf("%s: a write on tx.Conn() survived the rollback", tc.name)
+		}
 	}
 }
