@@ -99,6 +99,17 @@ func BenchmarkRatios(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// inbox is DoTx with the insert, for message ids prefix+seq.
+	inbox := func(g *idem.Guard, prefix string) func(ctx context.Context, seq int64) error {
+		return func(ctx context.Context, seq int64) error {
+			id := fmt.Sprintf("%s%d", prefix, seq)
+			_, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, insert, id)
+				return nil, err
+			})
+			return err
+		}
+	}
 	modes := []struct {
 		name string
 		op   func(ctx context.Context, seq int64) error
@@ -109,22 +120,8 @@ func BenchmarkRatios(b *testing.B) {
 				return err
 			})
 		}},
-		{"inbox", func(ctx context.Context, seq int64) error {
-			id := fmt.Sprintf("inbox-%d", seq)
-			_, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, insert, id)
-				return nil, err
-			})
-			return err
-		}},
-		{"inbox-first", func(ctx context.Context, seq int64) error {
-			id := fmt.Sprintf("first-%d", seq)
-			_, err := idem.DoTx(ctx, gFirst, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, insert, id)
-				return nil, err
-			})
-			return err
-		}},
+		{"inbox", inbox(g, "inbox-")},
+		{"inbox-first", inbox(gFirst, "first-")},
 		{"twophase", func(ctx context.Context, seq int64) error {
 			id := fmt.Sprintf("2p-%d", seq)
 			_, err := g.Do(ctx, idem.Message{ID: id, Payload: []byte(id)}, func(context.Context) ([]byte, error) {
