@@ -1,7 +1,9 @@
 // Package countdown keeps a store on another path for its next n calls
 // after an event: the PostgreSQL store's ClaimBatch skips its plain insert
-// for a while after one met an existing key, and the Redis store's Claim
-// reads existing keys in its SET for a while after meeting one.
+// for a while after one met an existing key, its DoTx markers go ahead of
+// the handler for a while after a deferred one met a recorded key, and the
+// Redis store's Claim reads existing keys in its SET for a while after
+// meeting one.
 package countdown
 
 import "sync/atomic"

@@ -72,19 +72,21 @@ var ErrRerun = errors.New("the statement sent ahead of this one did not apply: t
 // every later one return an error wrapping ErrRerun, Commit refuses, and Run
 // runs the function again without deferring. If the function ends before
 // any statement, the queued one is sent with the COMMIT's transaction, or
-// on its own when the function failed.
-func Defer(tx pgx.Tx, sql string, args ...any) bool {
+// on its own when the function failed. missed, if not nil, is called when
+// the statement did not apply.
+func Defer(tx pgx.Tx, missed func(), sql string, args ...any) bool {
 	t, ok := tx.(*lazyTx)
 	if !ok || !t.deferOK || t.tx != nil || t.closed || t.pending != nil {
 		return false
 	}
-	t.pending = &queued{sql: sql, args: args}
+	t.pending = &queued{sql: sql, args: args, missed: missed}
 	return true
 }
 
 type queued struct {
-	sql  string
-	args []any
+	sql    string
+	args   []any
+	missed func()
 }
 
 // lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
@@ -151,14 +153,14 @@ func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.Batch
 	if _, err := br.Exec(); err != nil { // the BEGIN
 		br.Close()
 		if q != nil {
-			return nil, t.fail(err)
+			return nil, t.fail(q, err)
 		}
 		return nil, err
 	}
 	if q != nil {
 		if tag, err := br.Exec(); err != nil || tag.RowsAffected() != 1 {
 			br.Close() // discards the statement's result
-			return nil, t.fail(err)
+			return nil, t.fail(q, err)
 		}
 	}
 	return br, nil
@@ -182,14 +184,17 @@ func (t *lazyTx) flush(ctx context.Context) error {
 		err = cerr
 	}
 	if err != nil || tag.RowsAffected() != 1 {
-		return t.fail(err)
+		return t.fail(q, err)
 	}
 	return nil
 }
 
-// fail poisons the transaction after its deferred statement failed with
+// fail poisons the transaction after its deferred statement q failed with
 // cause (nil: it changed no row).
-func (t *lazyTx) fail(cause error) error {
+func (t *lazyTx) fail(q *queued, cause error) error {
+	if q.missed != nil {
+		q.missed()
+	}
 	if cause == nil {
 		t.poison = ErrRerun
 	} else {

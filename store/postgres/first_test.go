@@ -19,8 +19,43 @@ import (
 
 func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] {
-		return newStore(t, postgres.Options{MarkWithFirstStatement: true})
+		s := newStore(t, postgres.Options{MarkWithFirstStatement: true})
+		postgres.NeverPauseFirst(s)
+		return s
 	})
+}
+
+// After a deferred marker meets a recorded key, the store's next 64 DoTx
+// transactions send the marker first (a run of redeliveries then costs what
+// it costs without the option); the 65th defers again.
+func TestMarkWithFirstStatementPausesAfterARecordedKey(t *testing.T) {
+	f := newFirstFixture(t)
+	ctx := context.Background()
+	do := func(id string) []string {
+		t.Helper()
+		f.trips.take()
+		var calls int
+		var errs []error
+		if _, err := idem.DoTx(ctx, f.g, idem.Message{ID: id}, f.insert(id, &calls, &errs)); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return f.trips.take()
+	}
+	deferred := func(trips []string) bool { return len(trips) > 0 && trips[0] == "BEGIN+INSERT+INSERT" }
+	if !deferred(do("a")) {
+		t.Fatal("a new store did not defer its marker")
+	}
+	if trips := do("a"); !deferred(trips) {
+		t.Fatalf("the redelivery of a was not deferred first: %q", trips)
+	}
+	for i := range 64 {
+		if trips := do(fmt.Sprintf("after-%d", i)); deferred(trips) || trips[0] != "BEGIN+INSERT" {
+			t.Fatalf("transaction %d after the recorded key: %q, want the marker first", i+1, trips)
+		}
+	}
+	if trips := do("later"); !deferred(trips) {
+		t.Fatalf("the 65th transaction after the recorded key: %q, want the marker deferred again", trips)
+	}
 }
 
 // roundTrips records what each round trip to the server carried: the first
@@ -79,6 +114,8 @@ func (r *roundTrips) take() []string {
 // whose round trips are recorded, a ledger table, and a guard over the store
 // whose clock the test moves.
 type firstFixture struct {
+	pool   *pgxpool.Pool
+	table  string
 	s      *postgres.Store
 	trips  *roundTrips
 	ledger string
@@ -99,7 +136,18 @@ func newFirstFixture(t *testing.T) *firstFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	f.s, err = postgres.New(pool, postgres.Options{Table: strings.ReplaceAll(base.Table(), `"`, ""), MarkWithFirstStatement: true})
+	f.pool, f.table = pool, strings.ReplaceAll(base.Table(), `"`, "")
+	f.renew(t)
+	return f
+}
+
+// renew replaces the store and the guard by new ones on the same table: a
+// store that met a recorded key sends its next markers first (DeferMark),
+// and a test that wants them deferred again starts afresh.
+func (f *firstFixture) renew(t *testing.T) {
+	t.Helper()
+	var err error
+	f.s, err = postgres.New(f.pool, postgres.Options{Table: f.table, MarkWithFirstStatement: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +159,6 @@ func newFirstFixture(t *testing.T) *firstFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f
 }
 
 func (f *firstFixture) rows(t *testing.T, id string) int {
@@ -177,6 +224,7 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	}
 
 	// A first Query carries the marker the same way.
+	f.renew(t)
 	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 		rows, err := tx.Query(ctx, `SELECT msg FROM `+f.ledger)
 		if err != nil {
@@ -252,6 +300,7 @@ func TestMarkWithFirstStatementHandlers(t *testing.T) {
 		}, idem.OutcomePermanent, boom, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			f.renew(t)
 			id := "new-" + strings.ReplaceAll(tc.name, " ", "-")
 			msg := idem.Message{ID: id, Payload: []byte(id)}
 			res, err := idem.DoTx(ctx, f.g, msg, tc.handler(id))
@@ -270,6 +319,7 @@ func TestMarkWithFirstStatementHandlers(t *testing.T) {
 			// ledger keeps the seed's single row.
 			dup := "dup-" + id
 			seed(dup)
+			f.renew(t)
 			res, err = idem.DoTx(ctx, f.g, idem.Message{ID: dup, Payload: []byte(dup)}, tc.handler(dup))
 			if err != nil || res.Outcome != idem.OutcomeDuplicate || string(res.Value) != "ok "+dup {
 				t.Fatalf("recorded key: %v %q, %v; want a duplicate with the seed's result", res.Outcome, res.Value, err)

@@ -39,6 +39,7 @@ func TestInboxBusinessWritesOnce(t *testing.T) {
 
 func testInboxBusinessWritesOnce(t *testing.T, opts postgres.Options) {
 	s := newStore(t, opts)
+	postgres.NeverPauseFirst(s)
 	ledger := newBusinessTable(t, s)
 	g, err := idem.New(s, idem.Options{Scope: "billing"})
 	if err != nil {

@@ -23,6 +23,8 @@ type Store struct {
 	sql   statements
 
 	plainPaused countdown.Countdown // ClaimBatch's plain insert paused (plainPause)
+	firstPaused countdown.Countdown // DoTx's marker sent first again (firstPause)
+	firstPause  int64               // firstPause; tests set 0
 }
 
 var (
@@ -45,7 +47,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table)}, nil
+	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table), firstPause: firstPause}, nil
 }
 
 // Table returns the quoted, possibly schema-qualified table name, for

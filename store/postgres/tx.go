@@ -101,8 +101,14 @@ var ErrRerun = pgxtx.ErrRerun
 // Options.MarkWithFirstStatement, it queues the marker of a new key (the
 // INSERT .. ON CONFLICT DO NOTHING that Mark runs first) on a transaction
 // of InTx that has not begun, to go out with its first statement.
+//
+// After a queued marker finds its key recorded, the store's next
+// firstPause transactions send the marker first instead: redeliveries come
+// in runs (a consumer restarting from an old offset, a queue redelivering
+// after an outage), and a deferred marker makes each of them cost a wasted
+// batch and a rollback.
 func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (idem.Claim, bool, error) {
-	if !s.opts.MarkWithFirstStatement {
+	if !s.opts.MarkWithFirstStatement || s.firstPaused.Active() {
 		return idem.Claim{}, false, nil
 	}
 	if err := req.Key.Validate(); err != nil {
@@ -110,13 +116,21 @@ func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest)
 	}
 	n := normalize(req)
 	k := n.Key
-	if !pgxtx.Defer(tx, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
+	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
 		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt)) {
 		return idem.Claim{}, false, nil
 	}
 	c, _ := idem.ApplyMark(nil, n)
 	return c, true, nil
 }
+
+// firstPause is how many DoTx transactions of a Store send the marker first
+// after a deferred one missed (see DeferMark).
+const firstPause = 64
+
+// pauseFirst is called when a deferred marker missed. The rerun of that
+// transaction, which always follows, takes one of the count.
+func (s *Store) pauseFirst() { s.firstPaused.Start(s.firstPause + 1) }
 
 // SaveResult implements idem.TxStore: it stores result on the marker Mark
 // wrote in tx. The update changes no indexed column, so it stays on the
