@@ -59,7 +59,9 @@ type Options struct {
 	// does not process, or runs twice: decoding and validating are fine,
 	// a call to another service there is not. Nothing commits from the
 	// abandoned run, and the outcome and result DoTx reports are those of
-	// the ordinary path.
+	// the ordinary path. Since redeliveries come in runs, a Store that met
+	// a recorded key this way sends the marker first in its next 64 DoTx
+	// transactions.
 	//
 	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
 	// answer at once.
