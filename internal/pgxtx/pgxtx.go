@@ -2,8 +2,8 @@
 // the first statement instead of costing a round trip of its own. The
 // PostgreSQL store's InTx (the transactional inbox) and entitypgx's InTx
 // (entity mode) both run on it, and their tests are its tests
-// (TestInTxBehavesLikeATransaction in store/postgres, TestInTxRollsBack in
-// entity/entitypgx).
+// (TestInTx* in store/postgres, TestInTxRollsBack in entity/entitypgx; for
+// Defer, the store's TestMarkWithFirstStatement*).
 package pgxtx
 
 import (
@@ -90,9 +90,10 @@ type queued struct {
 }
 
 // lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
-// the first statement instead of before it: a first Exec, QueryRow or Query goes out
-// as one batch with the BEGIN (pgx's Batch.BeginTx), so the transaction
-// costs no round trip of its own. In idem.DoTx on the PostgreSQL store the
+// the first statement instead of before it: a first Exec, QueryRow or Query
+// goes out as one batch with the BEGIN (pgx's Batch.BeginTx), and with the
+// statement queued by Defer if there is one, so the transaction costs no
+// round trip of its own. In idem.DoTx on the PostgreSQL store the
 // first statement is always the marker, so the inbox adds no round trip to
 // the business transaction beyond the marker itself; in entity mode it is
 // the business insert. Every other method begins the transaction the
