@@ -167,6 +167,24 @@ func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.Batch
 	return br, nil
 }
 
+// batchable reports whether a statement with args can go in a batch. pgx
+// reads options from the head of the arguments; a batch honours only a
+// QueryRewriter (pgx.NamedArgs) and would send any other option (a
+// QueryExecMode, result formats) to the server as a parameter. Such a
+// statement begins the transaction first and runs as on pgx's own Tx.
+func batchable(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case pgx.QueryRewriter:
+		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+			return false
+		default:
+			return true
+		}
+	}
+	return true
+}
+
 // flush sends BEGIN and the deferred statement on their own.
 func (t *lazyTx) flush(ctx context.Context) error {
 	q := t.pending
@@ -207,7 +225,7 @@ func (t *lazyTx) fail(q *queued, cause error) error {
 // QueryRow implements pgx.Tx; when it is the first statement it carries the
 // BEGIN.
 func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil || t.closed || t.poison != nil {
+	if t.tx != nil || t.closed || t.poison != nil || !batchable(args) {
 		tx, err := t.begin(ctx)
 		if err != nil {
 			return errRow{err}
@@ -224,7 +242,7 @@ func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 // Exec implements pgx.Tx; when it is the first statement it carries the
 // BEGIN.
 func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.tx != nil || t.closed || t.poison != nil {
+	if t.tx != nil || t.closed || t.poison != nil || !batchable(args) {
 		tx, err := t.begin(ctx)
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -245,7 +263,7 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 // Query implements pgx.Tx; when it is the first statement it carries the
 // BEGIN. The batch ends when the rows do (Close, or Next returning false).
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.tx != nil || t.closed || t.poison != nil {
+	if t.tx != nil || t.closed || t.poison != nil || !batchable(args) {
 		tx, err := t.begin(ctx)
 		if err != nil {
 			return nil, err

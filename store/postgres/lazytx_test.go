@@ -236,3 +236,55 @@ func TestInTxConnIsInsideTheTransaction(t *testing.T) {
 		}
 	}
 }
+
+// A first statement with a pgx option that batches do not take (a query exec
+// mode, result formats) runs as it would on a pgx.Tx of pgx's own, inside
+// the transaction; pgx.NamedArgs, which batches take, still carries the
+// BEGIN.
+func TestInTxFirstStatementWithPgxOptions(t *testing.T) {
+	f := newFirstFixture(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	insert := `INSERT INTO ` + f.ledger + ` (msg, amount) VALUES ($1, 1)`
+	for name, first := range map[string]func(ctx context.Context, tx pgx.Tx, id string) error{
+		"Exec, simple protocol": func(ctx context.Context, tx pgx.Tx, id string) error {
+			_, err := tx.Exec(ctx, insert, pgx.QueryExecModeSimpleProtocol, id)
+			return err
+		},
+		"QueryRow, exec mode": func(ctx context.Context, tx pgx.Tx, id string) error {
+			var n int
+			return tx.QueryRow(ctx, insert+` RETURNING amount`, pgx.QueryExecModeExec, id).Scan(&n)
+		},
+		"Query, result formats": func(ctx context.Context, tx pgx.Tx, id string) error {
+			rows, err := tx.Query(ctx, insert+` RETURNING amount`, pgx.QueryResultFormats{pgx.TextFormatCode}, id)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		},
+		"Exec, named args": func(ctx context.Context, tx pgx.Tx, id string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+f.ledger+` (msg, amount) VALUES (@id, 1)`, pgx.NamedArgs{"id": id})
+			return err
+		},
+	} {
+		id := strings.ReplaceAll(name, " ", "-")
+		if err := f.s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if err := first(ctx, tx, id); err != nil {
+				return err
+			}
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatalf("%s, rolled back: %v", name, err)
+		}
+		if n := f.rows(t, id); n != 0 {
+			t.Fatalf("%s: the write survived the rollback", name)
+		}
+		res, err := idem.DoTx(ctx, f.g, idem.Message{ID: id}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			return nil, first(ctx, tx, id)
+		})
+		if err != nil || res.Outcome != idem.OutcomeProcessed || f.rows(t, id) != 1 {
+			t.Fatalf("%s in DoTx with MarkWithFirstStatement: %v, %v, %d rows", name, res.Outcome, err, f.rows(t, id))
+		}
+	}
+}
