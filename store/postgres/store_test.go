@@ -146,6 +146,39 @@ func TestConformanceRepeatableReadDefault(t *testing.T) {
 	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return mk(t) })
 }
 
+// Pools whose statements are not prepared and cached (what PgBouncer in
+// transaction mode and some proxies need): the simple protocol, where pgx
+// sends a batch as one multi-statement query with the arguments inlined,
+// and exec mode. InTx's batched BEGIN and the deferred marker go through
+// both.
+func TestConformanceQueryExecModes(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := testPool(t).Config()
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			mk := func(t *testing.T) *postgres.Store {
+				schema := newSchema(t, testPool(t))
+				s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records", MarkWithFirstStatement: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Migrate(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				postgres.NeverPauseFirst(s)
+				return s
+			}
+			storetest.Run(t, func(t *testing.T) idem.Store { return mk(t) })
+			storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return mk(t) })
+		})
+	}
+}
+
 func TestConformanceInspector(t *testing.T) {
 	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, postgres.Options{}) })
 }
