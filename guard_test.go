@@ -433,6 +433,14 @@ func TestSlogObserver(t *testing.T) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "tx_runs") {
+		t.Errorf("tx_runs logged for a message whose transaction ran once or never:\n%s", out)
+	}
+	buf.Reset()
+	idem.NewSlogObserver(l).Observe(context.Background(), idem.Event{Key: idem.Key{Scope: "s", ID: "k"}, Mode: "tx", Outcome: idem.OutcomeDuplicate, TxRuns: 2})
+	if !strings.Contains(buf.String(), `"tx_runs":2`) {
+		t.Errorf("a rerun transaction's log lacks tx_runs:\n%s", buf.String())
+	}
 }
 
 func TestSweeper(t *testing.T) {

@@ -41,6 +41,9 @@ func NewSlogObserver(l *slog.Logger) Observer {
 		if e.Retaken {
 			attrs = append(attrs, slog.Bool("retaken", true))
 		}
+		if e.TxRuns > 1 {
+			attrs = append(attrs, slog.Int("tx_runs", e.TxRuns))
+		}
 		if e.Err != nil {
 			attrs = append(attrs, slog.String("error", e.Err.Error()))
 		}

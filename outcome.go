@@ -125,6 +125,12 @@ type Event struct {
 	Claim    time.Duration // time spent claiming at the store
 	Handler  time.Duration // time spent in the user's handler
 	Total    time.Duration
+
+	// TxRuns is how many times DoTx's transaction ran (0 outside DoTx): 2
+	// when the store ran it again, as store/postgres does after a marker
+	// deferred to the handler's first statement met a recorded key. With
+	// a deferred marker, the marker's own time counts in Handler, not Claim.
+	TxRuns int
 }
 
 // Observer receives one Event per message. Implementations must be safe for

@@ -84,7 +84,9 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 	)
 	txErr := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		// A store may run fn again (after a deadlock or serialization
-		// failure): only the last attempt's decisions count.
+		// failure, or a deferred marker that met a recorded key): only the
+		// last attempt's decisions count.
+		ev.TxRuns++
 		handlerErr = nil
 		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev, true)
 		if outcomeErr != nil {

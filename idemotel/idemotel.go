@@ -117,6 +117,9 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) {
 	if e.Retaken {
 		spanAttrs = append(spanAttrs, attribute.Bool("idem.retaken", true))
 	}
+	if e.TxRuns > 1 {
+		spanAttrs = append(spanAttrs, attribute.Int("idem.tx_runs", e.TxRuns))
+	}
 	_, span := o.tracer.Start(ctx, "idem "+e.Outcome.String(),
 		trace.WithTimestamp(end.Add(-e.Total)), trace.WithAttributes(spanAttrs...), trace.WithSpanKind(trace.SpanKindInternal))
 	if e.Err != nil {

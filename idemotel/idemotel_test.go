@@ -87,3 +87,33 @@ func TestMetricsAndSpans(t *testing.T) {
 		t.Fatalf("span lacks idem.key: %v", last.Attributes())
 	}
 }
+
+// A transaction that its store ran twice (a deferred marker that met a
+// recorded key) says so on its span; one that ran once does not.
+func TestSpanTxRuns(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	obs, err := idemotel.New(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(), TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, runs := range []int{1, 2} {
+		obs.Observe(ctx, idem.Event{Key: idem.Key{Scope: "s", ID: "k"}, Mode: "tx", Outcome: idem.OutcomeDuplicate, TxRuns: runs})
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for i, want := range []int64{0, 2} {
+		var got int64
+		for _, a := range spans[i].Attributes() {
+			if a.Key == "idem.tx_runs" {
+				got = a.Value.AsInt64()
+			}
+		}
+		if got != want {
+			t.Errorf("span %d: idem.tx_runs = %d, want %d (0: absent)", i, got, want)
+		}
+	}
+}

@@ -121,7 +121,14 @@ type firstFixture struct {
 	ledger string
 	g      *idem.Guard
 	now    time.Time
-	nowMu  sync.Mutex
+	last   idem.Event // the guard's latest event
+	nowMu  sync.Mutex // guards now and last
+}
+
+func (f *firstFixture) lastEvent() idem.Event {
+	f.nowMu.Lock()
+	defer f.nowMu.Unlock()
+	return f.last
 }
 
 func newFirstFixture(t *testing.T) *firstFixture {
@@ -155,7 +162,11 @@ func (f *firstFixture) renew(t *testing.T) {
 		f.nowMu.Lock()
 		defer f.nowMu.Unlock()
 		return f.now
-	}})
+	}, Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) {
+		f.nowMu.Lock()
+		f.last = e
+		f.nowMu.Unlock()
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +212,9 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	if err != nil || res.Outcome != idem.OutcomeProcessed {
 		t.Fatalf("first delivery: %v, %v", res.Outcome, err)
 	}
+	if e := f.lastEvent(); e.TxRuns != 1 || e.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("first delivery's event: %d runs, %v", e.TxRuns, e.Outcome)
+	}
 	trips := f.trips.take()
 	// SaveResult is a statement of its own after the handler's.
 	want := []string{"BEGIN+INSERT+INSERT", "UPDATE", "COMMIT"}
@@ -214,6 +228,9 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	}
 	if calls != 2 || len(stmtErrs) != 1 || !errors.Is(stmtErrs[0], postgres.ErrRerun) {
 		t.Fatalf("handler ran %d times, its statement failed with %v; want 2 runs, one ErrRerun", calls, stmtErrs)
+	}
+	if e := f.lastEvent(); e.TxRuns != 2 || e.Outcome != idem.OutcomeDuplicate || e.Err != nil {
+		t.Fatalf("redelivery's event: %d runs, %v, %v; want 2 runs, a duplicate", e.TxRuns, e.Outcome, e.Err)
 	}
 	trips = f.trips.take()
 	if len(trips) < 3 || trips[0] != "BEGIN+INSERT+INSERT" || trips[1] != "ROLLBACK" || !strings.HasPrefix(trips[2], "BEGIN+INSERT") {
