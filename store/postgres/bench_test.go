@@ -64,6 +64,18 @@ func runWorkers(b *testing.B, n int, op func(ctx context.Context, seq int64) err
 // seqBase keeps sequence numbers (and so keys) unique across calls.
 var seqBase atomic.Int64
 
+// newCharges creates the business table of the inbox benchmarks next to
+// s's table and returns its insert: INSERT .. ON CONFLICT DO NOTHING of one
+// order id ($1).
+func newCharges(b *testing.B, s *postgres.Store) string {
+	b.Helper()
+	ledger := s.Table()[:len(s.Table())-len(`"idem_records"`)] + `"charges"`
+	if _, err := testPool(b).Exec(context.Background(), `CREATE TABLE `+ledger+` (order_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	return `INSERT INTO ` + ledger + ` (order_id, amount) VALUES ($1, 5) ON CONFLICT DO NOTHING`
+}
+
 // BenchmarkRatios measures, in one run and interleaved round by round (in
 // alternating order) so that load on the machine hits all sides alike, at 8
 // workers:
@@ -84,12 +96,7 @@ var seqBase atomic.Int64
 func BenchmarkRatios(b *testing.B) {
 	s := newStore(b, postgres.Options{})
 	pool := testPool(b)
-	ctx := context.Background()
-	ledger := s.Table()[:len(s.Table())-len(`"idem_records"`)] + `"charges"`
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+ledger+` (order_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
-	insert := `INSERT INTO ` + ledger + ` (order_id, amount) VALUES ($1, 5) ON CONFLICT DO NOTHING`
+	insert := newCharges(b, s)
 	g, err := idem.New(s, idem.Options{Scope: "billing"})
 	if err != nil {
 		b.Fatal(err)
@@ -278,17 +285,11 @@ func BenchmarkSweepWhileClaiming(b *testing.B) {
 // round by round. Each round redelivers 1000 messages in each mode. Metrics
 // are duplicates per second and first/default.
 func BenchmarkRedeliveries(b *testing.B) {
-	pool := testPool(b)
-	ctx := context.Background()
 	stores := []*postgres.Store{newStore(b, postgres.Options{}), newStore(b, postgres.Options{MarkWithFirstStatement: true})}
 	const perRound = 1000
 	ops := make([]func(ctx context.Context, seq int64) error, len(stores))
 	for i, s := range stores {
-		ledger := s.Table()[:len(s.Table())-len(`"idem_records"`)] + `"charges"`
-		if _, err := pool.Exec(ctx, `CREATE TABLE `+ledger+` (order_id text PRIMARY KEY, amount int NOT NULL)`); err != nil {
-			b.Fatal(err)
-		}
-		insert := `INSERT INTO ` + ledger + ` (order_id, amount) VALUES ($1, 5) ON CONFLICT DO NOTHING`
+		insert := newCharges(b, s)
 		g, err := idem.New(s, idem.Options{Scope: "billing"})
 		if err != nil {
 			b.Fatal(err)
