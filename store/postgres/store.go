@@ -103,6 +103,16 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return s.claimOne(ctx, s.pool, s.sql.claim, req, false)
 }
 
+// recordArgs are $1 .. $8 of the one-key statements (markNew, claim, mark)
+// for n, a normalized request: the key, the fingerprint and the times. The
+// claim and mark statements take one more ($9), which the capacity leaves
+// room for.
+func recordArgs(n idem.ClaimRequest) []any {
+	k := n.Key
+	return append(make([]any, 0, 9), k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
+		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt))
+}
+
 // retryable reports whether a statement that ran on its own (not inside a
 // caller's transaction) can simply run again: a serialization failure (the
 // server's default isolation is REPEATABLE READ or stricter and the key was
@@ -125,14 +135,14 @@ func (s *Store) claimOne(ctx context.Context, q querier, query string, req idem.
 	}
 	req = normalize(req)
 	k := req.Key
+	args := append(recordArgs(req), req.TakeOverStale && !mark)
 	for range maxAttempts {
 		var (
 			acquired bool
 			rr       rowRecord
 		)
 		dest := append([]any{&acquired}, rr.dest()...)
-		err := q.QueryRow(ctx, query, k.Scope, k.StoredID(), displayArg(k), req.Fingerprint,
-			req.Now, req.LeaseUntil, req.ExpiresAt, sweepAt(req.ExpiresAt), req.TakeOverStale && !mark).Scan(dest...)
+		err := q.QueryRow(ctx, query, args...).Scan(dest...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// The row that blocked the insert was committed after this

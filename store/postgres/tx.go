@@ -60,9 +60,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		return idem.Claim{}, err
 	}
 	n := normalize(req)
-	k := n.Key
-	tag, err := tx.Exec(ctx, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
-		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt))
+	tag, err := tx.Exec(ctx, s.sql.markNew, recordArgs(n)...)
 	switch {
 	case err != nil:
 		return idem.Claim{}, wrapErr("mark", err)
@@ -115,9 +113,7 @@ func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest)
 		return idem.Claim{}, false, err
 	}
 	n := normalize(req)
-	k := n.Key
-	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
-		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt)) {
+	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, recordArgs(n)...) {
 		return idem.Claim{}, false, nil
 	}
 	c, _ := idem.ApplyMark(nil, n)
