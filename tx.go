@@ -173,12 +173,9 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 // statement; MarkTx's caller needs the answer at once.
 func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event, mayDefer bool) (Result, error) {
 	res := Result{Key: key}
-	now := g.opts.Clock()
 	cs := time.Now()
-	req := ClaimRequest{
-		Key: key, Fingerprint: fp, Now: now,
-		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.Retention),
-	}
+	req := g.claimRequest(key, fp)
+	req.TakeOverStale = false // a marker never takes over a stale two-phase record (TxStore.Mark)
 	var (
 		c        Claim
 		deferred bool
