@@ -42,6 +42,12 @@ var (
 	// message carries a version older than or equal to the stored one. The
 	// guard reports OutcomeSuperseded and a nil error: ack and skip.
 	ErrSuperseded = errors.New("idem: superseded by a newer version")
+	// ErrInvalidData means the store cannot take a value of the request (a
+	// field its column rejects, a request without its times). It is
+	// permanent: the same message would fail the same way forever, so it
+	// is dead-lettered (reason invalid_data), never retried. See
+	// InvalidDataError.
+	ErrInvalidData = errors.New("idem: the store cannot take this data")
 	// ErrInvalidOptions means Options failed validation in New.
 	ErrInvalidOptions = errors.New("idem: invalid options")
 )
@@ -121,11 +127,30 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err was wrapped with Permanent (or is a
-// conflict, missing key or invalid key, which retrying cannot fix either).
+// conflict, missing key, invalid key or data the store cannot take, which
+// retrying cannot fix either).
 func IsPermanent(err error) bool {
 	return errors.Is(err, ErrPermanent) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey)
+		errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidData)
 }
+
+// InvalidDataError is a store's refusal of the data it was given (PostgreSQL
+// SQLSTATE class 22, MySQL's invalid-string and too-long errors, a Redis
+// script rejecting its input, a request without its times). It unwraps to
+// ErrInvalidData and to the store's own error. Stores classify their data
+// errors with it; everything else a store returns stays retryable.
+type InvalidDataError struct {
+	Op  string // claim, complete, release, renew, mark, ...
+	Err error  // the store's error
+}
+
+// Error names the operation and the store's error.
+func (e *InvalidDataError) Error() string {
+	return "idem: store " + e.Op + ": the store cannot take this data: " + e.Err.Error()
+}
+
+// Unwrap returns ErrInvalidData and the store's error.
+func (e *InvalidDataError) Unwrap() []error { return []error{ErrInvalidData, e.Err} }
 
 // StoreError wraps an error returned by the store (server down, timeout,
 // failover). It is retryable: the message must not be acked.

@@ -362,7 +362,7 @@ func failedOutcome(err error) Outcome {
 // own sentinels (or a context error the caller caused).
 func storeErr(op string, err error) error {
 	var se *StoreError
-	if errors.As(err, &se) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) {
+	if errors.As(err, &se) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidData) {
 		return err
 	}
 	return &StoreError{Op: op, Err: err}

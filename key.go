@@ -34,14 +34,21 @@ func (k Key) String() string {
 }
 
 // StoredID is the id as stores index it: the id itself up to MaxIDLen bytes,
-// else "sha256:" followed by the hex digest of the id.
+// else "sha256:" followed by the hex digest of the id. An id that itself
+// begins with "sha256:" is hashed too, whatever its length, so the two
+// spaces are disjoint: a short id spelled like the digest of a long one
+// names its own record, never the long one's.
 func (k Key) StoredID() string {
-	if len(k.ID) <= MaxIDLen {
+	if len(k.ID) <= MaxIDLen && !strings.HasPrefix(k.ID, hashedPrefix) {
 		return k.ID
 	}
 	sum := sha256.Sum256([]byte(k.ID))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return hashedPrefix + hex.EncodeToString(sum[:])
 }
+
+// hashedPrefix starts every stored id that is a digest.
+const hashedPrefix = "sha256:"
+
 
 // DisplayID is the original id, kept beside the stored one so operators see
 // what the producer sent. Stores keep at most MaxDisplayLen bytes of it.

@@ -45,8 +45,13 @@ func (r Record) Key() Key {
 	return Key{Scope: r.Scope, ID: id}
 }
 
-// Expired reports whether the record's retention has ended at now.
+// Expired reports whether the record's retention has ended at now. An
+// in-progress record whose lease is live never counts as expired, whatever
+// its ExpiresAt (stores also carry ExpiresAt with every renewal).
 func (r Record) Expired(now time.Time) bool {
+	if r.State == StateInProgress && now.Before(r.LeaseUntil) {
+		return false
+	}
 	return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 }
 

@@ -66,8 +66,13 @@ type ClaimRequest struct {
 	Fingerprint   string
 	Now           time.Time
 	LeaseUntil    time.Time // end of the in-progress lease (seconds away)
-	ExpiresAt     time.Time // end of retention (days away)
+	ExpiresAt     time.Time // end of retention (days away); never zero
 	TakeOverStale bool      // retake in-progress records whose lease ended
+
+	// NewToken is the fencing token of a record this claim creates (the
+	// key's first claim, or the first after its record was deleted).
+	// Zero: Prepare draws one with NewToken.
+	NewToken int64
 }
 
 // ClaimOutcome says what a claim found.

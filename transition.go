@@ -6,9 +6,12 @@ package idem
 // new record). Stores that can lock a record (a mutex, SELECT .. FOR UPDATE, a
 // WATCH transaction) use it so the rules live in one place; stores that
 // claim in one statement or script encode the same rules and run the
-// conformance suite to prove it.
+// conformance suite to prove it. req is expected to be Prepare'd.
 func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 	now := req.Now
+	if req.ExpiresAt.Before(req.LeaseUntil) {
+		req.ExpiresAt = req.LeaseUntil
+	}
 	acquire := func(r Record) Claim {
 		r.State = StateInProgress
 		r.LeaseUntil = req.LeaseUntil
@@ -17,21 +20,29 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 		return Claim{Outcome: ClaimAcquired, Record: r}
 	}
 	if cur == nil || cur.Expired(now) {
-		var token int64
+		// A new lifetime: a record that survived keeps counting its
+		// tokens; a key without one starts at a fresh random token.
+		token := req.NewToken
 		if cur != nil {
-			token = cur.Token
+			token = cur.Token + 1
+		} else if token == 0 {
+			token = NewToken()
 		}
 		return acquire(Record{
 			Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
-			Fingerprint: req.Fingerprint, Token: token + 1, Attempts: 1, CreatedAt: now,
+			Fingerprint: req.Fingerprint, Token: token, Attempts: 1, CreatedAt: now,
 		}), true
 	}
 	r := *cur
 	switch {
 	case r.State == StateReleased:
+		// Released means "may be retried", not "content forgotten": the
+		// first claim's fingerprint stays until the record expires.
 		r.Token++
 		r.Attempts++
-		r.Fingerprint = req.Fingerprint
+		if r.Fingerprint == "" {
+			r.Fingerprint = req.Fingerprint
+		}
 		r.Result = nil
 		return acquire(r), true
 	case r.State == StateCompleted:

@@ -1,0 +1,107 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Headers every broker integration puts on a dead letter, beside its own
+// (the original subject, topic, sequence or offset). Together they let an
+// operator decide from the headers alone: why it was dead-lettered, and, for
+// a conflict, which content holds the key (the stored record's fingerprint,
+// state and first-claim time) against the content of this message.
+const (
+	HeaderReason            = "Idem-Reason"             // DeadLetterReason: conflict, no_key, invalid_key, parked, invalid_data, permanent, ...
+	HeaderError             = "Idem-Error"              // the error text, one line, at most 1 KiB
+	HeaderDeadLetterKey     = "Idem-Key"                // scope/id of the message, when it had one
+	HeaderFingerprint       = "Idem-Fingerprint"        // the message's fingerprint
+	HeaderStoredFingerprint = "Idem-Stored-Fingerprint" // the fingerprint the key is recorded with
+	HeaderStoredState       = "Idem-Stored-State"       // the stored record's state
+	HeaderStoredToken       = "Idem-Stored-Token"       // the stored record's fencing token
+	HeaderStoredCreatedAt   = "Idem-Stored-Created-At"  // when the key was first claimed (RFC 3339, UTC)
+	HeaderStoredAttempts    = "Idem-Stored-Attempts"    // how many times the key was claimed
+)
+
+// DeadLetterHeaders returns the idem headers of a dead letter for the call
+// that returned (res, err): the reason and error always; the key, and for a
+// conflict or a parked record the stored record beside the message's
+// fingerprint. Broker integrations add their own transport headers.
+func DeadLetterHeaders(res Result, err error) map[string]string {
+	h := map[string]string{HeaderReason: DeadLetterReason(err)}
+	if err != nil {
+		h[HeaderError] = oneLine(err.Error(), 1024)
+	}
+	if res.Key.ID != "" {
+		h[HeaderDeadLetterKey] = res.Key.String()
+	}
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		h[HeaderFingerprint] = ce.Fingerprint
+		res.Record = ce.Record
+	}
+	if r := res.Record; r.State != "" {
+		h[HeaderStoredFingerprint] = r.Fingerprint
+		h[HeaderStoredState] = string(r.State)
+		h[HeaderStoredToken] = strconv.FormatInt(r.Token, 10)
+		h[HeaderStoredAttempts] = strconv.Itoa(r.Attempts)
+		if !r.CreatedAt.IsZero() {
+			h[HeaderStoredCreatedAt] = r.CreatedAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return h
+}
+
+func oneLine(s string, max int) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > max {
+		s = s[:max]
+	}
+	return s
+}
+
+// RetryAfter is how long a broker integration waits before the next delivery
+// of a message whose call returned (res, err) and Decide said ActionRetry.
+// A key in progress elsewhere waits for the holder's lease to end
+// (res.Record.LeaseUntil as of now), plus up to a tenth more (at most a
+// second) of jitter so that duplicates do not return together: the
+// redelivery then finds the record completed (a duplicate, acked), renewed
+// (in progress again, wait again) or stale (retaken). Everything else waits
+// fallback, the integration's back-off for the attempt.
+//
+// Where the broker counts redeliveries toward a limit (JetStream
+// MaxDeliver, Service Bus MaxDeliveryCount), the integration should hold the
+// message for this long rather than nak it, so that a live duplicate spends
+// no deliveries.
+func RetryAfter(res Result, err error, now time.Time, fallback time.Duration) time.Duration {
+	if !errors.Is(err, ErrInProgress) || res.Record.LeaseUntil.IsZero() {
+		return fallback
+	}
+	d := res.Record.LeaseUntil.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	jitter := min(d/10, time.Second)
+	return d + 10*time.Millisecond + rand.N(jitter+1)
+}
+
+// DedupID is the id a producer gives a broker's own duplicate detection
+// (JetStream's Nats-Msg-Id, Service Bus MessageId with duplicate detection,
+// Kafka's idempotent producer needs none): the message id with a digest of
+// its content. Retries of the same content share it and collapse at the
+// broker; an id reused with other content gets another one, so the broker
+// delivers it and the consumer's record dead-letters it as a conflict
+// instead of the broker dropping it unseen. fingerprint is the message's
+// fingerprint (PayloadFingerprint or the guard's FingerprintFunc); with
+// none, the id alone.
+func DedupID(id, fingerprint string) string {
+	if fingerprint == "" {
+		return id
+	}
+	sum := sha256.Sum256([]byte(fingerprint))
+	return id + "~" + hex.EncodeToString(sum[:8])
+}
