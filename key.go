@@ -49,7 +49,6 @@ func (k Key) StoredID() string {
 // hashedPrefix starts every stored id that is a digest.
 const hashedPrefix = "sha256:"
 
-
 // DisplayID is the original id, kept beside the stored one so operators see
 // what the producer sent. Stores keep at most MaxDisplayLen bytes of it.
 func (k Key) DisplayID() string {
