@@ -48,6 +48,10 @@ var (
 	// is dead-lettered (reason invalid_data), never retried. See
 	// InvalidDataError.
 	ErrInvalidData = errors.New("idem: the store cannot take this data")
+	// ErrNoRecords means a two-phase call (Do, DoKey, ClaimBatch) reached a
+	// guard made by NewInbox, whose store keeps no records (entity mode):
+	// nothing ran. Use DoTx with an entity insert.
+	ErrNoRecords = errors.New("idem: the guard's store keeps no records")
 	// ErrInvalidOptions means Options failed validation in New.
 	ErrInvalidOptions = errors.New("idem: invalid options")
 )

@@ -18,6 +18,7 @@ type Handler func(ctx context.Context) ([]byte, error)
 // It is safe for concurrent use.
 type Guard struct {
 	store Store
+	inbox any // the TxStore of a NewInbox guard (store is then noRecords)
 	opts  Options
 }
 
@@ -43,7 +44,10 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	if key != nil {
 		opts.Key = key
 	}
-	return New(g.store, opts)
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{store: g.store, inbox: g.inbox, opts: opts}, nil
 }
 
 // Store returns the guard's store.
@@ -119,6 +123,11 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 	if err := key.Validate(); err != nil {
 		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
+	}
+	if nr, ok := g.store.(noRecords); ok {
+		err := nr.err()
+		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeStoreError, Err: err, Total: time.Since(start)})
+		return Result{Key: key, Outcome: OutcomeStoreError}, err
 	}
 	c, err := g.store.Claim(ctx, g.claimRequest(key, fingerprint))
 	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)

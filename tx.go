@@ -217,7 +217,15 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 // txStore returns the guard's store as a transactional inbox over Tx, or an
 // error wrapping ErrNoTx that names both types.
 func txStore[Tx any](g *Guard) (TxStore[Tx], error) {
-	ts, ok := g.store.(TxStore[Tx])
+	var (
+		ts TxStore[Tx]
+		ok bool
+	)
+	if g.inbox != nil {
+		ts, ok = g.inbox.(TxStore[Tx])
+	} else {
+		ts, ok = g.store.(TxStore[Tx])
+	}
 	if !ok {
 		var zero Tx
 		return nil, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
