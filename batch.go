@@ -69,6 +69,12 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 		return tickets, nil
 	}
 	claims, err := ClaimBatch(ctx, g.store, reqs)
+	if errors.Is(err, ErrInvalidData) {
+		// One request the store cannot take must not fail its neighbours:
+		// unclaimed tickets claim one by one in Do, where only that one
+		// meets the (permanent) error.
+		return tickets, nil
+	}
 	if err != nil {
 		return nil, storeErr("claim batch", err)
 	}

@@ -72,6 +72,7 @@ func (g *Guard) Key(m Message) (Key, error) {
 // Fingerprint computes the fingerprint of m.
 func (g *Guard) Fingerprint(m Message) (string, error) {
 	fp, err := g.opts.Fingerprint(m)
+	fp = StoredFingerprint(fp) // raw digest bytes and the like, as stores keep them
 	if err != nil && !errors.Is(err, ErrInvalidKey) {
 		err = &KeyError{Reason: "fingerprint: " + err.Error(), Err: ErrInvalidKey}
 	}
@@ -120,6 +121,7 @@ func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.T
 // middleware, job runners). key.Scope is used as given.
 func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (Result, error) {
 	start := time.Now()
+	fingerprint = StoredFingerprint(fingerprint)
 	if err := key.Validate(); err != nil {
 		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
@@ -162,24 +164,28 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	}()
 	res.Key = key
 	if claimErr != nil {
-		res.Outcome = OutcomeStoreError
-		if errors.Is(claimErr, ErrLeaseLost) {
+		switch {
+		case errors.Is(claimErr, ErrLeaseLost):
 			res.Outcome = OutcomeLeaseLost
+		case errors.Is(claimErr, ErrInvalidData):
+			res.Outcome = OutcomePermanent
+		default:
+			res.Outcome = OutcomeStoreError
 		}
 		return res, storeErr("claim", claimErr)
 	}
 	res.Record, res.Retaken = c.Record, c.Retaken
 	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
-	if c.Outcome != ClaimAcquired || c.Retaken {
-		// A retaken record keeps its original fingerprint, so a stale
-		// owner's content is compared with this message's too.
-		if conflicting(fingerprint, c.Record.Fingerprint) {
-			if c.Outcome == ClaimAcquired {
-				g.release(ctx, key, c.Record.Token)
-			}
-			res.Outcome = OutcomeConflict
-			return res, &ConflictError{Key: key, Fingerprint: fingerprint, Record: c.Record}
+	// A record keeps the fingerprint of its first claim through releases
+	// and retakes, so every claim compares it with this message's: an
+	// acquired claim too (released or retaken records), which is given
+	// back at once.
+	if conflicting(fingerprint, c.Record.Fingerprint) {
+		if c.Outcome == ClaimAcquired {
+			g.release(ctx, key, c.Record.Token)
 		}
+		res.Outcome = OutcomeConflict
+		return res, &ConflictError{Key: key, Fingerprint: fingerprint, Record: c.Record}
 	}
 	switch c.Outcome {
 	case ClaimDuplicate:
@@ -263,9 +269,23 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			break
 		}
 	}
+	if err != nil && errors.Is(err, ErrLeaseLost) {
+		// A Complete that committed but whose reply was lost makes the
+		// retry find the record completed under this claim's own token:
+		// that is this claim's completion, not another owner's.
+		gctx, gcancel := g.storeCtx(ctx)
+		r, gerr := g.store.Get(gctx, res.Key)
+		gcancel()
+		if gerr == nil && r.State == StateCompleted && r.Token == token {
+			err = nil
+		}
+	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		res.Outcome = OutcomeLeaseLost
+		return res, err
+	case errors.Is(err, ErrInvalidData):
+		res.Outcome = OutcomePermanent
 		return res, err
 	case err != nil:
 		res.Outcome = OutcomeStoreError
@@ -292,10 +312,16 @@ func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) 
 		timer    *time.Timer
 	)
 	interval := g.opts.Lease / 3
+	// Renewals end with the handler: a renewal stuck on a row lock or a
+	// half-open connection is cancelled when h returns, and none waits
+	// longer than StoreTimeout, so Do never waits on one.
+	rctx, rcancel := context.WithCancel(hctx)
 	renew := func() {
 		defer inflight.Done()
 		now := g.opts.Clock()
-		rerr := g.store.Renew(hctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+		sctx, scancel := context.WithTimeout(rctx, g.opts.StoreTimeout)
+		rerr := g.store.Renew(sctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+		scancel()
 		if errors.Is(rerr, ErrLeaseLost) {
 			cancel(ErrLeaseLost)
 			return
@@ -325,6 +351,7 @@ func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) 
 		stopped = true
 		timer.Stop()
 		mu.Unlock()
+		rcancel()
 		inflight.Wait()
 		if p := recover(); p != nil {
 			g.release(ctx, key, token)

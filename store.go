@@ -8,22 +8,58 @@ import (
 // Store is the durable dedup store. Every method is one atomic step at the
 // store: no interleaving of two callers may break the rules below. The
 // conformance suite in store/storetest is the executable definition; every
-// implementation runs it.
+// implementation runs it (storetest.Run).
 //
-// Time comes from the caller (the Guard's clock), never from the store's own
-// clock, so a fleet agrees on lease ends and tests need no sleeps.
+// The rules every store holds, whatever deletes its records:
 //
-// Errors: the sentinels ErrLeaseLost and ErrNotFound where stated; anything
-// else is a store failure, which callers treat as retryable.
+//   - Lifetime. An in-progress record never expires, and is never swept,
+//     while its lease is live: acquiring writes ExpiresAt no earlier than
+//     LeaseUntil (ClaimRequest.Prepare raises it), and Renew carries
+//     ExpiresAt with the lease it extends. A handler that outlives the
+//     retention, its lease renewed, keeps its key.
+//   - Tokens. A token names one claim for the whole life of the key, across
+//     deletions (sweep, expiry, a cache restart without persistence): a
+//     record created where none exists starts at ClaimRequest.NewToken, a
+//     random number in [2^32, 2^52) (NewToken), and each reclaim of a
+//     surviving record adds 1. A zombie's token therefore never matches a
+//     later owner's. Fencing checks equality; the increase within a
+//     lifetime is for humans.
+//   - Content. The fingerprint of a record's first claim sticks to the key
+//     until the record expires: releases and retakes keep it (a release
+//     means "may be retried", never "content forgotten"). A record stored
+//     without one takes the next claim's.
+//   - One clock: the caller's. Every time a store compares or writes comes
+//     from the request (Now, LeaseUntil, ExpiresAt, read from the guard's
+//     Options.Clock); a store never decides a record's fate by its own
+//     clock, and a native expiry (a Redis TTL) is set as the duration from
+//     the request's Now, so a caller whose clock is hours off the server's
+//     loses nothing. The callers of one scope must agree on the time: two
+//     instances whose clocks differ by S see a lease end up to S apart, so
+//     keep the fleet's skew (NTP: milliseconds) well below the lease's
+//     renewal margin (Lease/3 by default; with the default 30 s lease, a
+//     skew up to a few seconds is safe).
+//   - Data errors are permanent. A request the store cannot take (a request
+//     without its times, a value its column rejects) is an
+//     *InvalidDataError (errors.Is(err, ErrInvalidData)), which Decide
+//     dead-letters; stores accept any fingerprint bytes (StoredFingerprint)
+//     and any valid key. Store failures (down, timeout, deadlock) are
+//     returned as they are and stay retryable.
+//
+// Errors: the sentinels ErrLeaseLost and ErrNotFound where stated,
+// *InvalidDataError for data the store cannot take; anything else is a store
+// failure, which callers treat as retryable.
 type Store interface {
-	// Claim takes the key or reports why not, in one atomic step. With the
-	// record r stored for req.Key (if any) and now = req.Now:
+	// Claim takes the key or reports why not, in one atomic step. Stores
+	// call req.Prepare first (and return its error). With the record r
+	// stored for req.Key (if any) and now = req.Now:
 	//
-	//   - no record, or r expired (r.ExpiresAt <= now): a fresh record
-	//     {in_progress, Token r.Token+1 (1 when absent), Attempts 1,
-	//     Fingerprint req.Fingerprint, no result}: ClaimAcquired.
-	//   - r released: {in_progress, Token+1, Attempts+1, Fingerprint
-	//     req.Fingerprint, no result}: ClaimAcquired.
+	//   - no record, or r expired (r.Expired(now): r.ExpiresAt <= now and
+	//     not an in-progress record with a live lease): a fresh record
+	//     {in_progress, Token r.Token+1 (req.NewToken when absent),
+	//     Attempts 1, Fingerprint req.Fingerprint, no result}: ClaimAcquired.
+	//   - r released: {in_progress, Token+1, Attempts+1, the stored
+	//     Fingerprint kept (req.Fingerprint when it was empty), no result}:
+	//     ClaimAcquired. The caller compares fingerprints after every claim.
 	//   - r completed: unchanged, ClaimDuplicate.
 	//   - r in progress and now < r.LeaseUntil: unchanged, ClaimInProgress.
 	//   - r in progress and its lease ended: with req.TakeOverStale,
@@ -37,7 +73,7 @@ type Store interface {
 
 	// Complete marks an in-progress record completed with its result and new
 	// retention, only if req.Token is the current token and the state is
-	// in_progress; otherwise ErrLeaseLost. Completing after the lease ended is
+	// in_progress; otherwise ErrLeaseLost. Stores call req.Prepare first. Completing after the lease ended is
 	// allowed while nobody has taken the key over: the token still matches.
 	Complete(ctx context.Context, req CompleteRequest) error
 
@@ -47,15 +83,17 @@ type Store interface {
 	Release(ctx context.Context, req ReleaseRequest) error
 
 	// Renew extends the lease of an in-progress claim held with the current
-	// token; otherwise ErrLeaseLost.
+	// token to req.LeaseUntil, and its ExpiresAt to at least that;
+	// otherwise ErrLeaseLost. Stores call req.Prepare first.
 	Renew(ctx context.Context, req RenewRequest) error
 
 	// Get returns the record for key (expired or not), or ErrNotFound.
 	Get(ctx context.Context, key Key) (Record, error)
 
-	// Sweep deletes at most req.Limit records whose ExpiresAt <= req.Now and
-	// returns how many it deleted. It must not block claims for long: one
-	// small batch per call. Stores shared by several instances make sure one
+	// Sweep deletes at most req.Limit records that are expired at req.Now
+	// (Record.Expired: never an in-progress record whose lease is live) and
+	// returns how many it deleted; a Limit of zero or less deletes none.
+	// It must not block claims for long: one small batch per call. Stores shared by several instances make sure one
 	// instance sweeps at a time (an advisory lock), returning 0 elsewhere.
 	Sweep(ctx context.Context, req SweepRequest) (int, error)
 }

@@ -69,6 +69,7 @@ func DoTxKey[Tx any](ctx context.Context, g *Guard, key Key, fingerprint string,
 func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp string, fn TxHandler[Tx]) (res Result, err error) {
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
+	fp = StoredFingerprint(fp)
 	defer func() {
 		ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
 		g.observe(ctx, ev)
@@ -194,7 +195,9 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 	}
 	res.Record = c.Record
 	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
-	if c.Outcome != ClaimAcquired && conflicting(fp, c.Record.Fingerprint) {
+	// Every outcome is compared: a marker over a released record keeps the
+	// record's first fingerprint (the transaction then rolls back).
+	if conflicting(fp, c.Record.Fingerprint) {
 		res.Outcome = OutcomeConflict
 		return res, &ConflictError{Key: key, Fingerprint: fp, Record: c.Record}
 	}

@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"GuardOversizedResult", testGuardOversized},
 		{"GuardConflict", testGuardConflict},
 	}
+	tests = append(tests, edgeTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))
@@ -352,9 +353,10 @@ func testRelease(t *testing.T, s idem.Store) {
 	if got := mustGet(t, s, k); got.State != idem.StateReleased || got.Token != first.Record.Token {
 		t.Fatalf("after release: %+v", got)
 	}
-	// Released keys are claimable at once (the lease does not hold them).
+	// Released keys are claimable at once (the lease does not hold them),
+	// and keep the content they were first claimed with.
 	second := mustClaim(t, s, claimReq(k, "fp2", T0.Add(2*time.Second)), idem.ClaimAcquired)
-	if second.Record.Token <= first.Record.Token || second.Record.Attempts != 2 || second.Retaken || second.Record.Fingerprint != "fp2" {
+	if second.Record.Token <= first.Record.Token || second.Record.Attempts != 2 || second.Retaken || second.Record.Fingerprint != "fp1" {
 		t.Fatalf("reclaim after release = %+v", second)
 	}
 	if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: first.Record.Token, Now: T0.Add(3 * time.Second), ExpiresAt: T0.Add(retention)}); !errors.Is(err, idem.ErrLeaseLost) {
@@ -483,7 +485,7 @@ func testOddIDs(t *testing.T, s idem.Store) {
 	for _, id := range ids {
 		k := key(id)
 		c := mustClaim(t, s, claimReq(k, "fp", T0), idem.ClaimAcquired)
-		if got := mustGet(t, s, k); got.ID != id || got.DisplayID != id {
+		if got := mustGet(t, s, k); got.ID != k.StoredID() || got.Key().ID != id {
 			t.Fatalf("id %q stored as %q / %q", id, got.ID, got.DisplayID)
 		}
 		mustComplete(t, s, k, c.Record.Token, []byte(id), T0)
