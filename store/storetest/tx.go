@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -32,6 +33,10 @@ func RunTx[Tx any](t *testing.T, newStore func(t *testing.T) TxStore[Tx]) {
 		{"MarkSeesTwoPhaseInProgress", testMarkInProgress[Tx]},
 		{"MarkRetakesExpired", testMarkExpired[Tx]},
 		{"DoTxOnce", testDoTx[Tx]},
+		{"MarkInvalidDataZeroTimes", testMarkZeroTimes[Tx]},
+		{"MarkTokenUniqueAcrossDeletion", testMarkTokenAcrossDeletion[Tx]},
+		{"MarkFingerprintSticksAfterRelease", testMarkFingerprintSticksAfterRelease[Tx]},
+		{"DoTxRawFingerprint", testDoTxRawFingerprint[Tx]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -194,5 +199,96 @@ func testDoTx[Tx any](t *testing.T, s TxStore[Tx]) {
 	wg.Wait()
 	if commits != 1 || got[idem.OutcomeDuplicate] != 15 {
 		t.Fatalf("DoTx outcomes %v, want 1 processed and 15 duplicates", got)
+	}
+}
+
+// testMarkZeroTimes: a marker request without its times is invalid data,
+// and the transaction commits nothing.
+func testMarkZeroTimes[Tx any](t *testing.T, s TxStore[Tx]) {
+	k := key("tx-zero")
+	req := claimReq(k, "fp", T0)
+	req.ExpiresAt = time.Time{}
+	if _, err := mark(t, s, req, nil, nil); !errors.Is(err, idem.ErrInvalidData) || !idem.IsPermanent(err) {
+		t.Fatalf("Mark with zero ExpiresAt: %v; want ErrInvalidData", err)
+	}
+	if _, err := s.Get(context.Background(), k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("after the rejected marker: %v", err)
+	}
+}
+
+// testMarkTokenAcrossDeletion: a marker swept and written again gets a
+// token no earlier lifetime had.
+func testMarkTokenAcrossDeletion[Tx any](t *testing.T, s TxStore[Tx]) {
+	k := key("tx-reborn")
+	seen := map[int64]bool{}
+	at := T0
+	for life := range 6 {
+		c, err := mark(t, s, claimReq(k, "fp", at), nil, nil)
+		if err != nil || c.Outcome != idem.ClaimAcquired {
+			t.Fatalf("lifetime %d: Mark = %v, %v", life, c.Outcome, err)
+		}
+		if got := mustGet(t, s, k); seen[got.Token] {
+			t.Fatalf("lifetime %d reuses token %d", life, got.Token)
+		} else {
+			seen[got.Token] = true
+		}
+		at = at.Add(retention + time.Second)
+		if n, err := s.Sweep(context.Background(), idem.SweepRequest{Now: at, Limit: 10}); err != nil || n != 1 {
+			t.Fatalf("lifetime %d: Sweep = %d, %v", life, n, err)
+		}
+	}
+}
+
+// testMarkFingerprintSticksAfterRelease: a two-phase claim released after a
+// failure keeps its content; a marker for other content under the key is a
+// conflict, and its transaction commits nothing.
+func testMarkFingerprintSticksAfterRelease[Tx any](t *testing.T, s TxStore[Tx]) {
+	ctx := context.Background()
+	g := newGuard(t, s, idem.Options{Clock: func() time.Time { return T0 }})
+	a := idem.Message{ID: "tx-sticky", Payload: []byte("A")}
+	_, err := g.Do(ctx, a, func(context.Context) ([]byte, error) { return nil, errors.New("transient") })
+	if err == nil {
+		t.Fatal("failing handler reported no error")
+	}
+	ran := false
+	b := idem.Message{ID: "tx-sticky", Payload: []byte("B")}
+	res, err := idem.DoTx(ctx, g, b, func(ctx context.Context, tx Tx) ([]byte, error) {
+		ran = true
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrConflict) || ran {
+		t.Fatalf("DoTx with other content over a released claim: %v, %v (handler ran: %v); want conflict", res.Outcome, err, ran)
+	}
+	if r := mustGet(t, s, res.Key); r.State != idem.StateReleased {
+		t.Fatalf("the conflicting marker committed: %+v", r)
+	}
+	res, err = idem.DoTx(ctx, g, a, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, nil })
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("A's redelivery: %v, %v", res.Outcome, err)
+	}
+}
+
+
+// testDoTxRawFingerprint: raw digest bytes as fingerprints work in the
+// inbox too.
+func testDoTxRawFingerprint[Tx any](t *testing.T, s TxStore[Tx]) {
+	raw := func(m idem.Message) (string, error) {
+		sum := sha256.Sum256(m.Payload)
+		return string(sum[:]), nil
+	}
+	g := newGuard(t, s, idem.Options{Fingerprint: raw})
+	run := func(p string) (idem.Result, error) {
+		return idem.DoTx(context.Background(), g, idem.Message{ID: "tx-raw", Payload: []byte(p)}, func(ctx context.Context, tx Tx) ([]byte, error) {
+			return nil, nil
+		})
+	}
+	if res, err := run("one"); err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("first: %v, %v", res.Outcome, err)
+	}
+	if res, err := run("one"); err != nil || res.Outcome != idem.OutcomeDuplicate {
+		t.Fatalf("same content: %v, %v", res.Outcome, err)
+	}
+	if _, err := run("two"); !errors.Is(err, idem.ErrConflict) {
+		t.Fatalf("other content: %v; want conflict", err)
 	}
 }
