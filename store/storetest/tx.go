@@ -268,7 +268,6 @@ func testMarkFingerprintSticksAfterRelease[Tx any](t *testing.T, s TxStore[Tx]) 
 	}
 }
 
-
 // testDoTxRawFingerprint: raw digest bytes as fingerprints work in the
 // inbox too.
 func testDoTxRawFingerprint[Tx any](t *testing.T, s TxStore[Tx]) {
