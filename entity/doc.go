@@ -33,14 +33,22 @@
 // Both helpers return the errors the guard understands, so they work inside
 // any handler: idem.Guard.Do and idem.DoTx report OutcomeDuplicate,
 // OutcomeConflict or OutcomeSuperseded and the broker integrations ack or
-// dead-letter accordingly. NewStore gives a guard with no inbox bookkeeping at
-// all (the entity is the only record): its claims always succeed and its
-// transactions are plain database transactions, so
+// dead-letter accordingly. NewStore gives idem.NewInbox a store with no inbox
+// bookkeeping at all (the entity is the only record): its marks always
+// acquire and its transactions are plain database transactions, so
 //
-//	g, _ := idem.New(entity.NewStore(db), idem.Options{Scope: "orders"})
+//	g, _ := idem.NewInbox(entity.NewStore(db, nil), idem.Options{Scope: "orders"})
 //	idem.DoTx(ctx, g, msg, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 //		return nil, orders.Insert(ctx, entity.SQL(tx), orderID, fp, cols, vals)
 //	})
+//
+// The store is an idem.TxStore, not an idem.Store: it keeps no record, so it
+// has no claim, lease or fencing, and a two-phase guard over it would run a
+// side effect outside the database on every delivery. idem.New does not
+// compile with it, and the guard's Do, DoKey and ClaimBatch return an error
+// wrapping idem.ErrNoRecords without running the handler. Put the work in
+// DoTx with an entity insert, or use a store with records (store/postgres,
+// store/sqlite, ...) for effects outside the database.
 //
 // # When natural idempotency is enough
 //

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
+	"github.com/idemgo/idem/entity/internal/inboxcheck"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -153,17 +155,20 @@ func TestEntityThroughGuard(t *testing.T) {
 			lines := table(t, db, "payment_lines", "payment_id "+d.text+", line INTEGER")
 			payments := &entity.Table{Dialect: d.dialect, Name: name, KeyColumn: "payment_id", FingerprintColumn: "fp", Scope: "payments"}
 			var counter idem.Counter
-			g, err := idem.New(entity.NewStore(db, nil), idem.Options{Scope: "payments", Observer: &counter})
+			g, err := idem.NewInbox(entity.NewStore(db, nil), idem.Options{Scope: "payments", Observer: &counter})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
+			var applied sync.Map // id -> *atomic.Int32: inserts that went through
 			handler := func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 				k, _ := idem.KeyFromContext(ctx)
 				fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(k.ID)})
 				if err := payments.Insert(ctx, entity.SQL(tx), k.ID, fp, []string{"amount"}, []any{5}); err != nil {
 					return nil, err
 				}
+				n, _ := applied.LoadOrStore(k.ID, new(atomic.Int32))
+				n.(*atomic.Int32).Add(1)
 				// A second row for the same message commits with the first.
 				q := "INSERT INTO " + lines + " (payment_id, line) VALUES (?, 1)"
 				if d.dialect == entity.Postgres {
@@ -173,10 +178,12 @@ func TestEntityThroughGuard(t *testing.T) {
 				return nil, err
 			}
 			var wg sync.WaitGroup
+			start := make(chan struct{})
 			for i := range 40 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					<-start
 					id := fmt.Sprintf("p-%d", i%10) // each payment delivered four times
 					res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, handler)
 					if err != nil || idem.Decide(res, err) != idem.ActionAck {
@@ -184,9 +191,17 @@ func TestEntityThroughGuard(t *testing.T) {
 					}
 				}()
 			}
+			close(start)
 			wg.Wait()
 			if n, l := count(t, db, name), count(t, db, lines); n != 10 || l != 10 {
 				t.Fatalf("payments %d, lines %d; want 10 and 10", n, l)
+			}
+			for i := range 10 {
+				id := fmt.Sprintf("p-%d", i)
+				n, ok := applied.Load(id)
+				if !ok || n.(*atomic.Int32).Load() != 1 {
+					t.Fatalf("%s applied %v times, want once", id, n)
+				}
 			}
 			if p, dup := counter.Count(idem.OutcomeProcessed), counter.Count(idem.OutcomeDuplicate); p != 10 || dup != 30 {
 				t.Fatalf("processed %d duplicates %d", p, dup)
@@ -196,6 +211,25 @@ func TestEntityThroughGuard(t *testing.T) {
 			})
 			if res.Outcome != idem.OutcomeConflict || idem.Decide(res, err) != idem.ActionDeadLetter {
 				t.Fatalf("conflict through the guard = %v, %v", res.Outcome, err)
+			}
+
+			// MarkTx works in the caller's own transaction.
+			err = inTx(ctx, db, func(tx *sql.Tx) error {
+				res, err := idem.MarkTx(ctx, g, tx, idem.Message{ID: "p-new"})
+				if err != nil || res.Outcome != idem.OutcomeProcessed {
+					return fmt.Errorf("MarkTx = %v, %w", res.Outcome, err)
+				}
+				return payments.Insert(ctx, entity.SQL(tx), "p-new", "fp", []string{"amount"}, []any{1})
+			})
+			if err != nil || count(t, db, name) != 11 {
+				t.Fatalf("MarkTx and insert: %v", err)
+			}
+
+			// Two-phase work on this guard would deduplicate nothing: Do,
+			// DoKey and ClaimBatch refuse it and never run the handler.
+			inboxcheck.Refuses(t, g, idem.Message{ID: "p-1", Payload: []byte("p-1")})
+			if n := count(t, db, name); n != 11 {
+				t.Fatalf("payments %d after the refused calls, want 11", n)
 			}
 		})
 	}

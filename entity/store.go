@@ -9,64 +9,64 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// Store is an idem.Store with no bookkeeping, for entity mode and version
-// guards: the business rows are the only record. Claims always succeed (the
-// handler's unique insert or version check decides), complete and release
-// write nothing, and InTx runs a plain transaction on the database, so
-// idem.DoTx and the broker integrations' transactional handlers work
-// unchanged.
+// Store is an idem.TxStore[*sql.Tx] with no bookkeeping, for entity mode
+// and version guards: the business rows are the only record. Mark always
+// acquires (the handler's unique insert or version check decides),
+// SaveResult writes nothing, and InTx runs a plain transaction on the
+// database, so idem.DoTx and the broker integrations' transactional
+// handlers work unchanged on a guard from idem.NewInbox:
 //
-// Without a record there is no lease: concurrent deliveries of one message
-// both run the handler, and the unique constraint (or the version
+//	g, err := idem.NewInbox(entity.NewStore(db, nil), idem.Options{Scope: "orders"})
+//
+// Store is not an idem.Store: without a record there is no claim, lease or
+// fencing, so a two-phase guard over it would run every delivery's side
+// effect. idem.New does not compile with it, and the two-phase methods of a
+// NewInbox guard (Do, DoKey, ClaimBatch) return an error wrapping
+// idem.ErrNoRecords without running the handler.
+//
+// Without a record there is no lease either: concurrent deliveries of one
+// message both run the handler, and the unique constraint (or the version
 // condition) lets exactly one transaction apply it.
 type Store struct {
-	NoRecords
+	NoRecords[*sql.Tx]
 	db   *sql.DB
 	opts *sql.TxOptions
 }
 
-var (
-	_ idem.Store            = (*Store)(nil)
-	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
-)
+var _ idem.TxStore[*sql.Tx] = (*Store)(nil)
 
 // NewStore returns a bookkeeping-free store whose transactions run on db.
-// txOpts may be nil (the driver's default isolation).
+// txOpts may be nil (the driver's default isolation). Give it to
+// idem.NewInbox, not idem.New.
 func NewStore(db *sql.DB, txOpts *sql.TxOptions) *Store { return &Store{db: db, opts: txOpts} }
 
-// NoRecords is the bookkeeping-free part of an idem.Store: claims always
-// acquire, nothing is written, read or swept. Store and entitypgx.Store embed
-// it and add transactions.
-type NoRecords struct{}
+// NoRecords is the bookkeeping-free part of an idem.TxStore[Tx]: Mark
+// acquires and writes nothing, SaveResult records nothing. Store and
+// entitypgx.Store embed it and add InTx. It has no Claim, Complete,
+// Release, Renew, Get or Sweep, so nothing built on it is an idem.Store.
+type NoRecords[Tx any] struct{}
 
-// Claim always acquires.
-func (NoRecords) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+// Mark writes nothing and acquires: the handler's business insert, in the
+// same transaction, is the record and decides. The request is checked and
+// completed with idem.ClaimRequest.Prepare first, and its error (an
+// *idem.InvalidDataError for a request without its times) is returned as
+// it is. The reported record is the marker a record-keeping store would
+// write for an absent key (idem.ApplyMark): completed, with the prepared
+// request's NewToken, a fresh random token, never a fixed one.
+func (NoRecords[Tx]) Mark(ctx context.Context, _ Tx, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
-	return idem.Claim{Outcome: idem.ClaimAcquired, Record: idem.Record{
-		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(), State: idem.StateInProgress,
-		Fingerprint: req.Fingerprint, Token: 1, Attempts: 1, LeaseUntil: req.LeaseUntil, ExpiresAt: req.ExpiresAt,
-		CreatedAt: req.Now, UpdatedAt: req.Now,
-	}}, nil
+	req, err := req.Prepare()
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	c, _ := idem.ApplyMark(nil, req) // no stored record: a new marker
+	return c, nil
 }
 
-// Complete records nothing.
-func (NoRecords) Complete(context.Context, idem.CompleteRequest) error { return nil }
-
-// Release records nothing.
-func (NoRecords) Release(context.Context, idem.ReleaseRequest) error { return nil }
-
-// Renew records nothing.
-func (NoRecords) Renew(context.Context, idem.RenewRequest) error { return nil }
-
-// Get finds nothing: the business tables are the record.
-func (NoRecords) Get(context.Context, idem.Key) (idem.Record, error) {
-	return idem.Record{}, idem.ErrNotFound
-}
-
-// Sweep deletes nothing: business rows are not swept.
-func (NoRecords) Sweep(context.Context, idem.SweepRequest) (int, error) { return 0, nil }
+// SaveResult records nothing: read a result from the business row.
+func (NoRecords[Tx]) SaveResult(context.Context, Tx, idem.Key, []byte) error { return nil }
 
 // InTx runs fn in a transaction on the database.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -88,11 +88,3 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	return tx.Commit()
 }
-
-// Mark writes nothing and acquires.
-func (s *Store) Mark(ctx context.Context, _ *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	return s.NoRecords.Claim(ctx, req)
-}
-
-// SaveResult records nothing.
-func (s *Store) SaveResult(context.Context, *sql.Tx, idem.Key, []byte) error { return nil }

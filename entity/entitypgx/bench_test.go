@@ -92,7 +92,7 @@ func BenchmarkPostgresModes(b *testing.B) {
 		})
 	}
 	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp"}
-	eg, err := idem.New(entitypgx.NewStore(pool), idem.Options{Scope: "orders"})
+	eg, err := idem.NewInbox(entitypgx.NewStore(pool), idem.Options{Scope: "orders"})
 	if err != nil {
 		b.Fatal(err)
 	}

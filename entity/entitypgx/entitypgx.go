@@ -1,10 +1,10 @@
 // Package entitypgx runs package entity's helpers on pgx: an entity.Querier
-// over a pgx.Tx, and a bookkeeping-free idem store whose transactions are
-// pgx transactions, for entity mode through idem.DoTx and the broker
-// integrations.
+// over a pgx.Tx, and a bookkeeping-free idem.TxStore[pgx.Tx] whose
+// transactions are pgx transactions, for entity mode through idem.NewInbox,
+// idem.DoTx and the broker integrations.
 //
 //	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp"}
-//	g, _ := idem.New(entitypgx.NewStore(pool), idem.Options{Scope: "orders"})
+//	g, _ := idem.NewInbox(entitypgx.NewStore(pool), idem.Options{Scope: "orders"})
 //	idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 //		return nil, orders.Insert(ctx, entitypgx.Querier(tx), id, fp, cols, vals)
 //	})
@@ -51,19 +51,19 @@ func (q querier) QueryRow(ctx context.Context, query string, dest []any, args ..
 	return err
 }
 
-// Store is the pgx counterpart of entity.Store: no records, claims always
-// succeed, InTx runs a pgx transaction on the pool.
+// Store is the pgx counterpart of entity.Store: no records, Mark always
+// acquires (the business insert decides), InTx runs a pgx transaction on
+// the pool. Like entity.Store it is an idem.TxStore but not an idem.Store:
+// give it to idem.NewInbox; idem.New does not compile with it.
 type Store struct {
-	entity.NoRecords
+	entity.NoRecords[pgx.Tx]
 	pool *pgxpool.Pool
 }
 
-var (
-	_ idem.Store           = (*Store)(nil)
-	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
-)
+var _ idem.TxStore[pgx.Tx] = (*Store)(nil)
 
 // NewStore returns a bookkeeping-free store whose transactions run on pool.
+// Give it to idem.NewInbox, not idem.New.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // InTx runs fn in a pgx transaction on a connection of the pool: commit on
@@ -80,11 +80,3 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	defer c.Release()
 	return pgxtx.Run(ctx, c.Conn(), pgx.TxOptions{}, fn)
 }
-
-// Mark writes nothing and acquires.
-func (s *Store) Mark(ctx context.Context, _ pgx.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	return s.NoRecords.Claim(ctx, req)
-}
-
-// SaveResult records nothing.
-func (s *Store) SaveResult(context.Context, pgx.Tx, idem.Key, []byte) error { return nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
 	"github.com/idemgo/idem/entity/entitypgx"
+	"github.com/idemgo/idem/entity/internal/inboxcheck"
 )
 
 // Concurrent deliveries of each order through the guard on pgx create each
@@ -22,32 +24,56 @@ func TestEntityOnPgx(t *testing.T) {
 	ctx := context.Background()
 	orders := &entity.Table{Dialect: entity.Postgres, Name: "orders", KeyColumn: "order_id", FingerprintColumn: "fp", Scope: "orders"}
 	var counter idem.Counter
-	g, err := idem.New(entitypgx.NewStore(pool), idem.Options{Scope: "orders", Observer: &counter})
+	g, err := idem.NewInbox(entitypgx.NewStore(pool), idem.Options{Scope: "orders", Observer: &counter})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var applied sync.Map // id -> *atomic.Int32: inserts that went through
 	handler := func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 		k, _ := idem.KeyFromContext(ctx)
-		return nil, orders.Insert(ctx, entitypgx.Querier(tx), k.ID, "fp-"+k.ID, []string{"amount"}, []any{7})
+		if err := orders.Insert(ctx, entitypgx.Querier(tx), k.ID, "fp-"+k.ID, []string{"amount"}, []any{7}); err != nil {
+			return nil, err
+		}
+		n, _ := applied.LoadOrStore(k.ID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil, nil
 	}
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for i := range 60 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			id := fmt.Sprintf("o-%d", i%12)
 			if res, err := idem.DoTx(ctx, g, idem.Message{ID: id}, handler); err != nil || idem.Decide(res, err) != idem.ActionAck {
 				t.Errorf("DoTx(%s) = %v %v", id, res.Outcome, err)
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
-	var rows int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&rows); err != nil {
-		t.Fatal(err)
+	rows := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	if rows != 12 || counter.Count(idem.OutcomeProcessed) != 12 || counter.Count(idem.OutcomeDuplicate) != 48 {
-		t.Fatalf("rows %d, outcomes %v", rows, counter.Counts())
+	if n := rows(); n != 12 || counter.Count(idem.OutcomeProcessed) != 12 || counter.Count(idem.OutcomeDuplicate) != 48 {
+		t.Fatalf("rows %d, outcomes %v", n, counter.Counts())
+	}
+	for i := range 12 {
+		id := fmt.Sprintf("o-%d", i)
+		if n, ok := applied.Load(id); !ok || n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("%s applied %v times, want once", id, n)
+		}
+	}
+	// Two-phase work on this guard would deduplicate nothing: refused,
+	// the handler never runs.
+	inboxcheck.Refuses(t, g, idem.Message{ID: "o-1"})
+	if n := rows(); n != 12 {
+		t.Fatalf("rows %d after the refused calls, want 12", n)
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		return orders.Insert(ctx, entitypgx.Querier(tx), "o-1", "other", nil, nil)
@@ -70,6 +96,19 @@ func TestEntityOnPgx(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT status FROM ships WHERE id = 's'").Scan(&status); err != nil || status != "v5" {
 		t.Fatalf("status %q, %v", status, err)
 	}
+}
+
+// entitypgx.Store is a TxStore for pgx.Tx, so idem.NewInbox and idem.DoTx take it.
+var _ idem.TxStore[pgx.Tx] = (*entitypgx.Store)(nil)
+
+// entitypgx.Store keeps no records, so it is no idem.Store: idem.New cannot
+// take it (entity's TestNewDoesNotCompileWithEntityStores builds the misuse).
+func TestStoreIsNotAStore(t *testing.T) {
+	var s any = entitypgx.NewStore(nil)
+	if _, ok := s.(idem.Store); ok {
+		t.Fatal("*entitypgx.Store is an idem.Store")
+	}
+	inboxcheck.NotAStore[pgx.Tx](t, s)
 }
 
 // InTx behaves like pgx.BeginFunc although its BEGIN rides with the first
