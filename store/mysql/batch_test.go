@@ -49,9 +49,18 @@ func TestBatchMatchesMemory(t *testing.T) {
 		{k("b", "parked"), ""},
 		{k("b", long), "complete"},
 	}
+	// Both stores draw no tokens of their own: each request names the
+	// token a record it creates takes.
+	tokens := int64(1 << 40)
+	withToken := func(r idem.ClaimRequest) idem.ClaimRequest {
+		tokens += 1000
+		r.NewToken = tokens
+		return r
+	}
 	for _, st := range setup {
+		first := withToken(req(st.key, t0))
 		both(func(s idem.Store) error {
-			c, err := s.Claim(ctx, req(st.key, t0))
+			c, err := s.Claim(ctx, first)
 			if err != nil {
 				return err
 			}
@@ -77,13 +86,13 @@ func TestBatchMatchesMemory(t *testing.T) {
 	now := t0.Add(time.Minute)
 	var reqs []idem.ClaimRequest
 	for _, st := range setup {
-		r := req(st.key, now)
+		r := withToken(req(st.key, now))
 		r.Fingerprint = "fp2"
 		r.TakeOverStale = st.key.ID != "parked"
 		reqs = append(reqs, r)
 	}
 	for i := range 3 {
-		reqs = append(reqs, req(k("a", fmt.Sprint("new-", i)), now))
+		reqs = append(reqs, withToken(req(k("a", fmt.Sprint("new-", i)), now)))
 	}
 	want := make([]idem.Claim, len(reqs))
 	for i, r := range reqs {

@@ -36,19 +36,22 @@ func (s *Store) insertIfAbsent(ctx context.Context, e execer, r idem.Record) (bo
 
 // Claim implements idem.Store.
 //
-// The common case, an unseen key, is one autocommit statement: an insert that
+// req is Prepare'd first: its times checked, its fingerprint stored as text,
+// its NewToken drawn, which a claim that inserts the record takes (a record
+// that still exists counts on from its own token). The common case, an unseen key, is one autocommit statement: an insert that
 // does nothing when the key exists. When it exists, a READ COMMITTED
 // transaction locks that one record (SELECT .. FOR UPDATE on the primary key),
 // applies idem.ApplyClaim and writes the result back. Concurrent claimers of a
 // key queue on its record lock and each sees its predecessor's outcome; they
 // never lock a gap, so claims of other keys never wait for them.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	if err := validateReq(req); err != nil {
+	req, err := req.Prepare()
+	if err != nil {
 		return idem.Claim{}, err
 	}
+	fresh, _ := idem.ApplyClaim(nil, req)
 	var out idem.Claim
-	err := retry(ctx, func() error {
-		fresh, _ := idem.ApplyClaim(nil, req)
+	err = retry(ctx, func() error {
 		inserted, err := s.insertIfAbsent(ctx, s.db, fresh.Record)
 		if err != nil {
 			return err
@@ -76,7 +79,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		})
 	})
 	if err != nil {
-		return idem.Claim{}, err
+		return idem.Claim{}, dataErr("claim", err)
 	}
 	return out, nil
 }
@@ -97,15 +100,18 @@ const maxBatch = 1000
 // keys every key was new and the batch is done in that one statement.
 // Otherwise one read fetches the marked records, idem.ApplyClaim decides each,
 // and one multi-row statement writes them back (taken, or restored as they
-// were).
+// were). Every request is Prepare'd first, so each fresh record takes its own
+// request's NewToken, the fast path included.
 //
 // Batches over 1000 keys commit chunk by chunk: when a later chunk fails, the
 // keys of the earlier ones stay claimed in progress and are retaken once
 // their lease ends, like those of a consumer that crashed.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	seen := make(map[rkey]bool, len(reqs))
-	for _, r := range reqs {
-		if err := validateReq(r); err != nil {
+	prepared := make([]idem.ClaimRequest, len(reqs))
+	for i, r := range reqs {
+		r, err := r.Prepare()
+		if err != nil {
 			return nil, err
 		}
 		k := keyOf(r.Key)
@@ -113,7 +119,9 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 			return nil, fmt.Errorf("%w: key %s twice in one batch", idem.ErrInvalidKey, r.Key)
 		}
 		seen[k] = true
+		prepared[i] = r
 	}
+	reqs = prepared
 	out := make([]idem.Claim, len(reqs))
 	for start := 0; start < len(reqs); start += maxBatch {
 		end := min(start+maxBatch, len(reqs))
@@ -123,7 +131,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 			})
 		})
 		if err != nil {
-			return nil, err
+			return nil, dataErr("claim batch", err)
 		}
 	}
 	return out, nil

@@ -12,20 +12,40 @@ import (
 // Complete implements idem.Store with one fenced UPDATE: the row changes only
 // if req.Token is current and the record in progress. The state always
 // changes, so zero affected rows means the fence failed whatever the
-// connection's clientFoundRows setting.
+// connection's clientFoundRows setting. A result the server cannot take is an
+// *idem.InvalidDataError.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	return s.fenced(ctx, s.q.complete, req.Key, req.Token, false, resultArg(req.Result), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now))
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	if err := checkResult(ctx, s.db, "complete", req.Result); err != nil {
+		return err
+	}
+	err = s.fenced(ctx, s.q.complete, req.Key, req.Token, false, resultArg(req.Result), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now))
+	return resultErr("complete", err)
 }
 
 // Release implements idem.Store with one fenced UPDATE (state released, the
-// lease ended at req.Now).
+// lease ended at req.Now). The fingerprint stays: released means "may be
+// retried", and the next claim keeps the content the key was claimed with.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	return s.fenced(ctx, s.q.release, req.Key, req.Token, false, sqlrecord.MS(req.Now), sqlrecord.MS(req.Now))
+	err := s.fenced(ctx, s.q.release, req.Key, req.Token, false, sqlrecord.MS(req.Now), sqlrecord.MS(req.Now))
+	return dataErr("release", err)
 }
 
-// Renew implements idem.Store with one fenced UPDATE of the lease.
+// Renew implements idem.Store with one fenced UPDATE of the lease, which
+// carries the expiry with it: expires_at = GREATEST(expires_at, lease end), so
+// a record whose handler outlives its retention never expires while its lease
+// is live.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	return s.fenced(ctx, s.q.renew, req.Key, req.Token, true, sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.Now))
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	lease := sqlrecord.MS(req.LeaseUntil)
+	err = s.fenced(ctx, s.q.renew, req.Key, req.Token, true, lease, lease, sqlrecord.MS(req.Now))
+	return dataErr("renew", err)
 }
 
 // fenced runs an UPDATE whose WHERE clause is the fence (key, token,

@@ -25,7 +25,8 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 }
 
 // Mark implements idem.TxStore: it writes the completed marker for req.Key in
-// the caller's transaction tx.
+// the caller's transaction tx. req is Prepare'd first, as in Claim: a marker
+// that inserts the record takes req.NewToken.
 //
 // The insert does nothing on an existing key except lock its record
 // exclusively: a concurrent transaction marking the same key waits for the
@@ -41,9 +42,15 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // ids of your own inserts from sql.Result.LastInsertId, not from a later
 // SELECT LAST_INSERT_ID().
 func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	if err := validateReq(req); err != nil {
+	req, err := req.Prepare()
+	if err != nil {
 		return idem.Claim{}, err
 	}
+	c, err := s.mark(ctx, tx, req)
+	return c, dataErr("mark", err)
+}
+
+func (s *Store) mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
 	fresh, _ := idem.ApplyMark(nil, req)
 	inserted, err := s.insertIfAbsent(ctx, tx, fresh.Record)
 	if err != nil {
@@ -67,8 +74,12 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 }
 
 // SaveResult implements idem.TxStore: it stores result on the marker written
-// by Mark in tx.
+// by Mark in tx. A result the server cannot take (over max_allowed_packet) is
+// an *idem.InvalidDataError.
 func (s *Store) SaveResult(ctx context.Context, tx *sql.Tx, key idem.Key, result []byte) error {
+	if err := checkResult(ctx, tx, "save result", result); err != nil {
+		return err
+	}
 	_, err := tx.ExecContext(ctx, s.q.saveResult, resultArg(result), key.Scope, key.StoredID())
-	return err
+	return resultErr("save result", err)
 }

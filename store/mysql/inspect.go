@@ -38,9 +38,9 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 	rows, err := s.db.QueryContext(ctx, `SELECT scope,
 		COALESCE(SUM(state = 'in_progress'), 0), COALESCE(SUM(state = 'completed'), 0), COALESCE(SUM(state = 'released'), 0),
 		COALESCE(SUM(state = 'in_progress' AND lease_until <= ?), 0),
-		COALESCE(SUM(expires_at > 0 AND expires_at <= ?), 0),
+		COALESCE(SUM(`+expired+`), 0),
 		MIN(CASE WHEN state = 'in_progress' THEN created_at END)
-		FROM `+s.table+` GROUP BY scope ORDER BY scope`, t, t)
+		FROM `+s.table+` GROUP BY scope ORDER BY scope`, t, t, t)
 	if err != nil {
 		return nil, err
 	}

@@ -71,36 +71,42 @@ func dropStore(t testing.TB, db *sql.DB, table string) {
 	}
 }
 
-// TestConformance runs the store suite with interpolated statements and the
-// driver's default affected-rows counting (changed rows).
-func TestConformance(t *testing.T) {
-	db := openDB(t, true, false)
-	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, db) })
+// modes are the driver configurations the store must work under:
+// interpolated or server-side prepared statements, and affected rows counted
+// as changed rows (the default) or as found rows (clientFoundRows=true).
+var modes = []struct {
+	name                   string
+	interpolate, foundRows bool
+}{
+	{"Interpolated", true, false},
+	{"InterpolatedFoundRows", true, true},
+	{"Prepared", false, false},
+	{"PreparedFoundRows", false, true},
 }
 
-// TestConformanceFoundRows runs it again with server-side prepared statements
-// and clientFoundRows=true, the other driver mode the store must handle.
-func TestConformanceFoundRows(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
+// eachMode runs fn once per driver mode, on a pool opened in that mode.
+func eachMode(t *testing.T, fn func(t *testing.T, db *sql.DB)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { fn(t, openDB(t, m.interpolate, m.foundRows)) })
 	}
-	db := openDB(t, false, true)
-	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, db) })
+}
+
+// TestConformance runs the store suite in every driver mode: clientFoundRows
+// off and on, with interpolated and with prepared statements.
+func TestConformance(t *testing.T) {
+	eachMode(t, func(t *testing.T, db *sql.DB) {
+		storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, db) })
+	})
 }
 
 func TestConformanceTx(t *testing.T) {
-	for _, mode := range []struct {
-		name                   string
-		interpolate, foundRows bool
-	}{{"Interpolated", true, false}, {"PreparedFoundRows", false, true}} {
-		t.Run(mode.name, func(t *testing.T) {
-			db := openDB(t, mode.interpolate, mode.foundRows)
-			storetest.RunTx(t, func(t *testing.T) storetest.TxStore[*sql.Tx] { return newStore(t, db) })
-		})
-	}
+	eachMode(t, func(t *testing.T, db *sql.DB) {
+		storetest.RunTx(t, func(t *testing.T) storetest.TxStore[*sql.Tx] { return newStore(t, db) })
+	})
 }
 
 func TestConformanceInspector(t *testing.T) {
-	db := openDB(t, true, false)
-	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, db) })
+	eachMode(t, func(t *testing.T, db *sql.DB) {
+		storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, db) })
+	})
 }

@@ -12,8 +12,11 @@ import (
 // the order rowArgs uses.
 const nColumns = 12
 
-// displayArg returns the display id to store: NULL unless the id was hashed,
-// so the common short id is not stored twice (at 100M rows that matters).
+// displayArg returns the display id to store: NULL when the key's
+// DisplayID() is its StoredID() (r.DisplayID and r.ID are those two), so the
+// common short id is not stored twice (at 100M rows that matters); the
+// original id otherwise, for ids StoredID hashes: long ones, and short ones
+// spelled like a digest ("sha256:..."), so Record.Key gives the original back.
 func displayArg(r idem.Record) any {
 	if r.DisplayID == "" || r.DisplayID == r.ID {
 		return nil
@@ -35,6 +38,14 @@ func rowArgs(r idem.Record) []any {
 		r.Token, r.Attempts, sqlrecord.MS(r.LeaseUntil), sqlrecord.MS(r.ExpiresAt), sqlrecord.MS(r.CreatedAt), sqlrecord.MS(r.UpdatedAt),
 	}
 }
+
+// expired is the condition of a record whose retention has ended at the
+// time bound to its two placeholders (the caller's now, twice), as
+// idem.Record.Expired says: expires_at has passed, unless the record is in
+// progress under a live lease. Renew carries expires_at with the lease, so
+// such records only come from older versions, but the second half keeps
+// those safe too. A zero expires_at (rows of older versions) never expires.
+const expired = "expires_at > 0 AND expires_at <= ? AND NOT (state = 'in_progress' AND lease_until > ?)"
 
 // queries are the statements for one table, built once.
 type queries struct {
@@ -65,10 +76,10 @@ func buildQueries(t string) queries {
 			" lease_until = ?, expires_at = ?, created_at = ?, updated_at = ?" + pk,
 		complete:   "UPDATE " + t + " SET state = 'completed', result = ?, expires_at = ?, updated_at = ?" + fenced,
 		release:    "UPDATE " + t + " SET state = 'released', lease_until = ?, updated_at = ?" + fenced,
-		renew:      "UPDATE " + t + " SET lease_until = ?, updated_at = ?" + fenced,
+		renew:      "UPDATE " + t + " SET lease_until = ?, expires_at = GREATEST(expires_at, ?), updated_at = ?" + fenced,
 		owns:       "SELECT 1 FROM " + t + fenced,
 		saveResult: "UPDATE " + t + " SET result = ?" + pk,
-		sweep:      "DELETE FROM " + t + " WHERE expires_at > 0 AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+		sweep:      "DELETE FROM " + t + " WHERE " + expired + " ORDER BY expires_at LIMIT ?",
 	}
 }
 

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -21,11 +22,14 @@ const DefaultTable = "idem_records"
 // characters and Migrate adds the "_migrations" suffix for its version table.
 const MaxTableLen = 64 - len(migrationsSuffix)
 
-// MaxFingerprintLen is the longest fingerprint the store keeps (a hex
-// SHA-256 is 64 bytes). Keys need no such limit here: idem.Key.Validate
-// bounds scopes and idem.Key.StoredID hashes long ids, so (scope, id) fits the
-// primary key in 400 bytes.
-const MaxFingerprintLen = 1024
+// MaxFingerprintLen is the longest fingerprint stored as it is, the
+// fingerprint column's width.
+//
+// Deprecated: the store takes any fingerprint: Prepare stores longer ones,
+// and ones that are not text, as "sha256:" + their hex digest (see
+// idem.StoredFingerprint). This is idem.MaxFingerprintLen, kept so code that
+// names it still builds.
+const MaxFingerprintLen = idem.MaxFingerprintLen
 
 // Options configure a Store. The zero value works.
 type Options struct {
@@ -142,18 +146,91 @@ func (s *Store) Close() error {
 	return err
 }
 
-// validateReq checks what the columns can hold. The server would reject an
-// oversized value in strict mode but truncate it silently otherwise, which
-// could merge two keys: so the check happens here, whatever the sql_mode.
-func validateReq(req idem.ClaimRequest) error {
-	if err := req.Key.Validate(); err != nil {
+// Data errors: the server's refusals of a value (strict sql_mode), whatever
+// the statement. Retrying the same message would fail the same way, so they
+// are reported as *idem.InvalidDataError (permanent, dead-lettered). After
+// Prepare the store's own values always fit its columns, so these come from a
+// schema changed by hand, a proxy or server that converts differently, or a
+// value the request carries unchecked (a result).
+var dataErrors = map[uint16]bool{
+	1048: true, // ER_BAD_NULL_ERROR: column cannot be null
+	1264: true, // ER_WARN_DATA_OUT_OF_RANGE: out of range value for column
+	1265: true, // WARN_DATA_TRUNCATED: data truncated for column
+	1292: true, // ER_TRUNCATED_WRONG_VALUE: truncated incorrect value
+	1300: true, // ER_INVALID_CHARACTER_STRING
+	1366: true, // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: incorrect string value
+	1367: true, // ER_ILLEGAL_VALUE_FOR_TYPE
+	1406: true, // ER_DATA_TOO_LONG
+	1411: true, // ER_WRONG_VALUE_FOR_TYPE
+	1690: true, // ER_DATA_OUT_OF_RANGE: value is out of range
+}
+
+// errPacketTooLarge is ER_NET_PACKET_TOO_LARGE: a statement over the server's
+// max_allowed_packet.
+const errPacketTooLarge = 1153
+
+// dataErr returns err as an *idem.InvalidDataError for op when it is one of
+// the server's data errors, and err unchanged otherwise: connection loss,
+// timeouts, lock waits and deadlocks stay retryable.
+func dataErr(op string, err error) error {
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && dataErrors[me.Number] {
+		return &idem.InvalidDataError{Op: op, Err: err}
+	}
+	return err
+}
+
+// resultErr is dataErr for statements that carry a handler's result: a
+// result too large for a packet (the driver's maxAllowedPacket or the
+// server's max_allowed_packet) would be refused on every retry too, so it is
+// invalid data as well. Claims are not classified so: their values are
+// bounded, and a statement of theirs over the limit is the store's
+// configuration, not the message's data.
+func resultErr(op string, err error) error {
+	var me *gomysql.MySQLError
+	if errors.Is(err, gomysql.ErrPktTooLarge) || errors.As(err, &me) && me.Number == errPacketTooLarge {
+		return &idem.InvalidDataError{Op: op, Err: err}
+	}
+	return dataErr(op, err)
+}
+
+// bigResult is the result size from which Complete and SaveResult check it
+// against the server's max_allowed_packet before sending it; packetSlack
+// bounds what the statement adds to the result's bytes (its SQL text and key,
+// 7 bytes of framing).
+const (
+	bigResult   = 1 << 20
+	packetSlack = 4 << 10
+)
+
+// checkResult refuses, as invalid data, a result that the server would refuse
+// on every try. Over max_allowed_packet the server closes the connection,
+// which with interpolateParams the driver reports as a plain connection
+// reset, indistinguishable from a network failure and so retried forever.
+// Results under bigResult are not checked (no round trip); bigger ones cost
+// one query of the server's variable, small beside sending them.
+func checkResult(ctx context.Context, q queryRower, op string, result []byte) error {
+	if len(result) < bigResult {
+		return nil
+	}
+	var limit int64
+	if err := q.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&limit); err != nil {
 		return err
 	}
-	if len(req.Fingerprint) > MaxFingerprintLen {
-		return fmt.Errorf("%w: fingerprint of %d bytes (the mysql store keeps at most %d)",
-			idem.ErrInvalidKey, len(req.Fingerprint), MaxFingerprintLen)
+	// Interpolation escapes these bytes with a backslash: count them, so the
+	// bound holds in both driver modes.
+	size := int64(len(result) + packetSlack)
+	for _, c := range []byte{0, '\n', '\r', 0x1a, '\'', '"', '\\'} {
+		size += int64(bytes.Count(result, []byte{c}))
+	}
+	if size > limit {
+		return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("mysql: a result of %d bytes does not fit the server's max_allowed_packet (%d bytes)", len(result), limit)}
 	}
 	return nil
+}
+
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // errDeadlock is InnoDB's "deadlock found; the transaction was rolled back".

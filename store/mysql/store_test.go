@@ -112,14 +112,15 @@ func TestKeysByteExact(t *testing.T) {
 }
 
 // TestValidation: what the columns cannot hold is refused before the server
-// sees it (a non-strict sql_mode would truncate it silently).
+// sees it (a non-strict sql_mode would truncate it silently), except the
+// fingerprint, which Prepare stores hashed when it is too long to keep.
 func TestValidation(t *testing.T) {
 	s := newStore(t, openDB(t, true, false))
 	ctx := context.Background()
-	r := req(idem.Key{Scope: "s", ID: "x"}, t0)
+	r := req(idem.Key{Scope: "s", ID: "long-fp"}, t0)
 	r.Fingerprint = strings.Repeat("f", mysql.MaxFingerprintLen+1)
-	if _, err := s.Claim(ctx, r); !errors.Is(err, idem.ErrInvalidKey) {
-		t.Fatalf("Claim with an oversized fingerprint = %v", err)
+	if c, err := s.Claim(ctx, r); err != nil || c.Record.Fingerprint != idem.StoredFingerprint(r.Fingerprint) {
+		t.Fatalf("Claim with an oversized fingerprint = %q, %v; want it stored hashed", c.Record.Fingerprint, err)
 	}
 	if _, err := s.Claim(ctx, req(idem.Key{Scope: strings.Repeat("s", idem.MaxScopeLen+1), ID: "x"}, t0)); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Claim with an oversized scope = %v", err)
@@ -135,25 +136,27 @@ func TestValidation(t *testing.T) {
 
 // TestRenewUnchanged: renewing to the very same lease changes no row, which
 // MySQL reports as zero affected rows unless clientFoundRows is set; the
-// owner must not be told its lease is lost.
+// owner must not be told its lease is lost, in either mode.
 func TestRenewUnchanged(t *testing.T) {
-	s := newStore(t, openDB(t, true, false))
-	ctx := context.Background()
-	k := idem.Key{Scope: "s", ID: "renew"}
-	c, err := s.Claim(ctx, req(k, t0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rr := idem.RenewRequest{Key: k, Token: c.Record.Token, Now: t0, LeaseUntil: t0.Add(10 * time.Second)}
-	for i := range 2 {
-		if err := s.Renew(ctx, rr); err != nil {
-			t.Fatalf("Renew #%d with unchanged values: %v", i, err)
+	eachMode(t, func(t *testing.T, db *sql.DB) {
+		s := newStore(t, db)
+		ctx := context.Background()
+		k := idem.Key{Scope: "s", ID: "renew"}
+		c, err := s.Claim(ctx, req(k, t0))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	rr.Token++
-	if err := s.Renew(ctx, rr); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("Renew with a wrong token = %v", err)
-	}
+		rr := idem.RenewRequest{Key: k, Token: c.Record.Token, Now: t0, LeaseUntil: t0.Add(10 * time.Second)}
+		for i := range 2 {
+			if err := s.Renew(ctx, rr); err != nil {
+				t.Fatalf("Renew #%d with unchanged values: %v", i, err)
+			}
+		}
+		rr.Token++
+		if err := s.Renew(ctx, rr); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Renew with a wrong token = %v", err)
+		}
+	})
 }
 
 // TestSweepOneInstance: while another session holds the table's sweep lock,
@@ -204,8 +207,10 @@ func TestSweepOneInstance(t *testing.T) {
 	if _, err := s.Get(ctx, live.Key); err != nil {
 		t.Fatalf("live record: %v", err)
 	}
-	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: later.Now, Limit: 0}); n != 0 || err != nil {
-		t.Fatalf("Sweep with Limit 0 = %d, %v", n, err)
+	for _, limit := range []int{0, -1} {
+		if n, err := s.Sweep(ctx, idem.SweepRequest{Now: later.Now, Limit: limit}); n != 0 || err != nil {
+			t.Fatalf("Sweep with Limit %d = %d, %v", limit, n, err)
+		}
 	}
 }
 
@@ -362,13 +367,13 @@ func TestStoreOutage(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	k := idem.Key{Scope: "s", ID: "down"}
-	if c, err := s.Claim(ctx, req(k, t0)); err == nil || c.Outcome == idem.ClaimAcquired {
-		t.Fatalf("Claim with the store down = %v, %v", c.Outcome, err)
+	if c, err := s.Claim(ctx, req(k, t0)); err == nil || c.Outcome == idem.ClaimAcquired || idem.IsPermanent(err) {
+		t.Fatalf("Claim with the store down = %v, %v; want a retryable error", c.Outcome, err)
 	}
 	if cs, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req(k, t0)}); err == nil || cs != nil {
 		t.Fatalf("ClaimBatch with the store down = %v, %v", cs, err)
 	}
-	if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: t0, ExpiresAt: t0}); err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: t0, ExpiresAt: t0}); err == nil || errors.Is(err, idem.ErrLeaseLost) || idem.IsPermanent(err) {
 		t.Fatalf("Complete with the store down = %v, want a store error", err)
 	}
 	if _, err := s.Get(ctx, k); err == nil || errors.Is(err, idem.ErrNotFound) {

@@ -44,7 +44,10 @@ func (s *Store) withNamedLock(ctx context.Context, purpose string, wait time.Dur
 }
 
 // Sweep implements idem.Store: it deletes up to req.Limit records whose
-// retention ended, oldest first, through the expires_at index. One instance
+// retention ended by the caller's clock (req.Now), oldest first, through the
+// expires_at index; an in-progress record whose lease is live is never
+// deleted, whatever its expires_at. A Limit of zero or less deletes nothing
+// and returns 0. One instance
 // sweeps a table at a time (a GET_LOCK named after the database and table);
 // the others return 0 at once. The DELETE runs in a READ COMMITTED
 // transaction, so it locks the rows it deletes and no gaps: claims, which
@@ -60,7 +63,8 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 			if err != nil {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, s.q.sweep, sqlrecord.MS(req.Now), req.Limit)
+			now := sqlrecord.MS(req.Now)
+			res, err := tx.ExecContext(ctx, s.q.sweep, now, now, req.Limit)
 			if err != nil {
 				tx.Rollback()
 				return err
