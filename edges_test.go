@@ -208,8 +208,15 @@ func TestNewInboxRefusesDo(t *testing.T) {
 		t.Fatal("handler ran without a record")
 		return nil, nil
 	})
-	if !errors.Is(err, idem.ErrNoRecords) {
+	if !errors.Is(err, idem.ErrNoRecords) || idem.DeadLetterReason(err) != "no_records" {
 		t.Fatalf("Do on an inbox guard: %v, want ErrNoRecords", err)
+	}
+	g2, _ := idem.NewInbox[int](noTx{}, idem.Options{Scope: "s", MissingKey: idem.MissingKeyProcess})
+	if _, err := g2.Do(context.Background(), idem.Message{}, func(context.Context) ([]byte, error) {
+		t.Fatal("unkeyed handler ran on a guard without records")
+		return nil, nil
+	}); !errors.Is(err, idem.ErrNoRecords) {
+		t.Fatalf("unkeyed Do on an inbox guard: %v", err)
 	}
 	res, err := idem.DoTx(context.Background(), g, idem.Message{ID: "m"}, func(context.Context, int) ([]byte, error) { return []byte("ok"), nil })
 	if err != nil || res.Outcome != idem.OutcomeProcessed {

@@ -50,7 +50,9 @@ var (
 	ErrInvalidData = errors.New("idem: the store cannot take this data")
 	// ErrNoRecords means a two-phase call (Do, DoKey, ClaimBatch) reached a
 	// guard made by NewInbox, whose store keeps no records (entity mode):
-	// nothing ran. Use DoTx with an entity insert.
+	// nothing ran. Use DoTx with an entity insert. It is permanent (the
+	// message is dead-lettered with reason no_records, never retried
+	// forever): the wiring, not the message, must change.
 	ErrNoRecords = errors.New("idem: the guard's store keeps no records")
 	// ErrInvalidOptions means Options failed validation in New.
 	ErrInvalidOptions = errors.New("idem: invalid options")
@@ -131,11 +133,12 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err was wrapped with Permanent (or is a
-// conflict, missing key, invalid key or data the store cannot take, which
-// retrying cannot fix either).
+// conflict, missing key, invalid key, data the store cannot take or a guard
+// without records asked for two-phase work, which retrying cannot fix either).
 func IsPermanent(err error) bool {
 	return errors.Is(err, ErrPermanent) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidData)
+		errors.Is(err, ErrNoKey) || errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidData) ||
+		errors.Is(err, ErrNoRecords)
 }
 
 // InvalidDataError is a store's refusal of the data it was given (PostgreSQL

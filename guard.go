@@ -88,6 +88,11 @@ func (g *Guard) Fingerprint(m Message) (string, error) {
 func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) {
 	start := time.Now()
 	key, err := g.Key(msg)
+	if nr, ok := g.store.(noRecords); ok {
+		// Not even an unkeyed run: a guard without records does no
+		// two-phase work at all.
+		return g.refuse(ctx, key, nr, start)
+	}
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
@@ -127,12 +132,17 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
 	}
 	if nr, ok := g.store.(noRecords); ok {
-		err := nr.err()
-		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeStoreError, Err: err, Total: time.Since(start)})
-		return Result{Key: key, Outcome: OutcomeStoreError}, err
+		return g.refuse(ctx, key, nr, start)
 	}
 	c, err := g.store.Claim(ctx, g.claimRequest(key, fingerprint))
 	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)
+}
+
+// refuse answers a two-phase call on a guard without records (NewInbox).
+func (g *Guard) refuse(ctx context.Context, key Key, nr noRecords, start time.Time) (Result, error) {
+	err := nr.err()
+	g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomePermanent, Err: err, Total: time.Since(start)})
+	return Result{Key: key, Outcome: OutcomePermanent}, err
 }
 
 func (g *Guard) claimRequest(key Key, fingerprint string) ClaimRequest {

@@ -93,7 +93,7 @@ func Decide(res Result, err error) Action {
 }
 
 // DeadLetterReason is a short machine-readable reason for a dead-letter
-// header: conflict, no_key, invalid_key, parked, invalid_data, permanent, or "" when err
+// header: conflict, no_key, invalid_key, parked, invalid_data, no_records, permanent, or "" when err
 // should not be dead-lettered.
 func DeadLetterReason(err error) string {
 	switch {
@@ -109,6 +109,8 @@ func DeadLetterReason(err error) string {
 		return "parked"
 	case errors.Is(err, ErrInvalidData):
 		return "invalid_data"
+	case errors.Is(err, ErrNoRecords):
+		return "no_records"
 	case errors.Is(err, ErrPermanent):
 		return "permanent"
 	}
