@@ -99,12 +99,14 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	t.used = true
 	g := t.g
 	start := time.Now()
+	ctx = g.withCorrelation(ctx, t.msg)
 	switch {
 	case t.keyErr != nil:
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
 	case !t.claimed:
 		return g.DoKey(ctx, t.key, t.fp, h)
 	}
+	ctx = g.start(ctx, t.key, "two-phase")
 	c := t.claim
 	var err error
 	if c.Outcome == ClaimAcquired {

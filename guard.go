@@ -87,6 +87,7 @@ func (g *Guard) Fingerprint(m Message) (string, error) {
 // Pass the pair to Decide for the broker action.
 func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) {
 	start := time.Now()
+	ctx = g.withCorrelation(ctx, msg)
 	key, err := g.Key(msg)
 	if nr, ok := g.store.(noRecords); ok {
 		// Not even an unkeyed run: a guard without records does no
@@ -106,6 +107,7 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 // MissingKeyProcess and a missing key, h runs without dedup
 // (OutcomeUnkeyed); otherwise the message is rejected (OutcomeNoKey).
 func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.Time, h Handler, mode string) (Result, error) {
+	ctx = g.start(ctx, key, mode)
 	if !errors.Is(keyErr, ErrNoKey) || g.opts.MissingKey != MissingKeyProcess {
 		g.observe(ctx, Event{Key: key, Mode: mode, Outcome: OutcomeNoKey, Err: keyErr, Total: time.Since(start)})
 		return Result{Key: key, Outcome: OutcomeNoKey}, keyErr
@@ -126,6 +128,7 @@ func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.T
 // middleware, job runners). key.Scope is used as given.
 func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (Result, error) {
 	start := time.Now()
+	ctx = g.start(ctx, key, "two-phase")
 	fingerprint = StoredFingerprint(fingerprint)
 	if err := key.Validate(); err != nil {
 		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
@@ -332,6 +335,9 @@ func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) 
 		sctx, scancel := context.WithTimeout(rctx, g.opts.StoreTimeout)
 		rerr := g.store.Renew(sctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
 		scancel()
+		if rerr != nil && rctx.Err() == nil {
+			g.step(ctx, Step{Key: key, Op: "renew", Token: token, Err: rerr})
+		}
 		if errors.Is(rerr, ErrLeaseLost) {
 			cancel(ErrLeaseLost)
 			return
@@ -377,7 +383,32 @@ func (g *Guard) release(ctx context.Context, key Key, token int64) {
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
 	// A failed release is harmless: the lease ends and the key is retaken.
-	_ = g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()})
+	// The observer hears of it.
+	if err := g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()}); err != nil {
+		g.step(ctx, Step{Key: key, Op: "release", Token: token, Err: err})
+	}
+}
+
+// withCorrelation puts msg's correlation id in ctx (keeping the caller's
+// when the message has none).
+func (g *Guard) withCorrelation(ctx context.Context, msg Message) context.Context {
+	return ContextWithCorrelation(ctx, g.opts.Correlation(msg))
+}
+
+// start tells a StartObserver that a call on key begins and returns the
+// context the call runs with.
+func (g *Guard) start(ctx context.Context, key Key, mode string) context.Context {
+	if so, ok := g.opts.Observer.(StartObserver); ok {
+		return so.ObserveStart(ctx, Start{Key: key, Mode: mode, CorrelationID: CorrelationFromContext(ctx)})
+	}
+	return ctx
+}
+
+func (g *Guard) step(ctx context.Context, s Step) {
+	if so, ok := g.opts.Observer.(StepObserver); ok {
+		s.CorrelationID = CorrelationFromContext(ctx)
+		so.ObserveStep(ctx, s)
+	}
 }
 
 func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -386,6 +417,7 @@ func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 
 func (g *Guard) observe(ctx context.Context, e Event) {
 	if g.opts.Observer != nil {
+		e.CorrelationID = CorrelationFromContext(ctx)
 		g.opts.Observer.Observe(ctx, e)
 	}
 }

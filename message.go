@@ -15,6 +15,12 @@ type Message struct {
 	Headers     map[string]string // headers / application properties / attributes
 	Payload     []byte            // the body, fingerprinted by default
 	ContentType string            // e.g. application/cloudevents+json for structured CloudEvents
+
+	// CorrelationID is the broker's own correlation id where it has one
+	// (AMQP correlation-id, Service Bus CorrelationId): it ties the message
+	// to a flow, never identifies it, so it is not a key. See
+	// Options.Correlation.
+	CorrelationID string
 }
 
 // Header returns the value of the named header, matched case-insensitively

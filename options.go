@@ -77,8 +77,14 @@ type Options struct {
 	// MaxResultSize bounds the recorded result in bytes. Default 64 KiB;
 	// negative: no result is recorded.
 	MaxResultSize int
-	// Observer receives one Event per message (logs, metrics, traces).
+	// Observer receives one Event per message (logs, metrics, traces);
+	// observers that also implement StartObserver or StepObserver see the
+	// start of each message and the failed steps (renewals, releases).
 	Observer Observer
+	// Correlation extracts the message's correlation id, which every
+	// observed event carries beside the key. Default: DefaultCorrelation
+	// (the broker's correlation id, else the producer's W3C trace id).
+	Correlation CorrelationFunc
 	// Clock returns the current time; default time.Now. Every instance
 	// sharing a store should have a synchronised clock (NTP): leases are
 	// compared across instances.
@@ -125,6 +131,9 @@ func (o *Options) validate() error {
 	}
 	if o.MaxResultSize == 0 {
 		o.MaxResultSize = DefaultMaxResultSize
+	}
+	if o.Correlation == nil {
+		o.Correlation = DefaultCorrelation
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

@@ -130,6 +130,10 @@ type Event struct {
 	Handler  time.Duration // time spent in the user's handler
 	Total    time.Duration
 
+	// CorrelationID is the message's correlation id (Options.Correlation,
+	// or the one the caller put in the context), "" when it has none.
+	CorrelationID string
+
 	// TxRuns is how many times DoTx's transaction ran (0 outside DoTx): 2
 	// when the store ran it again, as store/postgres does after a marker
 	// deferred to the handler's first statement met a recorded key. With
@@ -144,19 +148,80 @@ type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
 
+// StartObserver is implemented by observers that see a message before
+// idem works on it. The context ObserveStart returns is the one the guard
+// runs the claim, the handler and the completion with, and passes to
+// Observe for the same message: a tracer starts its span here, so the
+// handler's own spans nest under it (pgx's TraceQueryStart is the model).
+type StartObserver interface {
+	Observer
+	ObserveStart(ctx context.Context, s Start) context.Context
+}
+
+// Start is what a StartObserver learns when a message's call begins.
+type Start struct {
+	Key           Key
+	Mode          string // "two-phase", "tx"
+	CorrelationID string
+}
+
+// StepObserver is implemented by observers that want the steps that fail
+// inside a call and do not decide its outcome: a lease renewal, a release
+// after a handler error. The outcome still comes to Observe once.
+type StepObserver interface {
+	Observer
+	ObserveStep(ctx context.Context, s Step)
+}
+
+// Step is one failed store step of a call.
+type Step struct {
+	Key           Key
+	Op            string // "renew", "release"
+	Token         int64
+	Err           error
+	CorrelationID string
+}
+
 // ObserverFunc adapts a function to Observer.
 type ObserverFunc func(ctx context.Context, e Event)
 
 // Observe calls f.
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// Observers fans events out to several observers in order.
+// Observers fans events out to several observers in order; starts and steps
+// go to those that implement StartObserver and StepObserver, each start's
+// context passed on to the next.
 func Observers(obs ...Observer) Observer {
-	return ObserverFunc(func(ctx context.Context, e Event) {
-		for _, o := range obs {
-			if o != nil {
-				o.Observe(ctx, e)
-			}
+	var m multiObserver
+	for _, o := range obs {
+		if o != nil {
+			m = append(m, o)
 		}
-	})
+	}
+	return m
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(ctx context.Context, e Event) {
+	for _, o := range m {
+		o.Observe(ctx, e)
+	}
+}
+
+func (m multiObserver) ObserveStart(ctx context.Context, s Start) context.Context {
+	for _, o := range m {
+		if so, ok := o.(StartObserver); ok {
+			ctx = so.ObserveStart(ctx, s)
+		}
+	}
+	return ctx
+}
+
+func (m multiObserver) ObserveStep(ctx context.Context, s Step) {
+	for _, o := range m {
+		if so, ok := o.(StepObserver); ok {
+			so.ObserveStep(ctx, s)
+		}
+	}
 }

@@ -34,6 +34,7 @@ type TxHandler[Tx any] func(ctx context.Context, tx Tx) ([]byte, error)
 // the same either way.
 func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) (Result, error) {
 	start := time.Now()
+	ctx = g.withCorrelation(ctx, msg)
 	key, err := g.Key(msg)
 	var fp string
 	if err == nil {
@@ -69,6 +70,7 @@ func DoTxKey[Tx any](ctx context.Context, g *Guard, key Key, fingerprint string,
 func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp string, fn TxHandler[Tx]) (res Result, err error) {
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
+	ctx = g.start(ctx, key, "tx")
 	fp = StoredFingerprint(fp)
 	defer func() {
 		ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
@@ -149,6 +151,7 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 // before. Errors are as for DoTx (ErrConflict, ErrInProgress, ...); after an
 // error, roll back.
 func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, error) {
+	ctx = g.withCorrelation(ctx, msg)
 	key, err := g.Key(msg)
 	if err != nil {
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
@@ -163,6 +166,7 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 	}
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
+	ctx = g.start(ctx, key, "tx")
 	res, err := markTx(ctx, g, ts, tx, key, fp, &ev, false)
 	ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
 	g.observe(ctx, ev)

@@ -14,10 +14,16 @@
 //	idem.handler.duration  histogram  seconds in the user's handler
 //	idem.duration          histogram  seconds for the whole call
 //
-// Spans: one "idem <outcome>" span per message, back-dated to the start of
-// the call, carrying the scope, the key (unless Options.OmitKey), the fencing
-// token and the attempts; conflicts, failures and store errors set the span
-// status to Error.
+//	idem.step.errors       counter    failed renewals and releases (attribute
+//	                                  idem.step): a rising rate means the store
+//	                                  struggles while handlers run
+//
+// Spans: one span per message, started when the guard begins (so the
+// handler's own spans, started from the handler's context, nest under it)
+// and named "idem <outcome>" when it ends, carrying the scope, the key
+// (unless Options.OmitKey), the correlation id, the fencing token and the
+// attempts; conflicts, failures and store errors set the span status to
+// Error; failed renewals and releases are span events.
 package idemotel
 
 import (
@@ -51,9 +57,17 @@ type Observer struct {
 	claim    metric.Float64Histogram
 	handler  metric.Float64Histogram
 	total    metric.Float64Histogram
+	steps    metric.Int64Counter
 }
 
-var _ idem.Observer = (*Observer)(nil)
+var (
+	_ idem.StartObserver = (*Observer)(nil)
+	_ idem.StepObserver  = (*Observer)(nil)
+)
+
+// spanCtx marks the span this observer started for a call, so Observe ends
+// that one and not a span of the caller's.
+type spanCtx struct{}
 
 const scopeName = "github.com/idemgo/idem/idemotel"
 
@@ -82,7 +96,37 @@ func New(opts Options) (*Observer, error) {
 	if o.total, err = m.Float64Histogram("idem.duration", metric.WithDescription("Time for the whole idempotent call"), metric.WithUnit("s"), buckets); err != nil {
 		return nil, err
 	}
+	if o.steps, err = m.Int64Counter("idem.step.errors", metric.WithDescription("Failed lease renewals and releases"), metric.WithUnit("{error}")); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// ObserveStart implements idem.StartObserver: it starts the call's span and
+// returns its context, which the guard runs the handler with.
+func (o *Observer) ObserveStart(ctx context.Context, s idem.Start) context.Context {
+	if o.opts.NoSpans {
+		return ctx
+	}
+	attrs := []attribute.KeyValue{attribute.String("idem.scope", s.Key.Scope), attribute.String("idem.mode", s.Mode)}
+	if !o.opts.OmitKey && s.Key.ID != "" {
+		attrs = append(attrs, attribute.String("idem.key", s.Key.ID))
+	}
+	if s.CorrelationID != "" {
+		attrs = append(attrs, attribute.String("idem.correlation_id", s.CorrelationID))
+	}
+	ctx, span := o.tracer.Start(ctx, "idem", trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	return context.WithValue(ctx, spanCtx{}, span)
+}
+
+// ObserveStep implements idem.StepObserver: a failed renewal or release is
+// counted and recorded on the call's span.
+func (o *Observer) ObserveStep(ctx context.Context, s idem.Step) {
+	o.steps.Add(ctx, 1, metric.WithAttributes(attribute.String("idem.scope", s.Key.Scope), attribute.String("idem.step", s.Op)))
+	if span, ok := ctx.Value(spanCtx{}).(trace.Span); ok {
+		span.AddEvent("idem "+s.Op+" failed", trace.WithAttributes(
+			attribute.Int64("idem.token", s.Token), attribute.String("error", s.Err.Error())))
+	}
 }
 
 // Observe implements idem.Observer.
@@ -120,8 +164,19 @@ func (o *Observer) Observe(ctx context.Context, e idem.Event) {
 	if e.TxRuns > 1 {
 		spanAttrs = append(spanAttrs, attribute.Int("idem.tx_runs", e.TxRuns))
 	}
-	_, span := o.tracer.Start(ctx, "idem "+e.Outcome.String(),
-		trace.WithTimestamp(end.Add(-e.Total)), trace.WithAttributes(spanAttrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	if e.CorrelationID != "" {
+		spanAttrs = append(spanAttrs, attribute.String("idem.correlation_id", e.CorrelationID))
+	}
+	span, started := ctx.Value(spanCtx{}).(trace.Span)
+	if started {
+		span.SetName("idem " + e.Outcome.String())
+		span.SetAttributes(spanAttrs...)
+	} else {
+		// A call whose start this observer did not see (it was wrapped
+		// in an observer without ObserveStart): back-date the span.
+		_, span = o.tracer.Start(ctx, "idem "+e.Outcome.String(),
+			trace.WithTimestamp(end.Add(-e.Total)), trace.WithAttributes(spanAttrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	}
 	if e.Err != nil {
 		span.RecordError(e.Err)
 		if idem.Decide(idem.Result{Outcome: e.Outcome}, e.Err) != idem.ActionAck {

@@ -117,3 +117,45 @@ func TestSpanTxRuns(t *testing.T) {
 		}
 	}
 }
+
+// The handler's own spans nest under idem's span, and the span carries the
+// producer's correlation id (its W3C trace id here).
+func TestHandlerSpansNestAndCorrelation(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	obs, err := idemotel.New(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(), TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idem.New(memory.New(), idem.Options{Scope: "billing", Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	msg := idem.Message{ID: "a", Payload: []byte("1"), Headers: map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}}
+	_, err = g.Do(context.Background(), msg, func(ctx context.Context) ([]byte, error) {
+		_, span := tp.Tracer("handler").Start(ctx, "charge")
+		span.End()
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want the handler's and idem's", len(spans))
+	}
+	handler, outer := spans[0], spans[1]
+	if outer.Name() != "idem processed" || handler.Parent().SpanID() != outer.SpanContext().SpanID() {
+		t.Fatalf("handler span %q (parent %v) does not nest under %q (%v)", handler.Name(), handler.Parent().SpanID(), outer.Name(), outer.SpanContext().SpanID())
+	}
+	found := false
+	for _, a := range outer.Attributes() {
+		if a.Key == "idem.correlation_id" && a.Value.AsString() == traceID {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("idem span lacks idem.correlation_id %s: %v", traceID, outer.Attributes())
+	}
+}

@@ -1,0 +1,139 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/memory"
+)
+
+// hookRecorder records starts, steps and events.
+type hookRecorder struct {
+	mu     sync.Mutex
+	starts []idem.Start
+	steps  []idem.Step
+	events []idem.Event
+	ctxOK  bool
+}
+
+type startMark struct{}
+
+func (h *hookRecorder) ObserveStart(ctx context.Context, s idem.Start) context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.starts = append(h.starts, s)
+	return context.WithValue(ctx, startMark{}, s.Key.ID)
+}
+
+func (h *hookRecorder) ObserveStep(_ context.Context, s idem.Step) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.steps = append(h.steps, s)
+}
+
+func (h *hookRecorder) Observe(ctx context.Context, e idem.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, e)
+	h.ctxOK = ctx.Value(startMark{}) == e.Key.ID
+}
+
+// failingRelease refuses every release and renewal.
+type failingRelease struct{ idem.Store }
+
+func (failingRelease) Release(context.Context, idem.ReleaseRequest) error {
+	return errors.New("connection refused")
+}
+func (failingRelease) Renew(context.Context, idem.RenewRequest) error {
+	return errors.New("connection refused")
+}
+
+func TestObserverHooks(t *testing.T) {
+	for _, fan := range []bool{false, true} {
+		rec := &hookRecorder{}
+		var obs idem.Observer = rec
+		if fan {
+			obs = idem.Observers(rec, idem.NewSlogObserver(nil))
+		}
+		g := guard(t, failingRelease{memory.New()}, idem.Options{Observer: obs, Lease: 30 * time.Millisecond})
+		msg := idem.Message{ID: "m1", Payload: []byte("x"), CorrelationID: "order-flow-9"}
+		var handlerSaw any
+		_, err := g.Do(context.Background(), msg, func(ctx context.Context) ([]byte, error) {
+			handlerSaw = ctx.Value(startMark{})
+			for {
+				rec.mu.Lock()
+				n := len(rec.steps)
+				rec.mu.Unlock()
+				if n > 0 { // a renewal failed and was reported
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return nil, errors.New("transient")
+		})
+		if err == nil {
+			t.Fatal("handler error lost")
+		}
+		rec.mu.Lock()
+		if len(rec.starts) != 1 || rec.starts[0].CorrelationID != "order-flow-9" || rec.starts[0].Key.ID != "m1" {
+			t.Fatalf("fan %v: starts %+v", fan, rec.starts)
+		}
+		if handlerSaw != "m1" || !rec.ctxOK {
+			t.Fatalf("fan %v: the start's context did not reach the handler (%v) or Observe (%v)", fan, handlerSaw, rec.ctxOK)
+		}
+		ops := map[string]bool{}
+		for _, s := range rec.steps {
+			ops[s.Op] = true
+			if s.Err == nil || s.CorrelationID != "order-flow-9" {
+				t.Fatalf("step %+v", s)
+			}
+		}
+		if !ops["renew"] || !ops["release"] {
+			t.Fatalf("fan %v: steps %v, want the failed renew and release", fan, ops)
+		}
+		if len(rec.events) != 1 || rec.events[0].CorrelationID != "order-flow-9" || rec.events[0].Outcome != idem.OutcomeFailed {
+			t.Fatalf("fan %v: events %+v", fan, rec.events)
+		}
+		rec.mu.Unlock()
+	}
+}
+
+func TestCorrelation(t *testing.T) {
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	cases := []struct {
+		fn   idem.CorrelationFunc
+		m    idem.Message
+		want string
+	}{
+		{idem.DefaultCorrelation, idem.Message{CorrelationID: "c1", Headers: map[string]string{"traceparent": tp}}, "c1"},
+		{idem.DefaultCorrelation, idem.Message{Headers: map[string]string{"Traceparent": tp}}, "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{idem.DefaultCorrelation, idem.Message{Headers: map[string]string{"traceparent": "garbage"}}, ""},
+		{idem.DefaultCorrelation, idem.Message{Headers: map[string]string{"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}}, ""},
+		{idem.HeaderCorrelation("x-request-id"), idem.Message{Headers: map[string]string{"X-Request-Id": "r-7"}}, "r-7"},
+		{idem.HeaderCorrelation("x-request-id"), idem.Message{CorrelationID: "c2"}, "c2"},
+	}
+	for i, c := range cases {
+		if got := c.fn(c.m); got != c.want {
+			t.Errorf("case %d: %q, want %q", i, got, c.want)
+		}
+	}
+	// DoKey callers put their own in the context.
+	rec := &hookRecorder{}
+	g := guard(t, memory.New(), idem.Options{Observer: rec})
+	ctx := idem.ContextWithCorrelation(context.Background(), "req-1")
+	if _, err := g.DoKey(ctx, idem.Key{Scope: "test", ID: "k"}, "", func(ctx context.Context) ([]byte, error) {
+		if idem.CorrelationFromContext(ctx) != "req-1" {
+			t.Error("handler context lost the correlation id")
+		}
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.events[0].CorrelationID != "req-1" {
+		t.Fatalf("event correlation %q", rec.events[0].CorrelationID)
+	}
+}
