@@ -221,6 +221,15 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 	}
 }
 
+// CheckTx reports whether DoTx can run Tx transactions under g: nil when g's
+// store (or the TxStore of a NewInbox guard) implements TxStore[Tx], else an
+// error wrapping ErrNoTx that names both types. Integrations call it at
+// construction so a mismatch fails there, not on every message.
+func CheckTx[Tx any](g *Guard) error {
+	_, err := txStore[Tx](g)
+	return err
+}
+
 // txStore returns the guard's store as a transactional inbox over Tx, or an
 // error wrapping ErrNoTx that names both types.
 func txStore[Tx any](g *Guard) (TxStore[Tx], error) {
@@ -235,7 +244,11 @@ func txStore[Tx any](g *Guard) (TxStore[Tx], error) {
 	}
 	if !ok {
 		var zero Tx
-		return nil, fmt.Errorf("%w: %T has none for %T", ErrNoTx, g.store, zero)
+		var store any = g.store
+		if g.inbox != nil {
+			store = g.inbox
+		}
+		return nil, fmt.Errorf("%w: %T has none for %T", ErrNoTx, store, zero)
 	}
 	return ts, nil
 }
