@@ -40,15 +40,19 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 	index := make(map[rkey]int, len(reqs))
 	norm := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
-		if err := r.Key.Validate(); err != nil {
-			return nil, fmt.Errorf("%w (batch item %d)", err, i)
+		// Every request is prepared on its own (its own NewToken, its
+		// fingerprint as stored) before any statement: the fast paths
+		// below write these values, never the caller's.
+		n, err := prepare(r)
+		if err != nil {
+			return nil, err
 		}
-		k := rkey{r.Key.Scope, r.Key.StoredID()}
+		k := rkey{n.Key.Scope, n.Key.StoredID()}
 		if _, dup := index[k]; dup {
-			return nil, fmt.Errorf("%w: %s", ErrDuplicateKeyInBatch, r.Key)
+			return nil, fmt.Errorf("%w: %s", ErrDuplicateKeyInBatch, n.Key)
 		}
 		index[k] = i
-		norm[i] = normalize(r)
+		norm[i] = n
 		if mark {
 			norm[i].TakeOverStale = false
 		}
@@ -195,18 +199,18 @@ func isUniqueViolation(err error) bool {
 const plainPause = 32
 
 // insertArgs are the arguments of the insert-only statements: with shared,
-// the scope, ids, fingerprints and the four times of the shared form
-// (claimBatchNewShared); otherwise batchArgs's arrays.
+// the scope, ids, fingerprints, the four times and the new tokens of the
+// shared form (claimBatchNewShared); otherwise batchArgs's arrays.
 func insertArgs(reqs []idem.ClaimRequest, shared bool) []any {
 	if !shared {
 		return batchArgs(reqs, nil)
 	}
-	ids, fps := make([]string, len(reqs)), make([]string, len(reqs))
+	ids, fps, tokens := make([]string, len(reqs)), make([]string, len(reqs)), make([]int64, len(reqs))
 	for i, r := range reqs {
-		ids[i], fps[i] = r.Key.StoredID(), r.Fingerprint
+		ids[i], fps[i], tokens[i] = r.Key.StoredID(), r.Fingerprint, r.NewToken
 	}
 	r := reqs[0]
-	return []any{r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt)}
+	return []any{r.Key.Scope, ids, fps, r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt), tokens}
 }
 
 // sharesScopeAndTimes reports whether every request has the first one's
@@ -237,14 +241,15 @@ func batchArgs(reqs []idem.ClaimRequest, pending []int) []any {
 		scopes, ids, displays, fps = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		nows, leases, exps, sweeps = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		takeOver                   = make([]bool, n)
+		tokens                     = make([]int64, n)
 	)
 	for j, i := range pending {
 		r := reqs[i]
 		scopes[j], ids[j], displays[j], fps[j] = r.Key.Scope, r.Key.StoredID(), displayArg(r.Key), r.Fingerprint
 		nows[j], leases[j], exps[j], sweeps[j] = r.Now, r.LeaseUntil, r.ExpiresAt, sweepAt(r.ExpiresAt)
-		takeOver[j] = r.TakeOverStale
+		takeOver[j], tokens[j] = r.TakeOverStale, r.NewToken
 	}
-	return []any{scopes, ids, displays, fps, nows, leases, exps, sweeps, takeOver}
+	return []any{scopes, ids, displays, fps, nows, leases, exps, sweeps, takeOver, tokens}
 }
 
 // batchOnce runs the statement for the requests at pending, fills out and

@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"reflect"
 	"strconv"
 	"strings"
@@ -20,9 +22,15 @@ import (
 
 func mixedKey(id string) idem.Key { return idem.Key{Scope: "mixed", ID: id} }
 
+// mixedReq is a request for id at now. Its NewToken is derived from the id
+// and the time, so that two stores given the same history (and the rules
+// applied by hand) agree on every token, and a store that wrote any other
+// token for a new row (a counter, a 1) is caught.
 func mixedReq(id string, now time.Time, takeOver bool) idem.ClaimRequest {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s@%d", id, now.UnixNano())
 	return idem.ClaimRequest{Key: mixedKey(id), Fingerprint: "fp-" + id, Now: now, LeaseUntil: now.Add(10 * time.Second),
-		ExpiresAt: now.Add(time.Hour), TakeOverStale: takeOver}
+		ExpiresAt: now.Add(time.Hour), TakeOverStale: takeOver, NewToken: 1<<32 + int64(h.Sum64()>>20)}
 }
 
 // mixedHistory gives each store one record of every kind: stale in
@@ -162,8 +170,11 @@ func TestClaimBatchSharedFieldsWriteTheSameRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, c := range cs {
-			if c.Outcome != idem.ClaimAcquired || c.Record.Token != 1 {
-				t.Fatalf("%s: %v token %d", batch[i].Key.ID, c.Outcome, c.Record.Token)
+			if c.Outcome != idem.ClaimAcquired || c.Record.Token != batch[i].NewToken {
+				t.Fatalf("%s: %v token %d, want the request's %d", batch[i].Key.ID, c.Outcome, c.Record.Token, batch[i].NewToken)
+			}
+			if r, err := s.Get(ctx, batch[i].Key); err != nil || r.Token != c.Record.Token {
+				t.Fatalf("%s: stored %+v, %v; want token %d", batch[i].Key.ID, r, err, c.Record.Token)
 			}
 		}
 	}
@@ -176,7 +187,7 @@ func TestClaimBatchSharedFieldsWriteTheSameRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.ID, a.DisplayID, a.Fingerprint = b.ID, b.DisplayID, b.Fingerprint
+		a.ID, a.DisplayID, a.Fingerprint, a.Token = b.ID, b.DisplayID, b.Fingerprint, b.Token
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("shared path wrote %+v\nper-request path wrote %+v", a, b)
 		}

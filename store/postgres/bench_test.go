@@ -210,10 +210,10 @@ func BenchmarkSweepWhileClaiming(b *testing.B) {
 	ctx := context.Background()
 	rows := *sweepRows
 	// Fill with one INSERT .. SELECT: the row layout of the store, expired a
-	// day ago (sweep_at rounded up to the minute, as the store writes it).
+	// day ago (sweep_at rounded down to the second, as the store writes it).
 	_, err := pool.Exec(ctx, `INSERT INTO `+s.Table()+`
 		(scope, id, state, fingerprint, token, attempts, lease_until, expires_at, sweep_at, created_at, updated_at)
-		SELECT 'old', 'expired-' || g, 2, 'fp', 1, 1, t - interval '7 days', t, date_trunc('minute', t) + interval '1 minute', t - interval '7 days', t
+		SELECT 'old', 'expired-' || g, 2, 'fp', 1, 1, t - interval '7 days', t, date_trunc('second', t), t - interval '7 days', t
 		FROM generate_series(1, $1::int) g, LATERAL (SELECT now() - interval '1 day' - (g % 3600) * interval '1 second' AS t) tt`, rows)
 	if err != nil {
 		b.Fatal(err)

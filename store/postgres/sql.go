@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // States as stored (smallint: 2 bytes a row instead of a dozen for the name).
@@ -18,8 +19,8 @@ var recordCols = columns("")
 
 // statements holds the SQL of one table, built once in New.
 type statements struct {
-	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 take over stale
-	markNew               string // Mark's fast path: the insert alone, $1 .. $8, no RETURNING
+	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 new token, $10 take over stale
+	markNew               string // Mark's fast path: the insert alone, $1 .. $9, no RETURNING
 	claimBatchNew         string // ClaimBatch's fast path: the insert alone over the arrays
 	markBatchNew          string // MarkBatch's fast path, the arrays of claimBatch
 	claimBatchNewShared   string // claimBatchNew for a batch that shares its scope and times
@@ -33,32 +34,58 @@ type statements struct {
 	list                  string // WHERE and LIMIT appended by List
 }
 
+// keepSweepAt is the sweep_at an update writes for a row t whose retention
+// now ends at the time whose sweepAt is s: the row's own sweep_at while it
+// is at most s (so at most expires_at) and not more than sweepSlack below
+// it, else s. The usual complete, a handler's duration after its claim,
+// and the usual renewal, well inside the retention, keep the indexed value
+// and stay HOT.
+// sweepSlackSQL is sweepSlack as an SQL interval.
+var sweepSlackSQL = fmt.Sprintf(`interval '%d seconds'`, int(sweepSlack/time.Second))
+
+func keepSweepAt(t, s string) string {
+	return fmt.Sprintf(`CASE WHEN %[2]s < %[1]ssweep_at OR %[2]s > %[1]ssweep_at + %[3]s THEN %[2]s ELSE %[1]ssweep_at END`,
+		t, s, sweepSlackSQL)
+}
+
+// expired is the Store contract's "r expired" in SQL for a row t at now:
+// its retention ended and it is not an in-progress record whose lease is
+// live (an in-progress record never expires while its lease is; rows
+// written before Renew carried the expiry with the lease are covered too).
+func expired(t, now string) string {
+	return fmt.Sprintf(`(%[1]sexpires_at <= %[2]s AND NOT (%[1]sstate = %[3]d AND %[1]slease_until > %[2]s))`,
+		t, now, stInProgress)
+}
+
 // acquire is the acquire rule of the Store contract (idem.ApplyClaim) as an
 // UPDATE of an existing row t with the request's values (r: now, scope, ...,
 // take_over): the row is taken when its retention ended, it was released, or
 // (with take_over) its lease ended. Otherwise the UPDATE matches nothing and
-// the row is neither written nor locked.
+// the row is neither written nor locked. A row that still exists keeps
+// counting its tokens (token + 1), and keeps its fingerprint unless its
+// retention ended (a new lifetime) or it was released without one: release
+// means "may be retried", not "content forgotten".
 func acquire(table, from string, state int, r func(string) string, match string) string {
-	expired := `t.expires_at <= ` + r("now")
+	exp := expired("t.", r("now"))
 	return fmt.Sprintf(`UPDATE %[1]s AS t SET
 		state       = %[2]d,
 		token       = t.token + 1,
 		attempts    = CASE WHEN %[3]s THEN 1 ELSE t.attempts + 1 END,
-		fingerprint = CASE WHEN %[3]s OR t.state = %[4]d THEN %[6]s ELSE t.fingerprint END,
+		fingerprint = CASE WHEN %[3]s OR (t.state = %[4]d AND t.fingerprint = '') THEN %[6]s ELSE t.fingerprint END,
 		display_id  = CASE WHEN %[3]s THEN NULLIF(%[7]s, '') ELSE t.display_id END,
 		created_at  = CASE WHEN %[3]s THEN %[8]s ELSE t.created_at END,
 		retaken     = NOT (%[3]s OR t.state = %[4]d),
 		result      = NULL,
 		lease_until = %[9]s,
 		expires_at  = %[10]s,
-		sweep_at    = %[11]s,
+		sweep_at    = %[15]s,
 		updated_at  = %[8]s
 	%[12]s
 	WHERE %[13]s
 		AND (%[3]s OR t.state = %[4]d OR (t.state = %[5]d AND t.lease_until <= %[8]s AND %[14]s))
 	RETURNING `+columns("t."),
-		table, state, expired, stReleased, stInProgress, r("fingerprint"), r("display_id"), r("now"),
-		r("lease_until"), r("expires_at"), r("sweep_at"), from, match, r("take_over"))
+		table, state, exp, stReleased, stInProgress, r("fingerprint"), r("display_id"), r("now"),
+		r("lease_until"), r("expires_at"), r("sweep_at"), from, match, r("take_over"), keepSweepAt("t.", r("sweep_at")))
 }
 
 const insertCols = `(scope, id, display_id, state, fingerprint, token, attempts, lease_until, expires_at, sweep_at, created_at, updated_at)`
@@ -72,15 +99,18 @@ func buildStatements(table string) statements {
 	// duplicate thus costs a read: no row lock, no WAL. All three use the
 	// statement's snapshot, so a row committed by a concurrent claim after
 	// that snapshot can be missing from all three: the caller runs the
-	// statement again (see claimOne).
+	// statement again (see claimOne). A new row takes the request's token
+	// ($9, idem.ClaimRequest.NewToken: random, so that a key whose record
+	// was deleted never starts over at a token a zombie holds); an existing
+	// one counts on from its own.
 	single := func(state int) string {
 		params := map[string]string{"scope": "$1", "id": "$2", "display_id": "$3::text", "fingerprint": "$4::text",
 			"now": "$5::timestamptz", "lease_until": "$6::timestamptz", "expires_at": "$7::timestamptz",
-			"sweep_at": "$8::timestamptz", "take_over": "$9::boolean"}
+			"sweep_at": "$8::timestamptz", "take_over": "$10::boolean"}
 		r := func(c string) string { return params[c] }
 		return `WITH ins AS (
 	INSERT INTO ` + table + ` AS t ` + insertCols + `
-	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(state) + `, $4, 1, 1, $6, $7, $8, $5, $5)
+	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(state) + `, $4, $9::bigint, 1, $6, $7, $8, $5, $5)
 	ON CONFLICT (scope, id) DO NOTHING
 	RETURNING ` + recordCols + `
 ), upd AS (
@@ -100,7 +130,7 @@ WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SE
 	// row is the fresh record the request describes, and its affected-row
 	// count says whether it was inserted.
 	s.markNew = `INSERT INTO ` + table + ` AS t ` + insertCols + `
-	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(stCompleted) + `, $4, 1, 1, $6, $7, $8, $5, $5)
+	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(stCompleted) + `, $4, $9::bigint, 1, $6, $7, $8, $5, $5)
 	ON CONFLICT (scope, id) DO NOTHING`
 
 	// Many keys in one statement, the same three branches over unnested
@@ -111,11 +141,11 @@ WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SE
 		r := func(c string) string { return "r." + c }
 		return `WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
-		$7::timestamptz[], $8::timestamptz[], $9::boolean[])
-		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over)
+		$7::timestamptz[], $8::timestamptz[], $9::boolean[], $10::bigint[])
+		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over, new_token)
 ), ins AS (
 	INSERT INTO ` + table + ` AS t ` + insertCols + `
-	SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
+	SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, new_token, 1, lease_until, expires_at, sweep_at, now, now
 	FROM req ORDER BY scope, id
 	ON CONFLICT (scope, id) DO NOTHING
 	RETURNING ` + recordCols + `
@@ -140,11 +170,11 @@ WHERE NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)
 	batchNew := func(state int) string {
 		return `WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
-		$7::timestamptz[], $8::timestamptz[], $9::boolean[])
-		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over)
+		$7::timestamptz[], $8::timestamptz[], $9::boolean[], $10::bigint[])
+		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over, new_token)
 )
 INSERT INTO ` + table + ` AS t ` + insertCols + `
-SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, 1, 1, lease_until, expires_at, sweep_at, now, now
+SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, new_token, 1, lease_until, expires_at, sweep_at, now, now
 FROM req ORDER BY scope, id
 ON CONFLICT (scope, id) DO NOTHING
 RETURNING scope, id`
@@ -152,12 +182,12 @@ RETURNING scope, id`
 	s.claimBatchNew, s.markBatchNew = batchNew(stInProgress), batchNew(stCompleted)
 	// The same for the usual poll, whose requests share their scope, clock
 	// reading, lease and retention and have short ids: those go as scalars
-	// and only ids and fingerprints as arrays. Unnesting nine arrays cost
-	// about a third of the statement (BENCH.md).
+	// and only ids, fingerprints and new tokens as arrays. Unnesting ten
+	// arrays cost about a third of the statement (BENCH.md).
 	batchNewShared := func(state int) string {
 		return `INSERT INTO ` + table + ` AS t ` + insertCols + `
-SELECT $1::text, id, NULL, ` + fmt.Sprint(state) + `, fingerprint, 1, 1, $5::timestamptz, $6::timestamptz, $7::timestamptz, $4::timestamptz, $4::timestamptz
-FROM unnest($2::text[], $3::text[]) AS r(id, fingerprint)
+SELECT $1::text, id, NULL, ` + fmt.Sprint(state) + `, fingerprint, new_token, 1, $5::timestamptz, $6::timestamptz, $7::timestamptz, $4::timestamptz, $4::timestamptz
+FROM unnest($2::text[], $3::text[], $8::bigint[]) AS r(id, fingerprint, new_token)
 ORDER BY id
 ON CONFLICT (scope, id) DO NOTHING
 RETURNING id`
@@ -180,14 +210,21 @@ RETURNING id`
 	}
 	s.claimBatchPlain, s.claimBatchPlainShared = plain(s.claimBatchNew), plain(s.claimBatchNewShared)
 
-	// The fenced updates. Complete usually leaves sweep_at unchanged (same
-	// minute as the claim's retention end) and touches no other indexed
-	// column, so PostgreSQL can update the row in place on its page (HOT).
+	// The fenced updates. Complete usually leaves sweep_at unchanged (its
+	// retention ends a handler's duration after the claim's, see
+	// keepSweepAt) and touches no other indexed column, so PostgreSQL can
+	// update the row in place on its page (HOT). Renew carries the
+	// retention with the lease ($4): expires_at rises only when the lease
+	// outlives it, and sweep_at ($6, the lease end's sweepAt) only when the
+	// lease ends more than sweepSlack past it, so the usual renewal stays
+	// HOT too.
 	fence := ` WHERE scope = $1 AND id = $2 AND state = ` + fmt.Sprint(stInProgress) + ` AND token = $3`
 	s.complete = `UPDATE ` + table + ` SET state = ` + fmt.Sprint(stCompleted) +
-		`, result = $4, expires_at = $5, sweep_at = $6, updated_at = $7` + fence
+		`, result = $4, expires_at = $5, sweep_at = ` + keepSweepAt("", "$6::timestamptz") + `, updated_at = $7` + fence
 	s.release = `UPDATE ` + table + ` SET state = ` + fmt.Sprint(stReleased) + `, lease_until = $4, updated_at = $4` + fence
-	s.renew = `UPDATE ` + table + ` SET lease_until = $4, updated_at = $5` + fence
+	s.renew = `UPDATE ` + table + ` SET lease_until = $4, expires_at = GREATEST(expires_at, $4),
+	sweep_at = CASE WHEN $6::timestamptz > sweep_at + ` + sweepSlackSQL + ` THEN $6::timestamptz ELSE sweep_at END,
+	updated_at = $5` + fence
 	s.saveResult = `UPDATE ` + table + ` SET result = $3 WHERE scope = $1 AND id = $2`
 	s.get = `SELECT ` + recordCols + ` FROM ` + table + ` WHERE scope = $1 AND id = $2`
 	s.list = `SELECT ` + recordCols + ` FROM ` + table
@@ -199,9 +236,12 @@ RETURNING id`
 	// most for this one small statement. The rows are deleted through the
 	// primary key (a nested loop of index probes), which is also correct on
 	// a partitioned table, where a ctid names a row only within a partition.
+	// An in-progress row whose lease is live is not expired, whatever its
+	// expires_at, and stays. Every row's sweep_at is at most its expires_at
+	// (see sweepAt), so a row is found as soon as it expired.
 	s.sweep = `WITH victims AS (
 	SELECT scope, id FROM ` + table + `
-	WHERE sweep_at <= $1 AND expires_at <= $1 AND (SELECT pg_try_advisory_xact_lock($3, $4))
+	WHERE sweep_at <= $1 AND ` + expired("", "$1") + ` AND (SELECT pg_try_advisory_xact_lock($3, $4))
 	ORDER BY sweep_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED)
@@ -212,9 +252,9 @@ DELETE FROM ` + table + ` WHERE (scope, id) IN (SELECT scope, id FROM victims)`
 	count(*) FILTER (WHERE state = %[2]d),
 	count(*) FILTER (WHERE state = %[3]d),
 	count(*) FILTER (WHERE state = %[1]d AND lease_until <= $1),
-	count(*) FILTER (WHERE expires_at <= $1),
+	count(*) FILTER (WHERE %[4]s),
 	min(created_at) FILTER (WHERE state = %[1]d)
-FROM `+table+` GROUP BY scope ORDER BY scope`, stInProgress, stCompleted, stReleased)
+FROM `+table+` GROUP BY scope ORDER BY scope`, stInProgress, stCompleted, stReleased, expired("", "$1"))
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,15 +73,26 @@ const maxAttempts = 16
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
 // sweepGranule is the rounding of the indexed sweep_at column; see sweepAt.
-const sweepGranule = time.Minute
+const sweepGranule = time.Second
 
-// sweepAt rounds a retention end up to the next minute. The sweep index is on
-// this value rather than on expires_at: a complete moves expires_at by the
-// handler's duration, which rarely crosses a minute, so the indexed value
-// stays the same and the update can be HOT. Rows are swept up to a minute
-// late, which no caller can observe: claims compare expires_at itself.
+// sweepSlack is how far a row's expires_at may move past its sweep_at before
+// an update moves sweep_at too; see sweepAt.
+const sweepSlack = time.Minute
+
+// sweepAt rounds a retention end down to the second: the sweep_at a row
+// gets when a claim or a marker writes it. The sweep index is on this value
+// rather than on expires_at so that the updates after a claim can be HOT
+// (no indexed column changed): a complete moves expires_at by the
+// handler's duration and a renewal may carry it further, and each leaves
+// sweep_at as it is while expires_at stays within sweepSlack of it (see
+// keepSweepAt). So sweep_at <= expires_at on every row, and the sweep,
+// which looks for sweep_at <= now and checks expires_at on each row it
+// finds, deletes a row as soon as it expired; the rows it finds that have
+// not expired yet are those whose retention ends within sweepSlack, only
+// ever looked at by the last batch of a round. Rounding to the second lets
+// the B-tree deduplicate: a second's rows share one posting list.
 func sweepAt(expires time.Time) time.Time {
-	return expires.Truncate(sweepGranule).Add(sweepGranule)
+	return expires.Truncate(sweepGranule)
 }
 
 func normalize(req idem.ClaimRequest) idem.ClaimRequest {
@@ -100,17 +112,34 @@ func displayArg(k idem.Key) string {
 // Claim implements idem.Store in one statement (re-run only when a
 // concurrent claim committed the key after the statement's snapshot).
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	return s.claimOne(ctx, s.pool, s.sql.claim, req, false)
+	n, err := prepare(req)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	return s.claimOne(ctx, s.pool, s.sql.claim, n, false)
 }
 
-// recordArgs are $1 .. $8 of the one-key statements (markNew, claim, mark)
-// for n, a normalized request: the key, the fingerprint and the times. The
-// claim and mark statements take one more ($9), which the capacity leaves
-// room for.
+// prepare is idem.ClaimRequest.Prepare (the times checked, the fingerprint
+// as stored, ExpiresAt raised to LeaseUntil, NewToken drawn), then the times
+// truncated to PostgreSQL's microseconds. Every path that writes a record
+// takes its request from here, the batch fast paths and the deferred marker
+// included. Its errors are Prepare's, as they are.
+func prepare(req idem.ClaimRequest) (idem.ClaimRequest, error) {
+	req, err := req.Prepare()
+	if err != nil {
+		return req, err
+	}
+	return normalize(req), nil
+}
+
+// recordArgs are $1 .. $9 of the one-key statements (markNew, claim, mark)
+// for n, a prepared request: the key, the fingerprint, the times and the
+// token of a new row. The claim and mark statements take one more ($10),
+// which the capacity leaves room for.
 func recordArgs(n idem.ClaimRequest) []any {
 	k := n.Key
-	return append(make([]any, 0, 9), k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
-		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt))
+	return append(make([]any, 0, 10), k.Scope, k.StoredID(), displayArg(k), n.Fingerprint,
+		n.Now, n.LeaseUntil, n.ExpiresAt, sweepAt(n.ExpiresAt), n.NewToken)
 }
 
 // retryable reports whether a statement that ran on its own (not inside a
@@ -124,16 +153,14 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// claimOne runs the claim (or with mark, the mark) statement for req, a
+// request from prepare.
 func (s *Store) claimOne(ctx context.Context, q querier, query string, req idem.ClaimRequest, mark bool) (idem.Claim, error) {
 	_, standalone := q.(*pgxpool.Pool)
 	op := "claim"
 	if mark {
 		op = "mark"
 	}
-	if err := req.Key.Validate(); err != nil {
-		return idem.Claim{}, err
-	}
-	req = normalize(req)
 	k := req.Key
 	args := append(recordArgs(req), req.TakeOverStale && !mark)
 	for range maxAttempts {
@@ -181,8 +208,13 @@ func resolve(acquired bool, r idem.Record, retaken bool, req idem.ClaimRequest, 
 }
 
 // Complete implements idem.Store: a fenced update; no row means the token is
-// no longer current (idem.ErrLeaseLost).
+// no longer current (idem.ErrLeaseLost). A request without its times is
+// rejected by idem.CompleteRequest.Prepare.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
 	exp := micro(req.ExpiresAt)
 	return s.fenced(ctx, "complete", s.sql.complete, req.Key.Scope, req.Key.StoredID(), req.Token,
 		req.Result, exp, sweepAt(exp), micro(req.Now))
@@ -193,10 +225,17 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	return s.fenced(ctx, "release", s.sql.release, req.Key.Scope, req.Key.StoredID(), req.Token, micro(req.Now))
 }
 
-// Renew implements idem.Store.
+// Renew implements idem.Store: LeaseUntil = req.LeaseUntil and ExpiresAt =
+// max(ExpiresAt, req.LeaseUntil), so a lease renewed past the retention
+// carries the expiry with it.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	lease := micro(req.LeaseUntil)
 	return s.fenced(ctx, "renew", s.sql.renew, req.Key.Scope, req.Key.StoredID(), req.Token,
-		micro(req.LeaseUntil), micro(req.Now))
+		lease, micro(req.Now), sweepAt(lease))
 }
 
 func (s *Store) fenced(ctx context.Context, op, query string, args ...any) error {
@@ -225,7 +264,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 
 // wrapErr names the operation. The driver's error stays reachable with
 // errors.Is / errors.As (*pgconn.PgError, context errors, net errors); the
-// guard treats it as a retryable store failure.
+// guard treats it as a retryable store failure. A data exception (SQLSTATE
+// class 22: a value the server cannot take, such as a time out of
+// timestamptz's range) is an *idem.InvalidDataError instead: the same
+// message would fail the same way forever, so it is permanent.
 func wrapErr(op string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("postgres: %w", err)}
+	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }

@@ -6,25 +6,24 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// DefaultSweepLimit is used when a SweepRequest has no positive Limit.
-const DefaultSweepLimit = 1000
-
 // Sweep implements idem.Store: one DELETE of at most req.Limit records whose
 // retention ended, guarded by pg_try_advisory_xact_lock so that one instance
 // sweeps a table at a time (the others get 0 at once, without waiting).
-// Rows a claim is reviving are skipped (SKIP LOCKED), so a sweep never waits
-// for claims, and a claim of an expired row waits at most for one batch.
+// A Limit of zero or less deletes nothing and returns (0, nil) without a
+// round trip. An in-progress record whose lease is live at req.Now is never
+// deleted, whatever its expires_at. Rows a claim is reviving are skipped
+// (SKIP LOCKED), so a sweep never waits for claims, and a claim of an
+// expired row waits at most for one batch.
 //
 // Rows are picked through the sweep_at index (expires_at rounded up to the
 // minute), oldest first, so a record is swept up to a minute after it
 // expired; claims compare expires_at itself and never see the difference.
 // Run it through idem.Sweeper, which repeats it until a batch comes back short.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
-	limit := req.Limit
-	if limit <= 0 {
-		limit = DefaultSweepLimit
+	if req.Limit <= 0 {
+		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.sweep, micro(req.Now), limit, lockClassSweep, lockKey(s.names.qualified))
+	tag, err := s.pool.Exec(ctx, s.sql.sweep, micro(req.Now), req.Limit, lockClassSweep, lockKey(s.names.qualified))
 	if err != nil {
 		return 0, wrapErr("sweep", err)
 	}

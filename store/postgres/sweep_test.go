@@ -109,25 +109,66 @@ func TestSweepSkipsLockedRows(t *testing.T) {
 	}
 }
 
-// Rows expire at their expires_at for claims, but are swept only once the
-// minute of sweep_at has passed; never before they expire.
+// Rows are swept as soon as they expire, never before: sweep_at (the
+// indexed column) is at most expires_at on every row, also after a
+// complete or a renewal moved expires_at past it.
 func TestSweepNeverEarly(t *testing.T) {
 	s := newStore(t, postgres.Options{})
 	ctx := context.Background()
 	t0 := storetest.T0
-	exp := t0.Add(time.Hour + 30*time.Second)
+	exp := t0.Add(time.Hour + 30*time.Second + 250*time.Millisecond)
 	fill(t, s, "edge", 3, t0, exp)
+	// A fourth row completed 40s after its claim and a fifth renewed 50s
+	// past its retention: both keep their claim's sweep_at (HOT), and are
+	// swept at their own expiry.
+	moved := map[string]time.Duration{"completed": 40 * time.Second, "renewed": 50 * time.Second}
+	for id, by := range moved {
+		k := idem.Key{Scope: "sweep", ID: id}
+		c, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Now: t0, LeaseUntil: t0.Add(time.Second), ExpiresAt: exp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == "completed" {
+			err = s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: t0.Add(by), ExpiresAt: exp.Add(by)})
+		} else {
+			err = s.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: exp, LeaseUntil: exp.Add(by)})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		now  time.Time
 		want int
 	}{
 		{exp.Add(-time.Microsecond), 0},
-		{exp, 0}, // expired for claims, swept at the next minute
-		{exp.Add(30 * time.Second), 3},
+		{exp, 3},
+		{exp.Add(40*time.Second - time.Microsecond), 0},
+		{exp.Add(40 * time.Second), 1},
+		{exp.Add(50*time.Second - time.Microsecond), 0}, // in progress, its lease live
+		{exp.Add(50 * time.Second), 1},
 	} {
 		n, err := s.Sweep(ctx, idem.SweepRequest{Now: tc.now, Limit: 10})
 		if err != nil || n != tc.want {
 			t.Fatalf("Sweep at %v = %d, %v; want %d", tc.now.Sub(exp), n, err, tc.want)
 		}
+	}
+}
+
+// Sweep with a Limit of zero or less deletes nothing (the contract says at
+// most Limit; this store used to take 1000).
+func TestSweepLimitNotPositive(t *testing.T) {
+	s := newStore(t, postgres.Options{})
+	ctx := context.Background()
+	t0 := storetest.T0
+	fill(t, s, "old", 5, t0, t0.Add(time.Hour))
+	now := t0.Add(2 * time.Hour)
+	for _, limit := range []int{0, -1, -1000} {
+		if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: limit}); err != nil || n != 0 {
+			t.Fatalf("Sweep(Limit %d) = %d, %v; want 0, nil", limit, n, err)
+		}
+	}
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 5}); err != nil || n != 5 {
+		t.Fatalf("Sweep(Limit 5) = %d, %v; want 5", n, err)
 	}
 }

@@ -56,10 +56,10 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // business writes); if it rolls back, Mark writes the marker. Either way the
 // business writes of exactly one transaction commit.
 func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	if err := req.Key.Validate(); err != nil {
+	n, err := prepare(req)
+	if err != nil {
 		return idem.Claim{}, err
 	}
-	n := normalize(req)
 	tag, err := tx.Exec(ctx, s.sql.markNew, recordArgs(n)...)
 	switch {
 	case err != nil:
@@ -71,7 +71,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		c, _ := idem.ApplyMark(nil, n)
 		return c, nil
 	}
-	return s.claimOne(ctx, tx, s.sql.mark, req, true)
+	return s.claimOne(ctx, tx, s.sql.mark, n, true)
 }
 
 // MarkBatch is Mark for many keys in one statement (two when some keys
@@ -109,10 +109,10 @@ func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest)
 	if !s.opts.MarkWithFirstStatement || s.firstPaused.Active() {
 		return idem.Claim{}, false, nil
 	}
-	if err := req.Key.Validate(); err != nil {
+	n, err := prepare(req)
+	if err != nil {
 		return idem.Claim{}, false, err
 	}
-	n := normalize(req)
 	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, recordArgs(n)...) {
 		return idem.Claim{}, false, nil
 	}
