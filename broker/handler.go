@@ -1,0 +1,71 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemgo/idem"
+)
+
+// Handler is the work a consumer runs for each delivery of type M (a
+// *kgo.Record, a jetstream.Msg, an amqp.Delivery) under a guard. Build one
+// with Handle or HandleTx; adapters run it with Run after checking it once
+// with Check.
+type Handler[M any] struct {
+	run   func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error)
+	check func(g *idem.Guard) error
+}
+
+// ErrNoHandler is returned by Check for a zero Handler (or Handle(nil)).
+var ErrNoHandler = errors.New("broker: no handler (use Handle or HandleTx)")
+
+// Handle runs fn in two-phase mode (idem.Guard.Do): for side effects outside
+// the database. Its result is recorded and replayed to duplicates.
+func Handle[M any](fn func(ctx context.Context, msg M) ([]byte, error)) Handler[M] {
+	if fn == nil {
+		return Handler[M]{}
+	}
+	return Handler[M]{run: func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
+		return g.Do(ctx, im, func(ctx context.Context) ([]byte, error) { return fn(ctx, msg) })
+	}}
+}
+
+// HandleTx runs fn inside a transaction of the guard's store together with
+// the dedup marker (idem.DoTx, the transactional inbox): fn's writes on tx
+// and the marker commit together or not at all.
+func HandleTx[Tx, M any](fn func(ctx context.Context, tx Tx, msg M) ([]byte, error)) Handler[M] {
+	if fn == nil {
+		return Handler[M]{}
+	}
+	return Handler[M]{
+		run: func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
+			return idem.DoTx(ctx, g, im, func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, msg) })
+		},
+		check: idem.CheckTx[Tx],
+	}
+}
+
+// Check reports whether h can run under g: a built handler, and for HandleTx
+// a guard whose store has transactions of its type. Adapters call it in
+// their constructor, so a mismatch fails there rather than on every
+// message. The error wraps idem.ErrInvalidOptions.
+func (h Handler[M]) Check(g *idem.Guard) error {
+	if h.run == nil {
+		return fmt.Errorf("%w: %w", idem.ErrInvalidOptions, ErrNoHandler)
+	}
+	if g == nil {
+		return fmt.Errorf("%w: nil guard", idem.ErrInvalidOptions)
+	}
+	if h.check != nil {
+		if err := h.check(g); err != nil {
+			return fmt.Errorf("%w: %w", idem.ErrInvalidOptions, err)
+		}
+	}
+	return nil
+}
+
+// Run runs h for msg, whose guard view is im (the adapter's MessageOf).
+func (h Handler[M]) Run(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
+	return h.run(ctx, g, im, msg)
+}
