@@ -25,14 +25,15 @@ func TestInspectorMatchesMemory(t *testing.T) {
 			scope := []string{"billing", "shipping", "odd{scope}:x"}[i%3]
 			k := idem.Key{Scope: scope, ID: fmt.Sprintf("id-%02d", i)}
 			now := t0.Add(time.Duration(i) * time.Second)
-			req := idem.ClaimRequest{Key: k, Fingerprint: "fp", Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour)}
+			req := idem.ClaimRequest{Key: k, Fingerprint: "fp", Now: now, LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(time.Hour),
+				NewToken: 1<<40 + int64(i)} // the same fresh token in both stores
 			c, err := s.Claim(ctx, req)
 			if err != nil || c.Outcome != idem.ClaimAcquired {
 				t.Fatalf("claim %s: %v %v", k, c.Outcome, err)
 			}
 			switch i % 4 {
 			case 0:
-				err = s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Result: []byte("r"), Now: now, ExpiresAt: now.Add(time.Duration(i) * time.Minute)})
+				err = s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Result: []byte("r"), Now: now, ExpiresAt: now.Add(time.Duration(i+1) * time.Minute)})
 			case 1:
 				err = s.Release(ctx, idem.ReleaseRequest{Key: k, Token: c.Record.Token, Now: now})
 			}

@@ -49,6 +49,20 @@ func msArg(t time.Time) string {
 // number.
 func nowArg(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
+// ttlArg is the key's Redis expiry for a record that expires at expires by
+// the caller's clock, measured from the caller's now: milliseconds, at
+// least 1 (PX), or "" for a record without a retention end. A duration is
+// what Redis's clock and the caller's agree on; an absolute PXAT of the
+// caller's time would expire the key early (two owners) when the caller's
+// clock is behind Redis's and late when it is ahead. It rounds as the
+// scripts do (whole milliseconds of both).
+func ttlArg(expires, now time.Time) string {
+	if expires.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(max(1, expires.UnixMilli()-now.UnixMilli()), 10)
+}
+
 // msTime decodes msArg's encoding.
 func msTime(s string) (time.Time, error) {
 	if s == "" {
@@ -172,12 +186,13 @@ func decodeRecord(v string) (idem.Record, error) {
 }
 
 // freshRecord is the record a claim of an absent key writes, with its
-// times as the store keeps them (whole milliseconds, UTC).
+// times as the store keeps them (whole milliseconds, UTC) and the request's
+// fresh token (req is Prepare'd: NewToken is set).
 func freshRecord(req idem.ClaimRequest) idem.Record {
 	now := roundMs(req.Now)
 	return idem.Record{
 		Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
-		State: idem.StateInProgress, Fingerprint: req.Fingerprint, Token: 1, Attempts: 1,
+		State: idem.StateInProgress, Fingerprint: req.Fingerprint, Token: req.NewToken, Attempts: 1,
 		LeaseUntil: roundMs(req.LeaseUntil), ExpiresAt: roundMs(req.ExpiresAt), CreatedAt: now, UpdatedAt: now,
 	}
 }

@@ -7,6 +7,14 @@ import goredis "github.com/redis/go-redis/v9"
 // interleaving of clients can break a transition. Times arrive as unix
 // milliseconds in ARGV (the caller's clock, never Redis's: TIME is not used);
 // a zero time is the empty string. Tokens are compared as decimal strings.
+// The key's Redis expiry is always set relative to the request's now (PX
+// expires_at - now, at least 1 ms), never at an absolute time: Redis's clock
+// then only measures how long a record lives, which every clock agrees on,
+// not when, which a caller's clock may put an hour away.
+//
+// Lua counts in doubles. Every number a script writes goes through
+// string.format('%d', ...) (never tostring, which prints 1e+15), and tokens
+// stay below 2^53 (inc refuses to count past it), so they stay exact.
 
 // luaRecord parses and writes the format of record.go. parse returns nil for
 // a value it does not understand; the scripts then fail loudly rather than
@@ -26,19 +34,50 @@ local function parse(v)
     ident = string.sub(v, pos + lfp, pos + n - 1), result = string.sub(v, pos + n)}
 end
 
-local function write(k, r)
+-- ttl is the key's expiry for a retention ending at exp, measured from
+-- now (both unix ms, the caller's clock): at least 1 ms, an integer.
+local function ttl(exp, now)
+  local ms = tonumber(exp) - tonumber(now)
+  if ms < 1 then
+    ms = 1
+  end
+  return string.format('%d', ms)
+end
+
+-- write stores r with the key's expiry at its retention end, measured
+-- from now.
+local function write(k, r, now)
   local v = table.concat({'1', r.state, r.token, r.attempts, r.lease, r.exp, r.created, r.updated,
-    string.len(r.fp), r.lens, ''}, '|') .. r.fp .. r.ident .. r.result
+    string.format('%d', string.len(r.fp)), r.lens, ''}, '|') .. r.fp .. r.ident .. r.result
   if r.exp == '' then
     redis.call('SET', k, v)
   else
-    redis.call('SET', k, v, 'PXAT', r.exp)
+    redis.call('SET', k, v, 'PX', ttl(r.exp, now))
   end
   return v
 end
 
+-- inc is the decimal string n + 1. Doubles are exact below 2^53; a token
+-- at the edge is refused rather than rounded (a rounded token could equal
+-- a zombie's).
 local function inc(n)
-  return string.format('%d', tonumber(n) + 1)
+  local x = tonumber(n) + 1
+  if x >= 9007199254740992 then
+    error({err = 'idem: token ' .. n .. ' is too large to count on (2^53 or more)'})
+  end
+  return string.format('%d', x)
+end
+
+-- expired: the retention ended at now, unless the record is in progress
+-- under a live lease (an in-progress record never expires while its lease
+-- is live, even one written before renewals carried the expiry along).
+local function expired(r, now)
+  local exp = tonumber(r.exp)
+  if not exp or exp > now then
+    return false
+  end
+  local lease = tonumber(r.lease)
+  return not (r.state == 'in_progress' and lease and lease > now)
 end
 
 local function malformed(k)
@@ -58,9 +97,9 @@ const (
 // (absent keys are claimed by SET NX, with or without GET, without a
 // script).
 //
-// ARGV: now, take over stale ("1"/"0"), the fresh record value (token 1,
-// the request's fingerprint, lease and retention) written when the key is
-// absent or expired.
+// ARGV: now, take over stale ("1"/"0"), the fresh record value (the
+// request's token, fingerprint, lease and retention) written when the key
+// is absent or expired.
 //
 // Reply: {code, record value after the step, retaken (0/1)}.
 var claimScript = goredis.NewScript(luaRecord + `
@@ -69,18 +108,17 @@ local now = tonumber(ARGV[1])
 local fresh = parse(ARGV[3])
 local v = redis.call('GET', k)
 if not v then
-  return {1, write(k, fresh), 0}
+  return {1, write(k, fresh, now), 0}
 end
 local r = parse(v)
 if not r then
   return malformed(k)
 end
-local exp = tonumber(r.exp)
-if exp and exp <= now then
-  -- Expired but not yet removed by Redis: a fresh record that keeps
-  -- counting tokens from the old one.
+if expired(r, now) then
+  -- Expired but not yet removed by Redis: a new lifetime (the request's
+  -- fingerprint) that keeps counting tokens from the old one.
   fresh.token = inc(r.token)
-  return {1, write(k, fresh), 0}
+  return {1, write(k, fresh, now), 0}
 end
 if r.state == 'completed' then
   return {2, v, 0}
@@ -97,21 +135,26 @@ if r.state == 'in_progress' then
   -- first owner may have acted on).
   r.token, r.attempts = inc(r.token), inc(r.attempts)
   r.lease, r.exp, r.updated = fresh.lease, fresh.exp, ARGV[1]
-  return {1, write(k, r), 1}
+  return {1, write(k, r, now), 1}
 end
 if r.state == 'released' then
+  -- Released means "may be retried", not "content forgotten": the stored
+  -- fingerprint stays (the request's only fills an empty one).
   r.state, r.token, r.attempts = 'in_progress', inc(r.token), inc(r.attempts)
-  r.fp, r.result = fresh.fp, ''
+  if r.fp == '' then
+    r.fp = fresh.fp
+  end
+  r.result = ''
   r.lease, r.exp, r.updated = fresh.lease, fresh.exp, ARGV[1]
-  return {1, write(k, r), 0}
+  return {1, write(k, r, now), 0}
 end
 return malformed(k)
 `)
 
 // fencedPrelude starts Complete, Release and Renew. ARGV[1] is the
 // caller's token; ARGV[2] the record value this client last saw under that
-// token (or ""), ARGV[3] the value to write in its place and ARGV[4] its
-// expiry (unix ms, "" for none).
+// token (or ""), ARGV[3] the value to write in its place and ARGV[4] the
+// key's expiry for it (milliseconds from the request's now, "" for none).
 //
 // Fast path: the stored value is still exactly ARGV[2], so nobody has
 // touched the record since this client claimed (or renewed) it; it is in
@@ -132,7 +175,7 @@ if v == ARGV[2] then
   if ARGV[4] == '' then
     redis.call('SET', k, ARGV[3])
   else
-    redis.call('SET', k, ARGV[3], 'PXAT', ARGV[4])
+    redis.call('SET', k, ARGV[3], 'PX', ARGV[4])
   end
   return 1
 end
@@ -151,37 +194,41 @@ end
 // progress. The key's Redis expiry moves to the new retention end.
 var completeScript = goredis.NewScript(fencedPrelude + `
 r.state, r.result, r.exp, r.updated = 'completed', ARGV[5], ARGV[6], ARGV[7]
-write(k, r)
+write(k, r, ARGV[7])
 return 1
 `)
 
 // releaseScript: ARGV 1-4 as fencedPrelude, then now. Reply as
-// completeScript.
+// completeScript. The fingerprint stays.
 var releaseScript = goredis.NewScript(fencedPrelude + `
 r.state, r.lease, r.updated = 'released', ARGV[5], ARGV[5]
-write(k, r)
+write(k, r, ARGV[5])
 return 1
 `)
 
 // renewScript: ARGV 1-4 as fencedPrelude, then lease_until, now. Reply as
-// completeScript.
+// completeScript. The retention end moves to the new lease end when that is
+// later (and the key's Redis expiry with it), so an in-progress record
+// outlives its retention as long as its owner renews.
 var renewScript = goredis.NewScript(fencedPrelude + `
 r.lease, r.updated = ARGV[5], ARGV[6]
-write(k, r)
+if r.exp ~= '' and tonumber(r.exp) < tonumber(ARGV[5]) then
+  r.exp = ARGV[5]
+end
+write(k, r, ARGV[6])
 return 1
 `)
 
-// sweepScript deletes the record if its retention ended at ARGV now (it
-// re-checks, so a record claimed again since the scan survives). Reply 1
-// when deleted.
+// sweepScript deletes the record if it expired at ARGV now (see expired: an
+// in-progress record under a live lease never does). It re-checks, so a
+// record claimed again since the scan survives. Reply 1 when deleted.
 var sweepScript = goredis.NewScript(luaRecord + `
 local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
 end
 local r = parse(v)
-local e = r and tonumber(r.exp)
-if e and e <= tonumber(ARGV[1]) then
+if r and expired(r, tonumber(ARGV[1])) then
   redis.call('DEL', KEYS[1])
   return 1
 end

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -92,16 +91,6 @@ func (s *Store) Prefix() string { return s.prefix }
 // Key returns the Redis key holding k's record (for operators and tests).
 func (s *Store) Key(k idem.Key) string { return keyOf(s.prefix, k) }
 
-// wrap labels a Redis failure with the operation. The error stays
-// inspectable (errors.Is(err, context.Canceled), redis.Error, net.Error).
-func wrap(op string, err error) error {
-	if strings.Contains(err.Error(), "syntax error") {
-		// SET with NX and GET together is Redis 7.0+.
-		return fmt.Errorf("redisstore: %s (Redis 7.0 or later is required): %w", op, err)
-	}
-	return fmt.Errorf("redisstore: %s: %w", op, err)
-}
-
 // Claim implements idem.Store. An absent key is claimed by one SET NX, no
 // script. How an existing key is read depends on what this Store has met
 // lately:
@@ -120,7 +109,18 @@ func wrap(op string, err error) error {
 // Either way only transitions that rewrite a record (retake, reclaim after
 // release or expiry) run claimScript, which checks the rules again
 // atomically.
+//
+// The record a claim writes carries req.NewToken (drawn by Prepare), and the
+// key's Redis expiry is ExpiresAt - Now (at least 1 ms): a duration from
+// the caller's clock, never an absolute time.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	req, err := req.Prepare()
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	if err := checkClaim("claim", req); err != nil {
+		return idem.Claim{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -130,16 +130,15 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	var (
 		c    idem.Claim
 		done bool
-		err  error
 	)
 	if s.dupGet.Active() {
-		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req.ExpiresAt)...)
+		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req)...)
 		c, done, err = decodeSetNXGet(req, rec, cmd)
 		if existed := !done || (err == nil && c.Outcome != idem.ClaimAcquired); existed {
 			s.dupGet.Start(dupGetClaims)
 		}
 	} else {
-		err = s.client.Do(ctx, setNXArgs(key, fresh, req.ExpiresAt)...).Err()
+		err = s.client.Do(ctx, setNXArgs(key, fresh, req)...).Err()
 		switch {
 		case err == nil:
 			c, done = idem.Claim{Outcome: idem.ClaimAcquired, Record: rec}, true
@@ -158,7 +157,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			return idem.Claim{}, wrap("claim", err)
 		}
 		if c, value, err = decodeClaim(reply); err != nil {
-			return idem.Claim{}, err
+			return idem.Claim{}, wrap("claim", err)
 		}
 	}
 	s.held.acquired(key, c, value)
@@ -172,21 +171,16 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 const dupGetClaims = 64
 
 // setNXArgs is the claim of an absent key alone: write fresh only if the
-// key does not exist. The reply is OK, or nil when the key exists.
-func setNXArgs(key, fresh string, expires time.Time) []any {
-	if expires.IsZero() {
-		return []any{"set", key, fresh, "nx"}
-	}
-	return []any{"set", key, fresh, "nx", "pxat", expires.UnixMilli()}
+// key does not exist, expiring ExpiresAt - Now from now. The reply is OK,
+// or nil when the key exists.
+func setNXArgs(key, fresh string, req idem.ClaimRequest) []any {
+	return []any{"set", key, fresh, "nx", "px", ttlArg(req.ExpiresAt, req.Now)}
 }
 
 // setNXGetArgs is the claim of an absent key: write fresh only if the key
 // does not exist, and return what it held otherwise (Redis 7.0+).
-func setNXGetArgs(key, fresh string, expires time.Time) []any {
-	if expires.IsZero() {
-		return []any{"set", key, fresh, "nx", "get"}
-	}
-	return []any{"set", key, fresh, "nx", "get", "pxat", expires.UnixMilli()}
+func setNXGetArgs(key, fresh string, req idem.ClaimRequest) []any {
+	return []any{"set", key, fresh, "nx", "get", "px", ttlArg(req.ExpiresAt, req.Now)}
 }
 
 // decodeSetNXGet interprets the SET NX GET reply: acquired when the key was
@@ -249,21 +243,22 @@ func decodeClaim(reply any) (idem.Claim, string, error) {
 // fenced runs a complete/release/renew script and maps its 0 reply to
 // idem.ErrLeaseLost. When this Store holds the claim (it claimed or renewed
 // it under token), it sends the value it expects and the transition's
-// result so the script can compare-and-set without parsing; change turns
-// the held record into the new one.
+// result, with the key's expiry measured from now, so the script can
+// compare-and-set without parsing; change turns the held record into the
+// new one.
 func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k idem.Key, token int64,
-	change func(*idem.Record), args ...any) (idem.Record, bool, error) {
+	now time.Time, change func(*idem.Record), args ...any) (idem.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, false, err
 	}
 	key := keyOf(s.prefix, k)
-	var expected, next, pxat string
+	var expected, next, ttl string
 	h, ok := s.held.take(key, token)
 	if ok {
 		change(&h.rec)
-		expected, next, pxat = h.value, encodeRecord(h.rec), msArg(h.rec.ExpiresAt)
+		expected, next, ttl = h.value, encodeRecord(h.rec), ttlArg(h.rec.ExpiresAt, now)
 	}
-	all := append([]any{strconv.FormatInt(token, 10), expected, next, pxat}, args...)
+	all := append([]any{strconv.FormatInt(token, 10), expected, next, ttl}, args...)
 	n, err := s.flights.run(s.client, &fencedCall{ctx: ctx, script: script, key: key, args: all})
 	if err != nil {
 		return idem.Record{}, false, wrap(op, err)
@@ -275,27 +270,58 @@ func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k
 }
 
 // Complete implements idem.Store: fenced by token and state, and moves the
-// key's Redis expiry to the new retention end.
+// key's Redis expiry to the new retention end (ExpiresAt - Now from now).
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	_, _, err := s.fenced(ctx, "complete", completeScript, req.Key, req.Token, func(r *idem.Record) {
-		r.State, r.Result, r.ExpiresAt, r.UpdatedAt = idem.StateCompleted, req.Result, req.ExpiresAt, req.Now
-	}, req.Result, msArg(req.ExpiresAt), nowArg(req.Now))
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	if err := checkTimes("complete", req.Now, req.ExpiresAt); err != nil {
+		return err
+	}
+	exp := roundMs(req.ExpiresAt)
+	_, _, err = s.fenced(ctx, "complete", completeScript, req.Key, req.Token, req.Now, func(r *idem.Record) {
+		r.State, r.Result, r.ExpiresAt, r.UpdatedAt = idem.StateCompleted, req.Result, exp, roundMs(req.Now)
+	}, req.Result, msArg(exp), nowArg(req.Now))
 	return err
 }
 
-// Release implements idem.Store.
+// Release implements idem.Store. The record keeps its fingerprint and its
+// retention end (the key's Redis expiry is set again from req.Now). A zero
+// Now is an *idem.InvalidDataError, as for the other transitions.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	_, _, err := s.fenced(ctx, "release", releaseScript, req.Key, req.Token, func(r *idem.Record) {
-		r.State, r.LeaseUntil, r.UpdatedAt = idem.StateReleased, req.Now, req.Now
+	if req.Now.IsZero() {
+		return invalid("release", "invalid request: zero Now")
+	}
+	if err := checkTimes("release", req.Now); err != nil {
+		return err
+	}
+	now := roundMs(req.Now)
+	_, _, err := s.fenced(ctx, "release", releaseScript, req.Key, req.Token, req.Now, func(r *idem.Record) {
+		r.State, r.LeaseUntil, r.UpdatedAt = idem.StateReleased, now, now
 	}, nowArg(req.Now))
 	return err
 }
 
-// Renew implements idem.Store.
+// Renew implements idem.Store: the lease moves to req.LeaseUntil and the
+// retention end to the later of itself and the new lease end, and the key's
+// Redis expiry with it, so a record in progress never vanishes while its
+// lease is live, however long its handler runs.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	r, held, err := s.fenced(ctx, "renew", renewScript, req.Key, req.Token, func(r *idem.Record) {
-		r.LeaseUntil, r.UpdatedAt = req.LeaseUntil, req.Now
-	}, msArg(req.LeaseUntil), nowArg(req.Now))
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	if err := checkTimes("renew", req.Now, req.LeaseUntil); err != nil {
+		return err
+	}
+	lease := roundMs(req.LeaseUntil)
+	r, held, err := s.fenced(ctx, "renew", renewScript, req.Key, req.Token, req.Now, func(r *idem.Record) {
+		r.LeaseUntil, r.UpdatedAt = lease, roundMs(req.Now)
+		if !r.ExpiresAt.IsZero() {
+			r.ExpiresAt = idem.Later(r.ExpiresAt, lease)
+		}
+	}, msArg(lease), nowArg(req.Now))
 	if err == nil && held {
 		s.held.put(keyOf(s.prefix, req.Key), r, "")
 	}
@@ -315,16 +341,34 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, wrap("get", err)
 	}
-	return decodeRecord(v)
+	r, err := decodeRecord(v)
+	if err != nil {
+		return idem.Record{}, wrap("get", err)
+	}
+	return r, nil
 }
 
 // ClaimBatch implements idem.BatchStore: one pipeline of SET NX GET, one
 // round trip (per cluster node), plus a second pipeline of claim scripts for
 // the keys whose records need a rewrite (retake, reclaim). Each claim is atomic on its own; the batch
-// is not a transaction. On any error no claim is reported: claims the server
-// applied before the failure stay in progress until their lease ends, then
-// are retaken.
+// is not a transaction. Every request is Prepare'd first (its own fresh
+// token); a request Prepare refuses fails the whole batch before anything
+// is sent. On any error no claim is reported: claims the server applied
+// before the failure stay in progress until their lease ends, then are
+// retaken.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	prepared := make([]idem.ClaimRequest, len(reqs))
+	for i, r := range reqs {
+		r, err := r.Prepare()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkClaim("claim batch", r); err != nil {
+			return nil, err
+		}
+		prepared[i] = r
+	}
+	reqs = prepared
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -340,7 +384,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		keys[i] = keyOf(s.prefix, r.Key)
 		recs[i] = freshRecord(r)
 		fresh[i] = encodeRecord(recs[i])
-		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i], r.ExpiresAt)...)
+		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i], r)...)
 	}
 	// Exec's error is the first failed command's; redis.Nil (key was absent)
 	// is no failure, so each command is judged on its own.
@@ -373,7 +417,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	for j, i := range slow {
 		var value string
 		if out[i], value, err = decodeClaim(cmds[j].Val()); err != nil {
-			return nil, err
+			return nil, wrap("claim batch", err)
 		}
 		s.held.acquired(keys[i], out[i], value)
 	}

@@ -130,19 +130,19 @@ func TestRedisDown(t *testing.T) {
 	now := time.Now()
 	k := idem.Key{Scope: "s", ID: "down"}
 	req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
-	if cl, err := s.Claim(ctx, req); err == nil || cl.Outcome == idem.ClaimAcquired {
-		t.Fatalf("Claim = %v, %v; want an error and no acquisition", cl.Outcome, err)
+	if cl, err := s.Claim(ctx, req); err == nil || cl.Outcome == idem.ClaimAcquired || idem.IsPermanent(err) {
+		t.Fatalf("Claim = %v, %v; want a retryable error and no acquisition", cl.Outcome, err)
 	}
-	if cls, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); err == nil || cls != nil {
-		t.Fatalf("ClaimBatch = %v, %v; want an error and no claims", cls, err)
+	if cls, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); err == nil || cls != nil || idem.IsPermanent(err) {
+		t.Fatalf("ClaimBatch = %v, %v; want a retryable error and no claims", cls, err)
 	}
 	for name, err := range map[string]error{
 		"Complete": s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: now, ExpiresAt: now.Add(time.Hour)}),
 		"Release":  s.Release(ctx, idem.ReleaseRequest{Key: k, Token: 1, Now: now}),
 		"Renew":    s.Renew(ctx, idem.RenewRequest{Key: k, Token: 1, Now: now, LeaseUntil: now.Add(time.Minute)}),
 	} {
-		if err == nil || errors.Is(err, idem.ErrLeaseLost) {
-			t.Errorf("%s = %v, want a connection error (not ErrLeaseLost)", name, err)
+		if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrInvalidData) {
+			t.Errorf("%s = %v, want a retryable connection error (not ErrLeaseLost or ErrInvalidData)", name, err)
 		}
 	}
 	if _, err := s.Get(ctx, k); err == nil || errors.Is(err, idem.ErrNotFound) {
@@ -173,7 +173,9 @@ func TestRedisDown(t *testing.T) {
 }
 
 // TestForeignValue: a key under the prefix that does not hold a record (an
-// operator's mistake, another program) is reported as an error, never
+// operator's mistake, another program) is reported as an
+// *idem.InvalidDataError (the message would fail the same way on every
+// redelivery, so it is dead-lettered rather than retried), and never
 // claimed over or deleted.
 func TestForeignValue(t *testing.T) {
 	c := newClient(t)
@@ -192,14 +194,21 @@ func TestForeignValue(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
-		if cl, err := s.Claim(ctx, req); err == nil {
-			t.Fatalf("Claim over a foreign value = %v, want an error", cl.Outcome)
+		// Twice: through the claim script, then (GET mode on after the
+		// existing key) through SET NX GET and the Go decoder.
+		for range 2 {
+			if cl, err := s.Claim(ctx, req); !errors.Is(err, idem.ErrInvalidData) || !idem.IsPermanent(err) {
+				t.Fatalf("Claim over a foreign value = %v, %v; want ErrInvalidData (permanent)", cl.Outcome, err)
+			}
 		}
-		if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); err == nil {
-			t.Fatal("ClaimBatch over a foreign value succeeded")
+		if _, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req}); !errors.Is(err, idem.ErrInvalidData) {
+			t.Fatalf("ClaimBatch over a foreign value = %v, want ErrInvalidData", err)
 		}
-		if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: now, ExpiresAt: now.Add(time.Hour)}); err == nil || errors.Is(err, idem.ErrLeaseLost) {
-			t.Fatalf("Complete over a foreign value = %v, want an error", err)
+		if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: 1, Now: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, idem.ErrInvalidData) {
+			t.Fatalf("Complete over a foreign value = %v, want ErrInvalidData", err)
+		}
+		if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrInvalidData) {
+			t.Fatalf("Get of a foreign value = %v, want ErrInvalidData", err)
 		}
 		if _, err := s.Sweep(ctx, idem.SweepRequest{Now: now.Add(1000 * time.Hour), Limit: 10}); err != nil {
 			t.Fatalf("Sweep with a foreign value: %v", err)
@@ -210,11 +219,12 @@ func TestForeignValue(t *testing.T) {
 	}
 }
 
-// TestTokenRestartsAfterRedisExpiry documents the trade-off in the package
-// doc: once Redis has removed an expired record, the next claim starts at
-// token 1 again, while a record expired by the caller's clock but still in
-// Redis passes its token on.
-func TestTokenRestartsAfterRedisExpiry(t *testing.T) {
+// TestTokenAfterRedisDeletesRecord: a record expired by the caller's clock
+// but still in Redis passes its token on (+1); once Redis has removed it
+// (its expiry, eviction, a restart without persistence), the next claim
+// starts at the request's fresh random token, so no zombie of an earlier
+// lifetime can complete, renew or release over the new owner.
+func TestTokenAfterRedisDeletesRecord(t *testing.T) {
 	c := newClient(t)
 	s := newStore(t, c)
 	ctx := context.Background()
@@ -222,21 +232,40 @@ func TestTokenRestartsAfterRedisExpiry(t *testing.T) {
 	k := idem.Key{Scope: "s", ID: "t"}
 	req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
 	first, err := s.Claim(ctx, req)
-	if err != nil || first.Record.Token != 1 {
-		t.Fatalf("first claim: %+v %v", first, err)
+	if err != nil || first.Record.Token < 1<<32 {
+		t.Fatalf("first claim: %+v %v; want a random token of 2^32 or more", first, err)
 	}
 	later := req
 	later.Now, later.LeaseUntil, later.ExpiresAt = now.Add(2*time.Hour), now.Add(2*time.Hour+time.Minute), now.Add(3*time.Hour)
 	second, err := s.Claim(ctx, later) // expired by the caller's clock, still in Redis
-	if err != nil || second.Outcome != idem.ClaimAcquired || second.Record.Token != 2 {
-		t.Fatalf("claim of an expired record: %+v %v; want token 2", second, err)
+	if err != nil || second.Outcome != idem.ClaimAcquired || second.Record.Token != first.Record.Token+1 {
+		t.Fatalf("claim of an expired record: %+v %v; want token %d", second, err, first.Record.Token+1)
 	}
-	if err := c.Del(ctx, s.Key(k)).Err(); err != nil { // what Redis's expiry does
-		t.Fatal(err)
-	}
-	third, err := s.Claim(ctx, later)
-	if err != nil || third.Outcome != idem.ClaimAcquired || third.Record.Token != 1 {
-		t.Fatalf("claim after Redis removed the record: %+v %v; want token 1", third, err)
+	zombies := []int64{first.Record.Token, second.Record.Token}
+	for life := range 5 {
+		if err := c.Del(ctx, s.Key(k)).Err(); err != nil { // what Redis's expiry or a restart does
+			t.Fatal(err)
+		}
+		next, err := s.Claim(ctx, later)
+		if err != nil || next.Outcome != idem.ClaimAcquired {
+			t.Fatalf("claim after Redis removed the record: %+v %v", next, err)
+		}
+		at := later.Now.Add(time.Second)
+		for _, z := range zombies {
+			if z == next.Record.Token {
+				t.Fatalf("lifetime %d: token %d repeats a zombie's", life, z)
+			}
+			if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: z, Now: at, ExpiresAt: at.Add(time.Hour)}); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("zombie %d completed over owner %d: %v", z, next.Record.Token, err)
+			}
+			if err := s.Renew(ctx, idem.RenewRequest{Key: k, Token: z, Now: at, LeaseUntil: at.Add(time.Minute)}); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("zombie %d renewed: %v", z, err)
+			}
+			if err := s.Release(ctx, idem.ReleaseRequest{Key: k, Token: z, Now: at}); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("zombie %d released: %v", z, err)
+			}
+		}
+		zombies = append(zombies, next.Record.Token)
 	}
 }
 

@@ -31,15 +31,18 @@ type sweepPos struct {
 	cursor uint64
 }
 
-// Sweep implements idem.Store. Redis normally removes records itself at
-// ExpiresAt (PEXPIREAT), so Sweep usually finds nothing; it exists for
-// records whose retention ended by the caller's clock but not yet by
-// Redis's. Each call holds an advisory lock (SET NX with a one-minute
+// Sweep implements idem.Store. Redis normally removes records itself when
+// their retention ends (each write sets the key's expiry to ExpiresAt - Now
+// of its request), so Sweep usually finds nothing; it exists for records
+// whose retention ended by the caller's clock but not yet by Redis's
+// countdown. Each call holds an advisory lock (SET NX with a one-minute
 // expiry; other instances get 0), resumes a SCAN over the prefix where the
 // previous call of this Store stopped, examines a bounded number of keys and
-// deletes at most req.Limit records whose ExpiresAt <= req.Now, each with a
-// script that re-checks the record so a key claimed again since the scan
-// survives. The lock is the key "<prefix>:sweep-lock".
+// deletes at most req.Limit expired records (ExpiresAt <= req.Now, except
+// those in progress under a lease live at req.Now), each with a script that
+// re-checks the record so a key claimed again since the scan survives. The
+// lock is the key "<prefix>:sweep-lock". A Limit of zero or less deletes
+// nothing and returns 0 without contacting Redis.
 //
 // A call also returns early, with fewer than req.Limit deletions, once it
 // has examined its share of keys (at least 1000 records under the prefix,
@@ -47,11 +50,11 @@ type sweepPos struct {
 // does not mean the pass is over, which costs nothing here: Redis deletes
 // expired records on its own.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
 	if req.Limit <= 0 {
 		return 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -100,7 +103,6 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 		cursor = 0 // the node we stopped on is gone: restart the pass there
 	}
 	budget := max(sweepScanBudget, 10*req.Limit)
-	now := req.Now.UnixMilli()
 	pattern := recordPattern(s.prefix, "")
 	deleted, examined := 0, 0
 	for scans := 1; ; scans++ {
@@ -109,7 +111,7 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 			return deleted, err
 		}
 		examined += len(keys)
-		expired, err := s.expiredKeys(ctx, keys, now)
+		expired, err := s.expiredKeys(ctx, keys, req.Now)
 		if err != nil {
 			return deleted, err
 		}
@@ -144,9 +146,10 @@ func (s *Store) sweepLocked(ctx context.Context, req idem.SweepRequest) (int, er
 	}
 }
 
-// expiredKeys returns the keys whose expires_at is at or before now (unix
-// ms), reading only their headers, in one pipeline.
-func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]string, error) {
+// expiredKeys returns the keys whose records expired at now (idem.Record's
+// Expired: expires_at <= now, unless in progress under a live lease),
+// reading only their headers, in one pipeline.
+func (s *Store) expiredKeys(ctx context.Context, keys []string, now time.Time) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -168,11 +171,12 @@ func (s *Store) expiredKeys(ctx context.Context, keys []string, now int64) ([]st
 		if err != nil {
 			continue // gone since the scan (empty), or not a record to judge
 		}
-		exp, err := msTime(h.fields[5])
-		if err != nil || exp.IsZero() {
+		lease, exp, _, _, err := h.times()
+		if err != nil {
 			continue
 		}
-		if exp.UnixMilli() <= now {
+		r := idem.Record{State: idem.State(h.fields[1]), LeaseUntil: lease, ExpiresAt: exp}
+		if r.Expired(now) {
 			out = append(out, keys[i])
 		}
 	}

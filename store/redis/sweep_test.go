@@ -165,21 +165,40 @@ func TestSweepSparesReclaimed(t *testing.T) {
 
 // TestBatchRewrites: a batch whose keys need rewriting (released, stale,
 // expired) goes through the claim script and gets the same answers as
-// single claims: acquired with the next token.
+// single claims: acquired with the next token, the stored fingerprint kept
+// through a release; a key with no record gets the request's own fresh
+// token.
 func TestBatchRewrites(t *testing.T) {
 	s := newStore(t, newClient(t))
 	ctx := context.Background()
 	t0 := storetest.T0
-	keys := seed(t, s, "rw", 3, time.Hour) // tokens 1, lease t0+1m, expires t0+1h
-	if err := s.Release(ctx, idem.ReleaseRequest{Key: keys[0], Token: 1, Now: t0}); err != nil {
+	keys := seed(t, s, "rw", 3, time.Hour) // lease t0+1m, expires t0+1h, no fingerprint
+	sticky := idem.Key{Scope: "sweep", ID: "sticky"}
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: sticky, Fingerprint: "orig", Now: t0, LeaseUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
+	keys = append(keys, sticky)
+	tokens := make([]int64, len(keys))
+	for i, k := range keys {
+		r, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[i] = r.Token
+	}
+	for _, i := range []int{0, 3} {
+		if err := s.Release(ctx, idem.ReleaseRequest{Key: keys[i], Token: tokens[i], Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	at := t0.Add(30 * time.Minute) // keys[1] stale (lease ended)
+	fresh := idem.Key{Scope: "sweep", ID: "fresh"}
 	reqs := []idem.ClaimRequest{
 		{Key: keys[0], Fingerprint: "new", Now: at, LeaseUntil: at.Add(time.Minute), ExpiresAt: at.Add(time.Hour)},
 		{Key: keys[1], Now: at, LeaseUntil: at.Add(time.Minute), ExpiresAt: at.Add(time.Hour), TakeOverStale: true},
 		{Key: keys[2], Now: t0.Add(2 * time.Hour), LeaseUntil: t0.Add(2*time.Hour + time.Minute), ExpiresAt: t0.Add(3 * time.Hour)},
-		{Key: idem.Key{Scope: "sweep", ID: "fresh"}, Now: at, LeaseUntil: at.Add(time.Minute), ExpiresAt: at.Add(time.Hour)},
+		{Key: keys[3], Fingerprint: "other", Now: at, LeaseUntil: at.Add(time.Minute), ExpiresAt: at.Add(time.Hour)},
+		{Key: fresh, Now: at, LeaseUntil: at.Add(time.Minute), ExpiresAt: at.Add(time.Hour), NewToken: 1 << 40},
 	}
 	cs, err := s.ClaimBatch(ctx, reqs)
 	if err != nil {
@@ -189,19 +208,28 @@ func TestBatchRewrites(t *testing.T) {
 		token    int64
 		attempts int
 		retaken  bool
-	}{{2, 2, false}, {2, 2, true}, {2, 1, false}, {1, 1, false}}
+		fp       string
+	}{
+		{tokens[0] + 1, 2, false, "new"}, // released without a fingerprint: takes the request's
+		{tokens[1] + 1, 2, true, ""},
+		{tokens[2] + 1, 1, false, ""}, // expired, still in Redis: a new lifetime counting on
+		{tokens[3] + 1, 2, false, "orig"},
+		{1 << 40, 1, false, ""},
+	}
 	for i, c := range cs {
 		w := want[i]
-		if c.Outcome != idem.ClaimAcquired || c.Record.Token != w.token || c.Record.Attempts != w.attempts || c.Retaken != w.retaken {
-			t.Errorf("batch[%d] = %v token %d attempts %d retaken %v; want acquired %+v", i, c.Outcome, c.Record.Token, c.Record.Attempts, c.Retaken, w)
+		if c.Outcome != idem.ClaimAcquired || c.Record.Token != w.token || c.Record.Attempts != w.attempts ||
+			c.Retaken != w.retaken || c.Record.Fingerprint != w.fp {
+			t.Errorf("batch[%d] = %v token %d attempts %d retaken %v fingerprint %q; want acquired %+v",
+				i, c.Outcome, c.Record.Token, c.Record.Attempts, c.Retaken, c.Record.Fingerprint, w)
 		}
 	}
-	if cs[0].Record.Fingerprint != "new" || !cs[0].Record.LeaseUntil.Equal(at.Add(time.Minute)) {
+	if !cs[0].Record.LeaseUntil.Equal(at.Add(time.Minute)) {
 		t.Errorf("reclaimed record = %+v", cs[0].Record)
 	}
 	// Each is held under its new token: completing works, old tokens fail.
 	for i, c := range cs {
-		if err := s.Complete(ctx, idem.CompleteRequest{Key: reqs[i].Key, Token: c.Record.Token - 1, Now: at, ExpiresAt: at.Add(time.Hour)}); !errors.Is(err, idem.ErrLeaseLost) && c.Record.Token > 1 {
+		if err := s.Complete(ctx, idem.CompleteRequest{Key: reqs[i].Key, Token: c.Record.Token - 1, Now: at, ExpiresAt: at.Add(time.Hour)}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Errorf("complete %d with the old token = %v", i, err)
 		}
 		if err := s.Complete(ctx, idem.CompleteRequest{Key: reqs[i].Key, Token: c.Record.Token, Now: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
