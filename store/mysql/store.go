@@ -147,17 +147,18 @@ func (s *Store) Close() error {
 }
 
 // Data errors: the server's refusals of a value (strict sql_mode), whatever
-// the statement. Retrying the same message would fail the same way, so they
-// are reported as *idem.InvalidDataError (permanent, dead-lettered). After
-// Prepare the store's own values always fit its columns, so these come from a
-// schema changed by hand, a proxy or server that converts differently, or a
-// value the request carries unchecked (a result).
+// the statement: SQLSTATE class 22 (data exception) and the data errors MySQL
+// files under other classes. Retrying the same message would fail the same
+// way, so they are reported as *idem.InvalidDataError (permanent,
+// dead-lettered). After Prepare the store's own values fit its columns, so
+// these come from a schema changed by hand, a server or proxy that converts
+// differently, or a value the request carries unchecked (a result).
 var dataErrors = map[uint16]bool{
-	1048: true, // ER_BAD_NULL_ERROR: column cannot be null
+	1048: true, // ER_BAD_NULL_ERROR: column cannot be null (SQLSTATE 23000)
 	1264: true, // ER_WARN_DATA_OUT_OF_RANGE: out of range value for column
-	1265: true, // WARN_DATA_TRUNCATED: data truncated for column
-	1292: true, // ER_TRUNCATED_WRONG_VALUE: truncated incorrect value
-	1300: true, // ER_INVALID_CHARACTER_STRING
+	1265: true, // WARN_DATA_TRUNCATED: data truncated for column (01000)
+	1292: true, // ER_TRUNCATED_WRONG_VALUE: incorrect value
+	1300: true, // ER_INVALID_CHARACTER_STRING (HY000)
 	1366: true, // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: incorrect string value
 	1367: true, // ER_ILLEGAL_VALUE_FOR_TYPE
 	1406: true, // ER_DATA_TOO_LONG
@@ -174,7 +175,7 @@ const errPacketTooLarge = 1153
 // timeouts, lock waits and deadlocks stay retryable.
 func dataErr(op string, err error) error {
 	var me *gomysql.MySQLError
-	if errors.As(err, &me) && dataErrors[me.Number] {
+	if errors.As(err, &me) && (dataErrors[me.Number] || me.SQLState[0] == '2' && me.SQLState[1] == '2') {
 		return &idem.InvalidDataError{Op: op, Err: err}
 	}
 	return err
@@ -196,8 +197,8 @@ func resultErr(op string, err error) error {
 
 // bigResult is the result size from which Complete and SaveResult check it
 // against the server's max_allowed_packet before sending it; packetSlack
-// bounds what the statement adds to the result's bytes (its SQL text and key,
-// 7 bytes of framing).
+// bounds what the statement adds to the result's bytes (its SQL text, the
+// key, the packet header).
 const (
 	bigResult   = 1 << 20
 	packetSlack = 4 << 10
