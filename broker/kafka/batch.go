@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -31,10 +32,10 @@ func (c *Consumer) batchClaims() bool {
 // a retry) releases the batch's unrun tickets, so nothing behind it holds a
 // claim while it waits, and its retry is claimed on its own, as Guard.Do
 // would.
-func (c *Consumer) processBatch(p *partition, rec *kgo.Record, h Handler) bool {
+func (c *Consumer) processBatch(p *partition, rec *kgo.Record, h Handler) (bool, time.Duration) {
 	handler := func(ctx context.Context) ([]byte, error) { return h(ctx, rec) }
 	t := c.ticket(p, rec)
-	done := c.process(p, rec, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
+	done, hold := c.process(p, rec, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
 		if t == nil {
 			return c.g.Do(ctx, MessageOf(rec), handler)
 		}
@@ -43,7 +44,7 @@ func (c *Consumer) processBatch(p *partition, rec *kgo.Record, h Handler) bool {
 	if !done {
 		p.releasePending()
 	}
-	return done
+	return done, hold
 }
 
 // ticket returns the head record's ticket: the next pending one, or the

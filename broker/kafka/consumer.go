@@ -40,6 +40,9 @@ type Consumer struct {
 	// backoff is the pause before attempt n (1-based) of a held record:
 	// idem.ExponentialBackoff(RetryMin, RetryMax).
 	backoff func(n int) time.Duration
+	// clock is the guard's clock: a held key's lease end is compared with
+	// it (idem.RetryAfter).
+	clock func() time.Time
 
 	ran atomic.Bool
 
@@ -84,6 +87,7 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error)
 		opts.Producer = cl
 	}
 	c := &Consumer{cl: cl, g: g, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
+		clock: g.Options().Clock,
 		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
 	if err := register(cl, c); err != nil {
 		return nil, err
@@ -105,7 +109,7 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
 	}
 	if c.batchClaims() {
-		return c.run(ctx, func(p *partition, rec *kgo.Record) bool { return c.processBatch(p, rec, h) })
+		return c.run(ctx, func(p *partition, rec *kgo.Record) (bool, time.Duration) { return c.processBatch(p, rec, h) })
 	}
 	return c.run(ctx, c.perRecord(func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
 		return c.g.Do(ctx, MessageOf(rec), func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
@@ -136,12 +140,13 @@ func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
 // doFunc runs one record through the guard (Guard.Do or idem.DoTx).
 type doFunc func(ctx context.Context, rec *kgo.Record) (idem.Result, error)
 
-// procFunc processes the head record of a partition and reports it done.
-type procFunc func(p *partition, rec *kgo.Record) bool
+// procFunc processes the head record of a partition and reports it done,
+// or how long to hold the partition before trying it again.
+type procFunc func(p *partition, rec *kgo.Record) (done bool, hold time.Duration)
 
 // perRecord claims and runs each record in its turn with do.
 func (c *Consumer) perRecord(do doFunc) procFunc {
-	return func(p *partition, rec *kgo.Record) bool { return c.process(p, rec, do) }
+	return func(p *partition, rec *kgo.Record) (bool, time.Duration) { return c.process(p, rec, do) }
 }
 
 func (c *Consumer) run(ctx context.Context, proc procFunc) error {

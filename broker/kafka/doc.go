@@ -9,11 +9,23 @@
 //
 //   - processed or duplicate: the record is done, and its offset becomes
 //     committable only after the store's record is durable;
-//   - in progress elsewhere, a transient handler error (the claim is
-//     released), a store failure: the partition is held and the same record
-//     tried again after the back-off of [Options.RetryMin] ..
-//     [Options.RetryMax]. It is never skipped; [Options.MaxAttempts] can
-//     bound handler failures (reason retries_exhausted);
+//   - in progress elsewhere (another consumer holds the key's lease: a
+//     producer re-send arriving while the original's handler runs
+//     elsewhere, or a claim orphaned by a consumer that crashed): the
+//     partition is held, nothing after the record runs or is committed, and
+//     the record is claimed again when the holder's lease ends, plus a
+//     little jitter (idem.RetryAfter), not after the attempt back-off. The
+//     retry then finds the key completed (a duplicate: done), renewed by a
+//     live holder (held again, for its new lease) or orphaned (its lease
+//     ran out: retaken as stale, or parked, by the guard's Stale policy).
+//     A holder that gives the key back (its handler failed) is seen at that
+//     lease end too. Kafka counts no deliveries, so the wait costs one claim
+//     per lease and never dead-letters the record;
+//   - a transient handler error (the claim is released), a store failure:
+//     the partition is held and the same record tried again after the
+//     back-off of [Options.RetryMin] .. [Options.RetryMax]. It is never
+//     skipped; [Options.MaxAttempts] can bound handler failures (reason
+//     retries_exhausted);
 //   - conflict, permanent error, missing or invalid key, parked record:
 //     produced to [Options.DeadLetterTopic] with the headers idem-reason,
 //     idem-error, idem-original-topic, idem-original-partition and

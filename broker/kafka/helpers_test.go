@@ -84,11 +84,14 @@ func (e *env) produce(recs ...*kgo.Record) {
 }
 
 // endOffsets returns the end offset of every partition of the topic.
-func (e *env) endOffsets() map[int32]int64 {
+func (e *env) endOffsets() map[int32]int64 { return e.ends(e.topic) }
+
+// ends returns the end offset of every partition of topic.
+func (e *env) ends(topic string) map[int32]int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := e.adm.ListEndOffsets(ctx, e.topic)
+	l, err := e.adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -152,6 +155,10 @@ func (e *env) waitCommitted(t *testing.T) {
 		t.Fatalf("committed %v, end offsets %v", e.committed(), e.endOffsets())
 	}
 }
+
+// dlqEnd returns the end offset of the dead-letter topic: how many dead
+// letters were written.
+func (e *env) dlqEnd() int64 { return e.ends(e.dlq)[0] }
 
 // dlqRecords reads the whole dead-letter topic.
 func (e *env) dlqRecords(want int) []*kgo.Record {

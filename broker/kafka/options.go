@@ -63,19 +63,23 @@ type Options struct {
 	Concurrency int
 
 	// RetryMin and RetryMax bound the back-off before a record is tried
-	// again after a transient handler error, a store error, a failed
-	// dead-letter produce, or a key in progress at another consumer. The
-	// back-off doubles from RetryMin up to RetryMax, and each pause is drawn
-	// in [d/2, d] (idem.ExponentialBackoff) so that consumers that failed
-	// together do not retry together. The partition is held
-	// meanwhile: the record is never skipped and no later offset of its
-	// partition is committed. Defaults 100ms and 10s.
+	// again after a transient handler error, a store error or a failed
+	// dead-letter produce. The back-off doubles from RetryMin up to
+	// RetryMax, and each pause is drawn in [d/2, d]
+	// (idem.ExponentialBackoff) so that consumers that failed together do
+	// not retry together. A key in progress at another consumer does not
+	// use it: its record waits for the holder's lease to end
+	// (idem.RetryAfter). The partition is held meanwhile: the record is
+	// never skipped and no later offset of its partition is committed.
+	// Defaults 100ms and 10s.
 	RetryMin, RetryMax time.Duration
 
 	// MaxAttempts dead-letters a record (reason "retries_exhausted") after
 	// its handler failed this many times in a row in this process. Zero
 	// retries forever. Keys in progress elsewhere and store errors are
-	// retried without limit: they resolve without the record's fault.
+	// retried without limit: they resolve without the record's fault (a
+	// live holder completes or gives the key back; an orphaned claim is
+	// retaken once its lease ends).
 	MaxAttempts int
 
 	// CommitInterval is how often done offsets are committed while running.

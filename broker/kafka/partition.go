@@ -146,15 +146,17 @@ func (p *partition) work() {
 		case <-p.quit:
 			return
 		}
-		done := p.c.proc(p, rec)
+		done, hold := p.c.proc(p, rec)
 		<-p.c.sem
 		if done {
 			p.finish(rec)
 			continue
 		}
-		// Hold the partition: the same record is tried again after a
-		// back-off, and nothing after it is marked done meanwhile.
-		if !p.wait(p.c.backoff(p.attempts)) {
+		// Hold the partition: the same record is tried again after hold
+		// (the holder's lease for a key in progress elsewhere, else the
+		// attempt's back-off), and nothing after it is marked done
+		// meanwhile.
+		if !p.wait(hold) {
 			return
 		}
 	}

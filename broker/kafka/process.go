@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -37,28 +38,33 @@ func (c *Consumer) Key(rec *kgo.Record) (idem.Key, error) {
 }
 
 // process runs one record through the guard and acts on the outcome. It
-// reports whether the record is done: processed, a duplicate, or
-// dead-lettered with the dead letter acknowledged.
-func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) bool {
+// reports whether the record is done (processed, a duplicate, or
+// dead-lettered with the dead letter acknowledged) and, when it is not, how
+// long the partition is held before the record is tried again: for a key in
+// progress elsewhere until the holder's lease ends, plus jitter
+// (idem.RetryAfter), so that the retry finds the key completed (a
+// duplicate), renewed (held again) or orphaned (retaken as stale); for
+// everything else the attempt's back-off.
+func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) (bool, time.Duration) {
 	p.attempts++
 	ctx := p.ctx
 	res, err := do(ctx, rec)
 	switch idem.Decide(res, err) {
 	case idem.ActionAck:
-		return true
+		return true, 0
 	case idem.ActionDeadLetter:
-		return c.deadLetter(ctx, rec, idem.DeadLetterReason(err), err)
+		return c.deadLetter(ctx, p, rec, idem.DeadLetterReason(err), err)
 	}
 	if ctx.Err() != nil {
-		return false // lost, or drained on shutdown: the next owner retries
+		return false, 0 // lost, or drained on shutdown: the next owner retries
 	}
 	if res.Outcome == idem.OutcomeFailed {
 		p.failures++
 		if c.opts.MaxAttempts > 0 && p.failures >= c.opts.MaxAttempts {
-			return c.deadLetter(ctx, rec, "retries_exhausted", err)
+			return c.deadLetter(ctx, p, rec, "retries_exhausted", err)
 		}
 	}
-	return false
+	return false, idem.RetryAfter(res, err, c.clock(), c.backoff(p.attempts))
 }
 
 // Dead-letter headers added to the original record's headers.
@@ -75,17 +81,18 @@ const (
 const maxErrorHeader = 1024
 
 // deadLetter produces rec to the dead-letter topic and reports whether the
-// broker acknowledged it; only then is the original record done.
-func (c *Consumer) deadLetter(ctx context.Context, rec *kgo.Record, reason string, cause error) bool {
+// broker acknowledged it; only then is the original record done. A failed
+// produce holds the record for the attempt's back-off.
+func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, reason string, cause error) (bool, time.Duration) {
 	dl := DeadLetter(c.opts.DeadLetterTopic, rec, reason, cause)
 	if err := c.opts.Producer.ProduceSync(ctx, dl).FirstErr(); err != nil {
 		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: reason, Err: err})
-		return false
+		return false, c.backoff(p.attempts)
 	}
 	if c.opts.OnDeadLetter != nil {
 		c.opts.OnDeadLetter(rec, reason, cause)
 	}
-	return true
+	return true, 0
 }
 
 // DeadLetter builds the dead letter of rec for topic: the same key, value
