@@ -54,6 +54,31 @@
 // single UPDATEs fenced by WHERE state = in_progress AND token = $token; no
 // row updated means idem.ErrLeaseLost.
 //
+// # Record rules
+//
+// Every request goes through idem's Prepare first (Claim, ClaimBatch and
+// MarkBatch for each request, Mark, DeferMark, Complete, Renew): a request
+// without its times is an *idem.InvalidDataError and nothing is sent (no
+// record is written with a zero expiry), a fingerprint that is not short
+// text (raw digest bytes, NUL bytes, invalid UTF-8) is stored as its
+// "sha256:" digest, and ExpiresAt is raised to LeaseUntil.
+//
+//   - Tokens: a row the statement inserts takes the request's NewToken, a
+//     random number in [2^32, 2^52) that Prepare draws (a batch sends one
+//     per row), never 1; a row that exists, expired or released or retaken,
+//     counts on from its own token. So after a sweep deletes a key's row,
+//     its next owner's token matches no zombie of the earlier lifetime.
+//   - Lifetime: a row is expired when expires_at <= now and it is not in
+//     progress with lease_until > now, in the claim, the marker, the batch
+//     statements, Sweep and Stats alike (the second half also covers rows
+//     written before Renew carried the expiry). Renew sets lease_until and
+//     expires_at = GREATEST(expires_at, lease_until).
+//   - Content: a released row keeps its fingerprint (it takes the request's
+//     only when it has none), a stale retake keeps it, and only an expired
+//     row, a new lifetime, takes the request's.
+//   - One clock: every time compared comes from the request (the caller's
+//     clock); no statement reads now() for a record's state.
+//
 // Two transactions marking one key: the second one's INSERT waits for the
 // first transaction to end. If it commits, the second sees its marker
 // (ClaimDuplicate) and skips its business writes; if it rolls back, the
@@ -100,20 +125,26 @@
 //     No CHECK constraint (migration 002 drops the one 001 made): PostgreSQL
 //     rebuilds a CHECK's expression from its text in every statement that
 //     writes a row, which cost the inbox 3 to 5 points of its rate.
-//   - one secondary index, on sweep_at: expires_at rounded up to the minute.
+//   - one secondary index, on sweep_at: the claim's expires_at rounded down
+//     to the second, never later than the row's expires_at.
 //
 // Why sweep_at and not expires_at: every two-phase record is inserted by its
 // claim and updated once by its complete, which moves expires_at by the
-// handler's duration. An update that changes no indexed column can be HOT:
-// the new version goes on the same heap page and no index gets a new entry,
-// so neither the primary key nor the sweep index grows with the update rate
-// and the dead version is pruned without VACUUM. An index on expires_at
-// would make every complete a non-HOT update; sweep_at changes only when the
-// handler crosses a minute boundary. The coarse value also lets the B-tree
-// deduplicate: a minute's rows share one posting list, so the index is a
-// fraction of the size of a timestamp index. The cost is that rows are swept
-// up to a minute after they expire, which nobody can observe (claims compare
-// expires_at itself).
+// handler's duration (and renewals may carry it further). An update that
+// changes no indexed column can be HOT: the new version goes on the same
+// heap page and no index gets a new entry, so neither the primary key nor
+// the sweep index grows with the update rate and the dead version is pruned
+// without VACUUM. An index on expires_at would make every complete a
+// non-HOT update; a complete or renewal leaves sweep_at as it is while the
+// new expires_at is at most a minute past it, and moves it otherwise (or
+// when the retention shrinks), so sweep_at <= expires_at always. The sweep
+// finds rows through sweep_at <= now and checks expires_at on each, so a
+// row goes as soon as it expired; the rows it finds that have not expired
+// yet are those whose retention ends within the minute, and only the last,
+// short batch of a round reaches them. Rounding to the second lets the
+// B-tree deduplicate: a second's rows share one posting list (rows written
+// by older versions have sweep_at rounded up to the minute and are swept up
+// to a minute after they expire).
 //
 // Why a B-tree and not BRIN: BRIN is tiny, but its ranges only widen. Once
 // sweeps free space in old pages, new rows with late expiry land there, the
@@ -130,11 +161,13 @@
 //
 // # Cleanup: sweeping, and why not time partitions
 //
-// Sweep deletes at most Limit expired rows per statement, oldest sweep_at
-// first, with FOR UPDATE SKIP LOCKED (it never waits for a claim, and a
-// claim waits at most for one batch) under pg_try_advisory_xact_lock (one
-// instance sweeps a table at a time; the others get 0 at once). idem.Sweeper
-// repeats it until a batch comes back short.
+// Sweep deletes at most Limit expired rows per statement (none, without a
+// round trip, when Limit <= 0), oldest sweep_at first, never an in-progress
+// row whose lease is live, with FOR UPDATE SKIP LOCKED (it never waits for a
+// claim, and a claim waits at most for one batch) under
+// pg_try_advisory_xact_lock (one instance sweeps a table at a time; the
+// others get 0 at once). idem.Sweeper repeats it until a batch comes back
+// short.
 //
 // Dropping whole partitions is the cheapest cleanup PostgreSQL has (no dead
 // rows, no VACUUM, no index bloat), and it is the right tool for append-only
@@ -162,11 +195,15 @@
 // # Errors
 //
 // Options errors wrap ErrInvalidTable (table names) and
-// idem.ErrInvalidOptions. Everything the database or the network returns is
-// wrapped with the operation's name ("postgres: claim: ...") and keeps the
-// driver's error reachable (*pgconn.PgError, net errors, context errors);
-// the guard reports them as *idem.StoreError, which idem.Decide retries, so
-// a message is never acked while its record is not durable.
+// idem.ErrInvalidOptions. A data exception from the server (SQLSTATE class
+// 22, such as a time past timestamptz's range) is an *idem.InvalidDataError
+// naming the operation: permanent, so the message is dead-lettered rather
+// than redelivered forever. Everything else the database or the network
+// returns is wrapped with the operation's name ("postgres: claim: ...");
+// the guard reports it as *idem.StoreError, which idem.Decide retries, so a
+// message is never acked while its record is not durable. Either way the
+// driver's error stays reachable (*pgconn.PgError, net errors, context
+// errors).
 //
 // # Performance
 //

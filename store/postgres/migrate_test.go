@@ -60,7 +60,7 @@ func TestMigrateConcurrent(t *testing.T) {
 }
 
 // migrationCount is the number of files in migrations/.
-const migrationCount = 2
+const migrationCount = 3
 
 // The table is created as configured: fillfactor, hash partitions, the
 // sweep index.
