@@ -27,10 +27,9 @@
 //     skipped; [Options.MaxAttempts] can bound handler failures (reason
 //     retries_exhausted);
 //   - conflict, permanent error, missing or invalid key, parked record:
-//     produced to [Options.DeadLetterTopic] with the headers idem-reason,
-//     idem-error, idem-original-topic, idem-original-partition and
-//     idem-original-offset, then done once the broker acknowledges it. If
-//     the produce fails the record is held and retried, so nothing is lost.
+//     produced to [Options.DeadLetterTopic] (see Dead letters below), then
+//     done once the broker acknowledges it. If the produce fails the record
+//     is held and retried, so nothing is lost.
 //
 // Usage, two-phase (the side effect lives outside the store):
 //
@@ -116,13 +115,52 @@
 // handlers finish or releases them, and commits. It does not close the
 // client: close it after Run returns (closing leaves the group).
 //
+// # Dead letters
+//
+// A dead letter keeps the original record's Kafka key and value. Its
+// headers are, in this order:
+//
+//   - idem.DeadLetterHeaders: Idem-Reason (conflict, permanent, no_key,
+//     invalid_key, parked, invalid_data, retries_exhausted), Idem-Error,
+//     Idem-Key (scope/id), and for a conflict or a parked record
+//     Idem-Fingerprint (this record's) beside the stored record's
+//     Idem-Stored-Fingerprint, Idem-Stored-State, Idem-Stored-Created-At
+//     (the key's first claim), Idem-Stored-Attempts and Idem-Stored-Token;
+//   - where it came from: Idem-Original-Topic, Idem-Original-Partition,
+//     Idem-Original-Offset and Idem-Original-Timestamp (the record's
+//     timestamp; the dead letter gets a timestamp of its own, so that the
+//     dead-letter topic's retention counts from the dead-lettering);
+//   - the original record's headers exactly as they were, in their order,
+//     repeats included (idempotency-key among them).
+//
+// Read the first value of a header: a dead letter replayed to its topic
+// and dead-lettered again carries the earlier dead-lettering's idem headers
+// among its original ones, after the new.
+//
+// The headers alone tell an operator what happened. A conflict whose
+// Idem-Stored-Fingerprint differs from its Idem-Fingerprint says another
+// content holds the key; after crashes and redeliveries that content can be
+// a later one (commit order is per partition, and a re-send can land on
+// another partition or be processed by another consumer first): compare
+// Idem-Stored-Created-At, when the key was first claimed, with this
+// record's Idem-Original-Timestamp and offset to see which came first.
+//
 // # Producer side
 //
-// Record builds a record with the idempotency-key header. Keep the
-// producer's own idempotence on (the kgo default): it stops the broker from
-// writing a retried batch twice within one producer session. It is a
-// complement, not a replacement: it does not survive a producer restart and
-// does not know that an application sent the same message twice.
+// Record builds a record with the idempotency-key header: the plain message
+// id the consumer's default key reads. Keep the producer's own idempotence
+// on (the kgo default): it stops the broker from writing a retried batch
+// twice within one producer session. It is a complement, not a
+// replacement: it does not survive a producer restart and does not know
+// that an application sent the same message twice.
+//
+// Kafka has no broker-side dedup by message id or content: the idempotent
+// producer dedups by producer id and sequence number only, so a record that
+// reuses an id with other content is always written and always reaches the
+// consumer, which dead-letters it as a conflict. No broker dedup id is
+// derived (idem.DedupID is for brokers that dedup on an id, as JetStream
+// and Service Bus do); nothing a producer helper here sets can make the
+// broker drop a conflict.
 //
 // # Azure Event Hubs
 //

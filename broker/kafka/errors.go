@@ -38,7 +38,7 @@ type DeadLetterError struct {
 	Topic     string // the original record's topic
 	Partition int32
 	Offset    int64
-	Reason    string // the idem-reason header value
+	Reason    string // the Idem-Reason header value
 	Err       error
 }
 

@@ -48,9 +48,11 @@ type Options struct {
 	// DeadLetterTopic receives records that retrying cannot fix: key
 	// conflicts, permanent handler errors, missing or invalid keys, parked
 	// stale records, and records that failed MaxAttempts times. The dead
-	// letter keeps the record's key, value and headers and adds the headers
-	// idem-reason, idem-error, idem-original-topic, idem-original-partition
-	// and idem-original-offset. Required.
+	// letter keeps the record's key, value and headers as they were, after
+	// the headers of idem.DeadLetterHeaders (reason, error, key, and the
+	// stored record beside the record's fingerprint) and
+	// Idem-Original-Topic, -Partition, -Offset and -Timestamp (see the
+	// package doc). Required.
 	DeadLetterTopic string
 
 	// Producer writes dead letters. Default: the consumer's own client.
@@ -117,7 +119,7 @@ type Options struct {
 	MaxClaimBatch int
 
 	// OnDeadLetter, if set, is called after a dead letter is acknowledged,
-	// with the original record, the reason (the idem-reason header) and
+	// with the original record, the reason (the Idem-Reason header) and
 	// the error that caused it: the place to alert on conflicts. It must
 	// be safe for concurrent use.
 	OnDeadLetter func(rec *kgo.Record, reason string, err error)

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +55,7 @@ func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) (bool, time
 	case idem.ActionAck:
 		return true, 0
 	case idem.ActionDeadLetter:
-		return c.deadLetter(ctx, p, rec, idem.DeadLetterReason(err), err)
+		return c.deadLetter(ctx, p, rec, "", res, err)
 	}
 	if ctx.Err() != nil {
 		return false, 0 // lost, or drained on shutdown: the next owner retries
@@ -61,30 +63,37 @@ func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) (bool, time
 	if res.Outcome == idem.OutcomeFailed {
 		p.failures++
 		if c.opts.MaxAttempts > 0 && p.failures >= c.opts.MaxAttempts {
-			return c.deadLetter(ctx, p, rec, "retries_exhausted", err)
+			return c.deadLetter(ctx, p, rec, ReasonRetriesExhausted, res, err)
 		}
 	}
 	return false, idem.RetryAfter(res, err, c.clock(), c.backoff(p.attempts))
 }
 
-// Dead-letter headers added to the original record's headers.
-const (
-	HeaderReason            = "idem-reason"
-	HeaderError             = "idem-error"
-	HeaderOriginalTopic     = "idem-original-topic"
-	HeaderOriginalPartition = "idem-original-partition"
-	HeaderOriginalOffset    = "idem-original-offset"
-)
+// ReasonRetriesExhausted is the idem.HeaderReason of a record dead-lettered
+// after its handler failed Options.MaxAttempts times in a row.
+const ReasonRetriesExhausted = "retries_exhausted"
 
-// maxErrorHeader bounds the idem-error header: error texts can embed whole
-// payloads.
-const maxErrorHeader = 1024
+// Dead-letter headers. The idem headers (idem.HeaderReason, idem.HeaderError,
+// idem.HeaderDeadLetterKey, idem.HeaderFingerprint and the
+// idem.HeaderStored* headers, from idem.DeadLetterHeaders) say why; these
+// say where from.
+const (
+	HeaderReason            = idem.HeaderReason // the same name as idem.HeaderReason
+	HeaderError             = idem.HeaderError  // the same name as idem.HeaderError
+	HeaderOriginalTopic     = "Idem-Original-Topic"
+	HeaderOriginalPartition = "Idem-Original-Partition"
+	HeaderOriginalOffset    = "Idem-Original-Offset"
+	HeaderOriginalTimestamp = "Idem-Original-Timestamp" // the record's timestamp (RFC 3339, UTC)
+)
 
 // deadLetter produces rec to the dead-letter topic and reports whether the
 // broker acknowledged it; only then is the original record done. A failed
 // produce holds the record for the attempt's back-off.
-func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, reason string, cause error) (bool, time.Duration) {
-	dl := DeadLetter(c.opts.DeadLetterTopic, rec, reason, cause)
+func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, reason string, res idem.Result, cause error) (bool, time.Duration) {
+	dl := DeadLetter(c.opts.DeadLetterTopic, rec, reason, res, cause)
+	if reason == "" {
+		reason = idem.DeadLetterReason(cause)
+	}
 	if err := c.opts.Producer.ProduceSync(ctx, dl).FirstErr(); err != nil {
 		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: reason, Err: err})
 		return false, c.backoff(p.attempts)
@@ -95,34 +104,55 @@ func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record
 	return true, 0
 }
 
-// DeadLetter builds the dead letter of rec for topic: the same key, value
-// and headers, with the idem-* headers describing why and where from
-// (replacing idem-* headers of an earlier dead-lettering, so a replayed
-// dead letter that fails again does not accumulate them).
-func DeadLetter(topic string, rec *kgo.Record, reason string, cause error) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+5)
-	for _, h := range rec.Headers {
-		switch h.Key {
-		case HeaderReason, HeaderError, HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset:
-			continue
-		}
-		hs = append(hs, h)
+// DeadLetter builds the dead letter of rec for topic, for the call that
+// returned (res, cause): the same key and value; first the headers of
+// idem.DeadLetterHeaders(res, cause) (the reason, the error, the key, and
+// for a conflict or a parked record the stored record's fingerprint, state,
+// token, attempts and first-claim time beside this record's fingerprint)
+// and the original topic, partition, offset and timestamp; then rec's own
+// headers exactly as they were, in their order, repeats included. reason
+// replaces idem.DeadLetterReason(cause) when not empty (as
+// ReasonRetriesExhausted does).
+//
+// A replayed dead letter that is dead-lettered again keeps its earlier idem
+// headers among the original ones, after the new: the first value of a
+// header is this dead-lettering's.
+func DeadLetter(topic string, rec *kgo.Record, reason string, res idem.Result, cause error) *kgo.Record {
+	h := idem.DeadLetterHeaders(res, cause)
+	if reason != "" {
+		h[idem.HeaderReason] = reason
 	}
-	msg := ""
-	if cause != nil {
-		msg = cause.Error()
-		if len(msg) > maxErrorHeader {
-			msg = strings.ToValidUTF8(msg[:maxErrorHeader], "")
+	hs := make([]kgo.RecordHeader, 0, len(h)+4+len(rec.Headers))
+	for _, k := range deadLetterOrder {
+		if v, ok := h[k]; ok {
+			if k == idem.HeaderError {
+				v = strings.ToValidUTF8(v, "") // cut at 1 KiB, maybe inside a rune
+			}
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+			delete(h, k)
 		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(h)) { // any the root adds later
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(h[k])})
 	}
 	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)},
 		kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
 		kgo.RecordHeader{Key: HeaderOriginalPartition, Value: itoa(int64(rec.Partition))},
 		kgo.RecordHeader{Key: HeaderOriginalOffset, Value: itoa(rec.Offset)},
 	)
+	if !rec.Timestamp.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderOriginalTimestamp, Value: []byte(rec.Timestamp.UTC().Format(time.RFC3339Nano))})
+	}
+	hs = append(hs, rec.Headers...)
 	return &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Headers: hs}
+}
+
+// deadLetterOrder is the order of the idem headers on a dead letter: why,
+// then whose, then the stored record beside the message.
+var deadLetterOrder = []string{
+	idem.HeaderReason, idem.HeaderError, idem.HeaderDeadLetterKey, idem.HeaderFingerprint,
+	idem.HeaderStoredFingerprint, idem.HeaderStoredState, idem.HeaderStoredCreatedAt,
+	idem.HeaderStoredAttempts, idem.HeaderStoredToken,
 }
 
 func itoa(n int64) []byte { return strconv.AppendInt(nil, n, 10) }

@@ -11,7 +11,12 @@ type RecordOption func(*kgo.Record)
 // message's stable id: the same id on every send of the same logical message
 // (an order id, an event id), never a fresh UUID per attempt. key is the
 // Kafka partitioning key ("" for none); records with one key keep their
-// order within one partition.
+// order within one partition. The header carries the plain id, which the
+// consumer's default key reads.
+//
+// Record sets no broker dedup id, because Kafka has none to set: nothing on
+// the broker compares ids or content, so an id reused with other content is
+// written, reaches the consumer and is dead-lettered there as a conflict.
 //
 // Keep the producer's own idempotence on as well (the kgo default; do not
 // set kgo.DisableIdempotentWrite): it stops the broker from writing a

@@ -3,8 +3,10 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -139,8 +141,9 @@ func TestRecordAndKeys(t *testing.T) {
 
 func TestDeadLetterRecord(t *testing.T) {
 	orig := &kgo.Record{Topic: "orders", Partition: 3, Offset: 77, Key: []byte("k"), Value: []byte("v"),
-		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}}}
-	dl := kafka.DeadLetter("orders.dlq", orig, "conflict", errors.New(strings.Repeat("e", 5000)))
+		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}, {Key: "a", Value: []byte("2")}}}
+	res := idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "s", ID: "id-1"}}
+	dl := kafka.DeadLetter("orders.dlq", orig, kafka.ReasonRetriesExhausted, res, errors.New(strings.Repeat("é", 5000)))
 	if dl.Topic != "orders.dlq" || string(dl.Key) != "k" || string(dl.Value) != "v" {
 		t.Fatalf("dead letter %+v", dl)
 	}
@@ -148,14 +151,26 @@ func TestDeadLetterRecord(t *testing.T) {
 	for _, h := range dl.Headers {
 		got[h.Key] = append(got[h.Key], string(h.Value))
 	}
-	want := map[string]string{"a": "1", kafka.HeaderReason: "conflict", kafka.HeaderOriginalTopic: "orders",
-		kafka.HeaderOriginalPartition: "3", kafka.HeaderOriginalOffset: "77"}
+	want := map[string][]string{"a": {"1", "2"}, kafka.HeaderReason: {kafka.ReasonRetriesExhausted, "old"},
+		idem.HeaderDeadLetterKey: {"s/id-1"}, kafka.HeaderOriginalTopic: {"orders"},
+		kafka.HeaderOriginalPartition: {"3"}, kafka.HeaderOriginalOffset: {"77"}}
 	for k, v := range want {
-		if len(got[k]) != 1 || got[k][0] != v {
-			t.Errorf("header %s = %v, want [%s]", k, got[k], v)
+		if !slices.Equal(got[k], v) {
+			t.Errorf("header %s = %v, want %v", k, got[k], v)
 		}
 	}
-	if n := len(got[kafka.HeaderError][0]); n == 0 || n > 1024 {
-		t.Errorf("error header of %d bytes", n)
+	if _, ok := got[kafka.HeaderOriginalTimestamp]; ok {
+		t.Error("a timestamp header for a record without a timestamp")
+	}
+	if e := got[kafka.HeaderError][0]; len(e) == 0 || len(e) > 1024 || !utf8.ValidString(e) {
+		t.Errorf("error header of %d bytes, valid UTF-8 %v", len(e), utf8.ValidString(e))
+	}
+	if tail := dl.Headers[len(dl.Headers)-3:]; !slices.EqualFunc(tail, orig.Headers, func(a, b kgo.RecordHeader) bool {
+		return a.Key == b.Key && string(a.Value) == string(b.Value)
+	}) {
+		t.Errorf("original headers %v, want %v as they were", tail, orig.Headers)
+	}
+	if dl.Headers[0].Key != idem.HeaderReason {
+		t.Errorf("first header %s, want the reason", dl.Headers[0].Key)
 	}
 }
