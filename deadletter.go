@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Headers every broker integration puts on a dead letter, beside its own
@@ -28,9 +29,12 @@ const (
 )
 
 // DeadLetterHeaders returns the idem headers of a dead letter for the call
-// that returned (res, err): the reason and error always; the key, and for a
-// conflict or a parked record the stored record beside the message's
-// fingerprint. Broker integrations add their own transport headers.
+// that returned (res, err): the reason and error always; the key when the
+// message had one; the message's fingerprint for a conflict; and the stored
+// record (fingerprint, state, token, attempts, first-claim time) whenever the
+// call read one (a conflict, a parked record, a permanent failure under the
+// consumer's own claim). Broker integrations add their own transport
+// headers.
 func DeadLetterHeaders(res Result, err error) map[string]string {
 	h := map[string]string{HeaderReason: DeadLetterReason(err)}
 	if err != nil {
@@ -56,10 +60,16 @@ func DeadLetterHeaders(res Result, err error) map[string]string {
 	return h
 }
 
+// oneLine makes s one line of valid UTF-8 of at most max bytes, cut at a
+// character boundary: header values travel through every broker.
 func oneLine(s string, max int) string {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	s = strings.ToValidUTF8(strings.NewReplacer("\r", " ", "\n", " ").Replace(s), "?")
 	if len(s) > max {
-		s = s[:max]
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/memory"
@@ -232,3 +233,12 @@ func (noTx) Mark(_ context.Context, _ int, req idem.ClaimRequest) (idem.Claim, e
 	return idem.Claim{Outcome: idem.ClaimAcquired, Record: idem.Record{Scope: req.Key.Scope, ID: req.Key.StoredID(), State: idem.StateCompleted}}, nil
 }
 func (noTx) SaveResult(context.Context, int, idem.Key, []byte) error { return nil }
+
+func TestDeadLetterErrorHeaderIsOneLineOfText(t *testing.T) {
+	long := strings.Repeat("é", 600) + "\nsecond line \xff"
+	h := idem.DeadLetterHeaders(idem.Result{}, errors.New(long))
+	v := h[idem.HeaderError]
+	if len(v) > 1024 || strings.ContainsAny(v, "\r\n") || !utf8.ValidString(v) {
+		t.Fatalf("error header of %d bytes, valid UTF-8 %v: %q", len(v), utf8.ValidString(v), v[:40])
+	}
+}
