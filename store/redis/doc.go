@@ -23,9 +23,10 @@
 // # Atomicity
 //
 // Every transition is one atomic step on one key. A claim is one
-// SET key fresh NX PXAT retention-end: when the key is absent it writes the
-// fresh in-progress record (the common case costs no script at all). When
-// the key exists, the claim script decides (a second round trip), and the
+// SET key fresh NX PX (ExpiresAt - Now): when the key is absent it writes
+// the fresh in-progress record, with the request's fresh token (the common
+// case costs no script at all). When the key exists, the claim script
+// decides (a second round trip), and the
 // store's next 64 claims add GET to their SET: it then returns the current
 // record, and when that record calls for no write (a duplicate, a live
 // owner, a stale record the caller will not take over) the answer is read
@@ -37,8 +38,9 @@
 // when Redis has not seen it) that applies the rules of idem.ApplyClaim
 // again, atomically. Complete, Release and Renew are each one script that
 // succeeds only while the record is in progress under the caller's fencing
-// token, and return idem.ErrLeaseLost otherwise. Lease decisions use the
-// time in the request (the Guard's clock), never Redis's clock.
+// token, and return idem.ErrLeaseLost otherwise. Lease and retention
+// decisions use the time in the request (the Guard's clock), never Redis's
+// clock (see Expiry).
 //
 // The store remembers the exact value of each claim it holds, so Complete,
 // Release and Renew usually run as a compare-and-set inside their script
@@ -82,22 +84,49 @@
 //
 // # Expiry
 //
-// The in-progress lease is a field of the record (lease_until); the key's
-// Redis expiry is the record's retention end (PXAT expires_at, moved forward
-// by Complete), so Redis deletes old records itself and Sweep usually has
-// nothing to do. Sweep still honours the contract for records whose
-// retention ended by the caller's clock but not yet by Redis's: it scans the
-// prefix a bounded number of keys per call, under an advisory lock, and
-// deletes those with expires_at <= Now. The store's clients and Redis should
-// agree on the time to well within the retention (days): a record whose
-// expires_at is already past by Redis's clock is deleted at once.
+// One clock decides: the caller's. The lease is a field of the record
+// (lease_until) and so is the retention end (expires_at), both in the
+// caller's time, and every claim, completion and sweep compares them with
+// the request's Now. A record counts as expired when expires_at <= Now,
+// except an in-progress record whose lease is live (lease_until > Now),
+// which never expires: Renew moves expires_at to the new lease end when
+// that is later, so a handler that runs longer than the retention keeps
+// its key for as long as it renews.
 //
-// A key Redis has expired is gone with its fencing token, so the next claim
-// starts again at token 1. That is safe because retention is orders of
-// magnitude longer than the lease: for an old token to collide, a worker
-// would have to stall past its lease (seconds) and then past the whole
-// retention (days) without noticing its lease was lost, and the Guard stops a
-// handler whose renewal fails long before that.
+// The key's Redis expiry follows the retention end as a duration, never
+// as a point in time: every write sets it to expires_at - Now of its own
+// request (PX, at least 1 ms), so Redis's clock only counts down how long
+// the record has left, which every clock agrees on. A caller whose clock
+// is an hour behind or ahead of the Redis server keeps its records for
+// exactly the retention measured by its own clock: never deleted early
+// (which would let a second consumer acquire a key whose owner is still
+// working), never kept an hour longer. The claim sets it, Complete moves it
+// to the new retention end, Renew extends it with the lease, and Release
+// sets it again to what is left of the retention. Sweep is for records
+// whose retention ended by the caller's clock before Redis's countdown ran
+// out (it scans the prefix a bounded number of keys per call, under an
+// advisory lock); with a fleet whose clocks agree it usually finds nothing.
+//
+// Consumers of one prefix should agree with each other on the time to
+// well within the lease (NTP does): each record's times are the clock of
+// the consumer that last wrote it, and another consumer whose clock is a
+// lease ahead sees a live owner's lease as ended. Redis's own clock may be
+// anything.
+//
+// # Fencing tokens
+//
+// A record that is created where no key exists takes the request's fresh
+// token (idem.ClaimRequest.NewToken: random in [2^32, 2^52), drawn by
+// Prepare); a claim of a key that still exists (released, retaken, expired
+// by the caller's clock but still in Redis) takes the stored token + 1.
+// So when Redis has removed a record (its expiry, eviction, FLUSHDB, a
+// restart without persistence, a failover that lost it) and the key is
+// claimed again, the new owner's token is drawn independently of every
+// earlier one, and a zombie still holding an old token can neither
+// complete, renew nor release over the new owner (the chance of a match is
+// about one in 2^52 per pair). Scripts count in Lua doubles, exact below
+// 2^53; every number they write is printed as an integer, and a token that
+// would reach 2^53 is refused as invalid data rather than rounded.
 //
 // # Durability
 //
@@ -106,6 +135,13 @@
 //
 //   - no persistence (save "" and appendonly no): every record. Every
 //     message still inside the broker's redelivery window is processed again.
+//     Fencing still holds across the restart: claims after it draw fresh
+//     random tokens, so a worker that was mid-handler when Redis restarted
+//     (a zombie now) can neither complete nor release over a new owner of
+//     its key; its next Renew or Complete gets idem.ErrLeaseLost (the
+//     record is gone or another's) and the Guard cancels its handler. Until then it and
+//     the new owner may run the handler at the same time: only downstream
+//     keys from idem.DeriveKey keep that effect single.
 //   - RDB snapshots only: everything written since the last snapshot
 //     (minutes).
 //   - appendonly yes, appendfsync everysec (the default AOF setting): up to
@@ -128,19 +164,31 @@
 //
 // Replication is asynchronous: a claim acknowledged by a primary that fails
 // before replicating it is lost on failover, so a second consumer can claim
-// the same key and both run the handler (two owners); fencing tokens on the
-// promoted replica may also restart below ones already handed out. WAIT
-// narrows the window but does not close it. Again the downstream keys from
+// the same key and both run the handler (two owners). The new owner's token
+// is a fresh random one, so the first owner's completion is refused rather
+// than recorded over it, but both effects may happen. WAIT narrows the
+// window but does not close it. Again the downstream keys from
 // idem.DeriveKey are what keeps the effect single.
 //
 // # Errors
 //
-// Every Redis failure (connection refused, timeout, failover, a script
-// error) is returned as an error that wraps go-redis's, never as an outcome:
-// the Guard reports it as a retryable *idem.StoreError and nothing is acked
-// or reported acquired. go-redis retries some network errors itself; if a
-// claim ran but its reply was lost, the retry finds the caller's own record
-// in progress and the message is retried after the lease ends.
+// A Redis failure (connection refused, timeout, failover, OOM, LOADING,
+// READONLY, BUSY, a cluster redirection) is returned as an error that wraps
+// go-redis's, never as an outcome: the Guard reports it as a retryable
+// *idem.StoreError and nothing is acked or reported acquired. go-redis
+// retries some network errors itself; if a claim ran but its reply was
+// lost, the retry finds the caller's own record in progress and the message
+// is retried after the lease ends.
+//
+// Errors caused by the data are an *idem.InvalidDataError instead
+// (errors.Is(err, idem.ErrInvalidData)): permanent, so the message is
+// dead-lettered rather than redelivered for ever. They are: a value at the
+// record's key that is not a record (another type, or a string in another
+// format: the scripts refuse to overwrite it), a token that would reach
+// 2^53, times beyond about 285,000 years from 1970 (unix milliseconds past
+// 2^53), a Lua runtime error in a script, and a number Redis refuses; and,
+// from idem's Prepare, a request without its times. Any fingerprint bytes
+// are accepted (Prepare stores non-text ones as "sha256:<hex>").
 //
 // # Inspection and sweeping cost
 //
