@@ -74,6 +74,7 @@ it holds; otherwise the offending orders are listed.`,
 			return nil
 		},
 	}
+	c.Long = withDSNForms(c.Long)
 	fl := c.Flags()
 	fl.IntVar(&cfg.Orders, "messages", demo.DefaultOrders, "distinct orders the producer publishes (retries and conflicts come on top)")
 	fl.IntVar(&cfg.Consumers, "consumers", demo.DefaultConsumers, "competing consumers (idem's, and as many naive ones)")
@@ -81,7 +82,7 @@ it holds; otherwise the offending orders are listed.`,
 	fl.Float64Var(&cfg.ConflictRate, "conflict-rate", demo.DefaultConflictRate, "share of order ids reused with other content (at least one unless 0)")
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
-	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp)
+	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
 	fl.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS): nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")

@@ -97,7 +97,7 @@ the duration. When a page is full, the command for the next page is printed.`,
 			}
 			w := c.OutOrStdout()
 			if len(recs) == 0 {
-				fmt.Fprintln(w, "No records match.")
+				fmt.Fprintf(w, "No records match (%s).\n", where(h))
 				return nil
 			}
 			tw := newTable(w)

@@ -234,7 +234,7 @@ func testOperator(t *testing.T, d string, nativeExpiry bool) {
 	if out := ok("list", "--limit", "2"); !strings.Contains(out, `next page: --after-scope "billing" --after "order-2"`) {
 		t.Errorf("a full page does not say how to get the next:\n%s", out)
 	}
-	if out := ok("list", "--scope", "nobody"); !strings.Contains(out, "No records match.") {
+	if out := ok("list", "--scope", "nobody"); !strings.Contains(out, "No records match (") {
 		t.Errorf("empty list: %s", out)
 	}
 	lj := decode(t, ok("list", "--json", "--limit", "2"))

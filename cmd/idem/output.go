@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
 // printOut prints v as JSON or text as the --json flag says.
@@ -119,4 +120,13 @@ func displayID(r idem.Record) string {
 		id = id[:57] + "..."
 	}
 	return id
+}
+
+// where names the store and, where it has one, the table or prefix read:
+// an empty answer from the wrong table must say which table it was.
+func where(h *dsn.Handle) string {
+	if h.Where == "" {
+		return h.Redacted
+	}
+	return h.Redacted + ", " + h.Where
 }

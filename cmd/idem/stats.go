@@ -55,7 +55,7 @@ waiting for a sweep, and the age of the oldest in-progress record.`,
 			}
 			w := c.OutOrStdout()
 			if len(stats) == 0 {
-				fmt.Fprintln(w, "The store holds no records.")
+				fmt.Fprintf(w, "The store holds no records (%s).\n", where(h))
 				return nil
 			}
 			tw := newTable(w)

@@ -21,15 +21,21 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&f.dsn, "store", "", "store DSN (default $IDEM_STORE): "+dsnHelp)
+	c.Flags().StringVar(&f.dsn, "store", "", "store DSN (default $IDEM_STORE): "+dsnHelp+"; every form is listed above")
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
 	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+	c.Long = withDSNForms(c.Long)
 }
 
-const dsnHelp = "memory://, sqlite://PATH, postgres://..., mysql://..., redis://..."
+const dsnHelp = "memory://, sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB, redis://HOST:PORT"
 
-// open opens the store; with probe it also checks that the server answers
-// and the schema exists, so commands fail early with a fix.
+// withDSNForms appends the reference of DSN forms and parameters to a
+// command's long help.
+func withDSNForms(long string) string { return long + "\n\n" + dsn.Forms }
+
+// open opens the store and checks that its server answers and takes the
+// login; with probe, that the schema exists too. Commands fail early, with
+// a fix.
 func (f *storeFlags) open(ctx context.Context, probe bool) (*dsn.Handle, error) {
 	raw := f.dsn
 	if raw == "" {
@@ -45,8 +51,12 @@ func (f *storeFlags) open(ctx context.Context, probe bool) (*dsn.Handle, error) 
 		}
 		return nil, err
 	}
-	if probe && h.Probe != nil {
-		if err := h.Probe(ctx); err != nil {
+	check := h.Ping
+	if probe {
+		check = h.Probe
+	}
+	if check != nil {
+		if err := check(ctx); err != nil {
 			h.Close()
 			return nil, err
 		}

@@ -1,11 +1,13 @@
 // Package dsn opens an idem store from a data source name, the one string an
 // operator passes to every idem command (--store or IDEM_STORE):
 //
-//	memory://[NAME]      in-process store (NAME shares one store within a process)
-//	sqlite://PATH        embedded SQLite database file
-//	postgres://…         PostgreSQL (also postgresql://)
-//	mysql://…            MariaDB / MySQL
-//	redis://…            Redis (also rediss://)
+//	memory://[NAME]                          in-process store (NAME shares one store within a process)
+//	sqlite://PATH[?table=T&sync=normal]      embedded SQLite database file
+//	postgres://USER@HOST:PORT/DB[?table=T&partitions=N&...]  PostgreSQL (also postgresql://)
+//	mysql://USER@HOST:PORT/DB[?table=T&...]  MariaDB / MySQL (also mariadb://)
+//	redis://HOST:PORT[/DB][?prefix=P&...]    Redis (also rediss://)
+//
+// Forms is the whole reference, as --help prints it.
 //
 // Schemes whose store package is not part of this build are reported with
 // the list of those that are. Errors say what was wrong and how to fix it:
@@ -39,6 +41,8 @@ var (
 	ErrUnknownScheme = errors.New("unknown store scheme")
 	// ErrUnreachable means the store's server did not answer.
 	ErrUnreachable = errors.New("store unreachable")
+	// ErrAuth means the store's server refused the DSN's credentials.
+	ErrAuth = errors.New("store login refused")
 	// ErrNoSchema means the store answered but its tables do not exist.
 	ErrNoSchema = errors.New("store schema missing")
 	// ErrNotSupported means the store cannot do what was asked (no
@@ -50,8 +54,13 @@ var (
 type Handle struct {
 	// Scheme is the DSN's scheme, normalised (postgresql → postgres).
 	Scheme string
+	// Name is the store's server for messages ("PostgreSQL", "Redis").
+	Name string
 	// Redacted is the DSN with any password replaced, for messages.
 	Redacted string
+	// Where names where the records live within the store: "table
+	// idem_records", "prefix idem", or "" (memory).
+	Where string
 	// Store is the idem store.
 	Store idem.Store
 	// Native is the store package's own value (*sqlite.Store, ...), for
@@ -67,11 +76,23 @@ type Handle struct {
 	Redis goredis.UniversalClient
 	// Migrate creates or upgrades the schema; nil when the store has none.
 	Migrate func(ctx context.Context) error
+	// Ping checks that the server answers and takes the DSN's credentials,
+	// schema or not; nil when there is no server (memory). Its errors are
+	// ErrUnreachable or ErrAuth with a hint, or the server's own.
+	Ping func(ctx context.Context) error
 	// Probe checks that the server answers and the schema exists; nil when
-	// there is nothing to check.
+	// there is nothing to check. Its errors say how to fix what is wrong:
+	// ErrUnreachable, ErrAuth, ErrNoSchema (with the ?table= a DSN lacks
+	// when the database holds idem's records under another name).
 	Probe func(ctx context.Context) error
 	// Close releases the store's connections.
 	Close func() error
+
+	raw        string                                      // the DSN as given
+	table      string                                      // the records table (SQL stores)
+	tableGiven bool                                        // the DSN names its table (?table=)
+	ping       func(ctx context.Context) error             // the driver's ping; nil: no server
+	tables     func(ctx context.Context) ([]string, error) // idem records tables in the database
 }
 
 // opener opens one scheme.
@@ -131,7 +152,13 @@ func Open(ctx context.Context, raw string) (*Handle, error) {
 		return nil, err
 	}
 	h.Scheme = scheme
+	h.Name = StoreName(scheme)
+	h.raw = raw
 	h.Redacted = Redact(raw)
+	if h.ping != nil {
+		h.Ping = h.pingServer
+		h.Probe = h.probe
+	}
 	if h.Close == nil {
 		h.Close = func() error { return nil }
 	}

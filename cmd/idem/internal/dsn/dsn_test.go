@@ -3,12 +3,15 @@ package dsn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 func TestOpenErrors(t *testing.T) {
@@ -87,7 +90,8 @@ func TestNamedMemoryStoresAreShared(t *testing.T) {
 	b, _ := Open(ctx, "memory://shared-test")
 	c, _ := Open(ctx, "memory://")
 	k := idem.Key{Scope: "s", ID: "k"}
-	if _, err := a.Store.Claim(ctx, idem.ClaimRequest{Key: k}); err != nil {
+	now := time.Now()
+	if _, err := a.Store.Claim(ctx, idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Store.Get(ctx, k); err != nil {
@@ -126,10 +130,154 @@ func TestUnreachable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", d, err)
 		}
-		err = h.Probe(ctx)
+		for name, check := range map[string]func(context.Context) error{"ping": h.Ping, "probe": h.Probe} {
+			err := check(ctx)
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "no "+h.Name+" server answers") ||
+				!strings.Contains(err.Error(), "start one with: ") {
+				t.Errorf("%s: %s = %v; want ErrUnreachable naming the store, with how to start it", d, name, err)
+			}
+		}
 		h.Close()
-		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "is the server running") {
-			t.Errorf("%s: probe = %v; want ErrUnreachable with a hint", d, err)
+	}
+}
+
+// A login the server refuses is reported as such, not as a server that is
+// down.
+func TestAuthRefused(t *testing.T) {
+	ctx := context.Background()
+	pg := testenv.Postgres.Need(t)
+	my, err := MySQLURL(testenv.MySQL.Need(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := testenv.Redis.Need(t)
+	if !strings.Contains(rd, "://") {
+		rd = "redis://" + rd
+	}
+	for _, d := range []string{
+		setUser(t, pg, "idem_no_such_role", ""),
+		setUser(t, my, "idem_no_such_user", "secret"),
+		setUser(t, rd, "idem_no_such_user", "secret"),
+	} {
+		h, err := Open(ctx, d)
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		err = h.Ping(ctx)
+		h.Close()
+		if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), h.Name+" at ") || !strings.Contains(err.Error(), "refused the login") {
+			t.Errorf("%s: ping = %v; want ErrAuth naming the store", Redact(d), err)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+// setUser replaces the user (and password) of a URL-shaped DSN.
+func setUser(t *testing.T, d, user, pass string) string {
+	t.Helper()
+	u, err := url.Parse(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(user)
+	if pass != "" {
+		u.User = url.UserPassword(user, pass)
+	}
+	return u.String()
+}
+
+// A DSN without the ?table= under which the database keeps idem's records
+// is told to name it, not to migrate a second, empty table. A DSN that names
+// its table, or a database with no records table, gets the advice to
+// migrate with the DSN as given, parameters included.
+func TestNoSchemaAdvice(t *testing.T) {
+	ctx := context.Background()
+	base := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "x.db"))
+	fresh := base + "?sync=normal&table=idem_fresh"
+	probe := func(d string) error {
+		t.Helper()
+		h, err := Open(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		return h.Probe(ctx)
+	}
+	if err := probe(fresh); !errors.Is(err, ErrNoSchema) || !strings.Contains(err.Error(), "idem migrate --store '"+fresh+"'") {
+		t.Fatalf("probe of an empty database: %v; want the advice to migrate %s", err, fresh)
+	}
+
+	h, err := Open(ctx, base+"?table=billing_inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	for _, d := range []string{base, base + "?sync=normal"} {
+		err := probe(d)
+		want := "--store '" + SetParam(d, "table", "billing_inbox") + "'"
+		if !errors.Is(err, ErrNoSchema) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "create it with") {
+			t.Errorf("%s: probe = %v; want the advice %s and no migrate", d, err, want)
+		}
+	}
+	if err := probe(fresh); !errors.Is(err, ErrNoSchema) || !strings.Contains(err.Error(), "idem migrate --store '"+fresh+"'") ||
+		!strings.Contains(err.Error(), "records in billing_inbox") {
+		t.Errorf("probe of a table the DSN names: %v; want migrate %s, billing_inbox mentioned", err, fresh)
+	}
+}
+
+// The SQL servers list their records tables the same way.
+func TestNoSchemaAdviceOnServers(t *testing.T) {
+	ctx := context.Background()
+	my, err := MySQLURL(testenv.MySQL.Need(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{testenv.Postgres.Need(t), my} {
+		table := fmt.Sprintf("idem_dsn_advice_%d", time.Now().UnixNano()%1e9)
+		h, err := Open(ctx, SetParam(d, "table", table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		drop := "DROP TABLE IF EXISTS " + table + ", " + table + "_migrations"
+		t.Cleanup(func() {
+			if h.PG != nil {
+				_, _ = h.PG.Exec(context.Background(), drop)
+			} else {
+				_, _ = h.SQL.ExecContext(context.Background(), drop)
+			}
+			h.Close()
+		})
+		missing := SetParam(d, "table", table+"_x")
+		g, err := Open(ctx, missing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = g.Probe(ctx)
+		g.Close()
+		if !errors.Is(err, ErrNoSchema) || !strings.Contains(err.Error(), "idem migrate --store '"+Redact(missing)+"'") ||
+			!strings.Contains(err.Error(), table+",") && !strings.Contains(err.Error(), table+":") {
+			t.Errorf("%s: probe = %v; want migrate with the DSN, and the tables holding records, %s among them", Redact(missing), err, table)
+		}
+	}
+}
+
+func TestSetParam(t *testing.T) {
+	for in, want := range map[string]string{
+		"sqlite://x.db":                    "sqlite://x.db?table=t",
+		"postgres://h/db?sslmode=disable":  "postgres://h/db?sslmode=disable&table=t",
+		"mysql://h/db?table=old&tls=true":  "mysql://h/db?table=t&tls=true",
+		"postgres://h/db?tablespace=x&a=b": "postgres://h/db?tablespace=x&a=b&table=t",
+	} {
+		if got := SetParam(in, "table", "t"); got != want {
+			t.Errorf("SetParam(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

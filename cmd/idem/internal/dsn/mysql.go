@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/idemgo/idem/store/mysql"
 )
 
@@ -23,7 +25,8 @@ func openMySQL(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, Redact(raw)), Close: s.Close}, nil
+	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Close: s.Close, Where: "table " + s.Table(),
+		table: s.Table(), tableGiven: table != "", ping: s.DB().PingContext, tables: mysqlTables(s.DB())}, nil
 }
 
 // mysqlDriverDSN converts the URL form to the driver's DSN and extracts the
@@ -55,4 +58,22 @@ func mysqlDriverDSN(u *url.URL) (driverDSN, table string, err error) {
 		driverDSN += "?" + q.Encode()
 	}
 	return driverDSN, table, nil
+}
+
+// MySQLURL converts a go-sql-driver/mysql DSN (user:pass@tcp(host:port)/db)
+// to the mysql:// form the commands take, for programs and tests that hold
+// the driver's form.
+func MySQLURL(driverDSN string) (string, error) {
+	cfg, err := gomysql.ParseDSN(driverDSN)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadDSN, err)
+	}
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
+	if cfg.User != "" {
+		u.User = url.User(cfg.User)
+		if cfg.Passwd != "" {
+			u.User = url.UserPassword(cfg.User, cfg.Passwd)
+		}
+	}
+	return u.String(), nil
 }

@@ -43,6 +43,10 @@ func openPostgres(ctx context.Context, u *url.URL, raw string) (*Handle, error) 
 		pool.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, PG: pool, Migrate: s.Migrate, Probe: probeStore(s, Redact(raw)),
-		Close: func() error { pool.Close(); return nil }}, nil
+	table := opts.Table
+	if table == "" {
+		table = "idem_records"
+	}
+	return &Handle{Store: s, Native: s, PG: pool, Migrate: s.Migrate, Close: func() error { pool.Close(); return nil },
+		Where: "table " + table, table: table, tableGiven: opts.Table != "", ping: pool.Ping, tables: pgTables(pool)}, nil
 }

@@ -4,33 +4,118 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemgo/idem"
 )
+
+// probeTimeout bounds one probe or ping: a server that does not answer in
+// this long is reported as unreachable rather than waited for.
+const probeTimeout = 10 * time.Second
 
 // probeKey is read to check a store: it never exists, so the answer is
 // ErrNotFound when the server answers and the schema is there.
 var probeKey = idem.Key{Scope: "idem-cli", ID: "probe"}
 
-// probeStore reads probeKey and turns the failure into an error that says
-// how to fix it.
-func probeStore(s idem.Store, redacted string) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_, err := s.Get(ctx, probeKey)
-		if err == nil || errors.Is(err, idem.ErrNotFound) {
-			return nil
-		}
-		return classify(err, redacted)
-	}
+// storeNames name each scheme's server in messages.
+var storeNames = map[string]string{
+	"memory": "memory", "sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MariaDB/MySQL", "redis": "Redis",
 }
 
-// classify wraps a store error in ErrNoSchema or ErrUnreachable when its
-// text says so (drivers have no common error types for these).
-func classify(err error, redacted string) error {
+// startHints say how to start each scheme's server on a development machine.
+var startHints = map[string]string{
+	"postgres": "pg_ctl -D DATADIR start, or: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres",
+	"mysql":    "mysqld_safe &, or: docker run -d -p 3306:3306 -e MARIADB_ALLOW_EMPTY_ROOT_PASSWORD=1 -e MARIADB_DATABASE=test mariadb",
+	"redis":    "redis-server --daemonize yes, or: docker run -d -p 6379:6379 redis",
+}
+
+// StoreName is the name of the scheme's server ("PostgreSQL", "Redis").
+func StoreName(scheme string) string {
+	if n := storeNames[scheme]; n != "" {
+		return n
+	}
+	return scheme
+}
+
+// ping checks that the server answers and takes the DSN's credentials,
+// without looking at the schema. It returns a classified error.
+func (h *Handle) pingServer(ctx context.Context) error {
+	if h.ping == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := h.ping(ctx); err != nil {
+		return h.classify(err)
+	}
+	return nil
+}
+
+// probe checks that the server answers and the schema exists, and turns a
+// failure into an error that says how to fix it.
+func (h *Handle) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := h.Store.Get(ctx, probeKey)
+	if err == nil || errors.Is(err, idem.ErrNotFound) {
+		return nil
+	}
+	if cerr := h.classify(err); !errors.Is(cerr, ErrNoSchema) {
+		return cerr
+	}
+	return h.noSchema(ctx, err)
+}
+
+// noSchema explains a missing records table. When the DSN names no table
+// and the database holds idem's records under another name, the DSN most
+// likely lacks its ?table= parameter: migrating it as it is would create a
+// second, empty table, so the advice is the parameter, not migrate. A DSN
+// that names its table gets the migrate it asks for, with the tables found
+// beside it mentioned.
+func (h *Handle) noSchema(ctx context.Context, cause error) error {
+	var others []string
+	if h.tables != nil {
+		others, _ = h.tables(ctx)
+	}
+	for i := 0; i < len(others); i++ {
+		if others[i] == h.table {
+			others = append(others[:i], others[i+1:]...)
+			i--
+		}
+	}
+	if len(others) > 0 && !h.tableGiven {
+		return fmt.Errorf("%w: %s has no table %s, but idem's records are in %s: name the table in the DSN, e.g. --store '%s'%s "+
+			"(idem migrate on this DSN would create a second, empty table %s beside them) [%v]",
+			ErrNoSchema, h.Redacted, h.table, strings.Join(others, ", "), SetParam(h.Redacted, "table", others[0]),
+			h.passwordNote(), h.table, cause)
+	}
+	beside := ""
+	if len(others) > 0 {
+		beside = fmt.Sprintf("; the database keeps idem's records in %s: to read those, name that table", strings.Join(others, ", "))
+	}
+	return fmt.Errorf("%w: %s has no table %s yet; create it with: idem migrate --store '%s'%s%s [%v]",
+		ErrNoSchema, h.Redacted, h.table, h.Redacted, h.passwordNote(), beside, cause)
+}
+
+// passwordNote reminds the reader of advice that shows a redacted DSN to
+// put the password back.
+func (h *Handle) passwordNote() string {
+	if h.Redacted != h.raw {
+		return " (with the password in place of xxxxx)"
+	}
+	return ""
+}
+
+// classify wraps a store error in ErrAuth, ErrNoSchema or ErrUnreachable,
+// naming the store and saying what to do. Driver error types are checked
+// where the driver has them, the text otherwise (go-redis has none).
+func (h *Handle) classify(err error) error {
+	name := StoreName(h.Scheme)
 	msg := strings.ToLower(err.Error())
 	has := func(subs ...string) bool {
 		for _, s := range subs {
@@ -40,12 +125,38 @@ func classify(err error, redacted string) error {
 		}
 		return false
 	}
-	switch {
-	case has("no such table", "does not exist", "doesn't exist", "undefined_table", "sqlstate 42p01", "error 1146"):
-		return fmt.Errorf("%w in %s: %v (run: idem migrate --store '%s')", ErrNoSchema, redacted, err, redacted)
-	case has("connection refused", "no such host", "i/o timeout", "dial tcp", "context deadline exceeded", "connect: ",
-		"network is unreachable", "server closed", "eof"):
-		return fmt.Errorf("%w: %s: %v (is the server running and the address right?)", ErrUnreachable, redacted, err)
+	var (
+		pgErr *pgconn.PgError
+		myErr *gomysql.MySQLError
+		opErr *net.OpError
+	)
+	pgCode := ""
+	if errors.As(err, &pgErr) {
+		pgCode = pgErr.Code
 	}
-	return fmt.Errorf("%s: %w", redacted, err)
+	myCode := uint16(0)
+	if errors.As(err, &myErr) {
+		myCode = myErr.Number
+	}
+	switch {
+	case pgCode == "28P01" || pgCode == "28000" || myCode == 1045 || myCode == 1044 || myCode == 1698 ||
+		has("password authentication failed", "no pg_hba.conf entry", "access denied for user", "sqlstate 28p01", "error 1045",
+			"wrongpass", "noauth", "invalid password", "invalid username-password", "authentication required"):
+		return fmt.Errorf("%w: %s at %s refused the login: %v (check the user and password in the DSN)",
+			ErrAuth, name, h.Redacted, err)
+	case pgCode == "3D000" || myCode == 1049 || has("sqlstate 3d000", "error 1049"):
+		return fmt.Errorf("%s at %s: %v (the database named in the DSN does not exist: create it, or name another)",
+			name, h.Redacted, err)
+	case pgCode == "42P01" || myCode == 1146 || has("no such table", "undefined_table", "sqlstate 42p01", "error 1146"):
+		return fmt.Errorf("%w: %v", ErrNoSchema, err)
+	case errors.As(err, &opErr) || errors.Is(err, context.DeadlineExceeded) ||
+		has("connection refused", "no such host", "i/o timeout", "dial tcp", "dial error", "connect: ",
+			"network is unreachable", "server closed", "eof", "context deadline exceeded"):
+		hint := "is it running and the address right?"
+		if s := startHints[h.Scheme]; s != "" {
+			hint = "is it running and the address right? start one with: " + s
+		}
+		return fmt.Errorf("%w: no %s server answers at %s: %v (%s)", ErrUnreachable, name, h.Redacted, err, hint)
+	}
+	return fmt.Errorf("%s at %s: %w", name, h.Redacted, err)
 }

@@ -40,5 +40,6 @@ func openRedis(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 		c.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)
 	}
-	return &Handle{Store: s, Native: s, Redis: c, Probe: probeStore(s, Redact(raw)), Close: c.Close}, nil
+	return &Handle{Store: s, Native: s, Redis: c, Close: c.Close, Where: "prefix " + s.Prefix(),
+		ping: func(ctx context.Context) error { return c.Ping(ctx).Err() }}, nil
 }

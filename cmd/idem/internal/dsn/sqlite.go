@@ -41,5 +41,6 @@ func openSQLite(_ context.Context, _ *url.URL, raw string) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, raw, err)
 	}
-	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Probe: probeStore(s, raw), Close: s.Close}, nil
+	return &Handle{Store: s, Native: s, SQL: s.DB(), Migrate: s.Migrate, Close: s.Close, Where: "table " + s.Table(),
+		table: s.Table(), tableGiven: opts.Table != "", ping: s.DB().PingContext, tables: sqliteTables(s.DB())}, nil
 }
