@@ -83,7 +83,7 @@ Start with the demo: it runs an embedded NATS JetStream broker and an embedded
 store, injects crashes, lost acks and producer retries, and shows a naive
 consumer double-charging while idem charges every order exactly once.
 
-Store commands take --store DSN or the IDEM_STORE environment variable.`+"\n\n"+dsn.Forms,
+Store commands take --store DSN or the IDEM_STORE environment variable.` + "\n\n" + dsn.Forms,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --seed 42
   IDEM_STORE=sqlite://idem.db idem stats
