@@ -2,7 +2,14 @@
 // single-process programs that accept losing their dedup state on restart.
 //
 // Records live in a map behind one mutex; every operation is atomic. It
-// implements idem.Store, idem.BatchStore and idem.Inspector.
+// implements idem.Store, idem.BatchStore and idem.Inspector, with the record
+// rules of the idem.Store contract (idem.ApplyClaim): every time comes from
+// the request (the store reads no clock); a key's first record takes the
+// request's random NewToken, so a token from a swept lifetime never matches a
+// later owner's; a released record keeps its fingerprint; Renew carries the
+// record's expiry with the lease, and neither an expiry nor a Sweep removes
+// an in-progress record whose lease is live. Requests go through their
+// Prepare first: one without its times is an *idem.InvalidDataError.
 package memory
 
 import (
@@ -41,6 +48,10 @@ func clone(r idem.Record) idem.Record {
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	req, err := req.Prepare()
+	if err != nil {
+		return idem.Claim{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
@@ -61,14 +72,23 @@ func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 }
 
 // ClaimBatch implements idem.BatchStore: the whole batch under one lock.
+// Every request is prepared first, so a rejected one writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	prepared := make([]idem.ClaimRequest, len(reqs))
+	for i, r := range reqs {
+		p, err := r.Prepare()
+		if err != nil {
+			return nil, err
+		}
+		prepared[i] = p
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]idem.Claim, len(reqs))
-	for i, r := range reqs {
+	out := make([]idem.Claim, len(prepared))
+	for i, r := range prepared {
 		out[i] = s.claimLocked(r)
 	}
 	return out, nil
@@ -85,6 +105,10 @@ func (s *Store) owned(k idem.Key, token int64) *idem.Record {
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -113,8 +137,14 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	return nil
 }
 
-// Renew implements idem.Store.
+// Renew implements idem.Store. The record's expiry moves with the lease
+// (never earlier than it was), so a renewed in-progress record outlives its
+// retention for as long as its owner keeps renewing.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -124,7 +154,7 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	if r == nil {
 		return idem.ErrLeaseLost
 	}
-	r.LeaseUntil, r.UpdatedAt = req.LeaseUntil, req.Now
+	r.LeaseUntil, r.ExpiresAt, r.UpdatedAt = req.LeaseUntil, idem.Later(r.ExpiresAt, req.LeaseUntil), req.Now
 	return nil
 }
 
@@ -142,10 +172,14 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	return clone(*r), nil
 }
 
-// Sweep implements idem.Store.
+// Sweep implements idem.Store: it deletes at most req.Limit expired records
+// (none when Limit <= 0), never an in-progress one whose lease is live.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if req.Limit <= 0 {
+		return 0, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
