@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
@@ -20,7 +19,19 @@ const batchRows = 500
 // are inserted with multi-row conflict-free inserts that return the keys
 // they wrote; only keys that exist already go through the read, apply and
 // write of a single claim.
+//
+// Every request is prepared first (its own random NewToken, its fingerprint
+// as stored): a rejected request fails the batch before anything is written.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	prepared := make([]idem.ClaimRequest, len(reqs))
+	for i, req := range reqs {
+		p, err := prepare(req)
+		if err != nil {
+			return nil, err
+		}
+		prepared[i] = p
+	}
+	reqs = prepared
 	out := make([]idem.Claim, len(reqs))
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		done := make([]bool, len(reqs))
@@ -42,7 +53,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim batch: %w", err)
+		return nil, dataErr("claim batch", fmt.Errorf("sqlite: claim batch: %w", err))
 	}
 	return out, nil
 }
@@ -62,7 +73,7 @@ func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequ
 		if _, dup := fresh[k]; dup {
 			continue // a repeated key is claimed singly, after its first
 		}
-		c, _ := idem.ApplyClaim(nil, millis(reqs[i]))
+		c, _ := idem.ApplyClaim(nil, reqs[i])
 		fresh[k] = i
 		out[i] = c
 		if len(args) > 0 {
@@ -87,13 +98,4 @@ func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequ
 		}
 	}
 	return rows.Err()
-}
-
-// millis truncates a request's times to the milliseconds the table keeps,
-// so a claim built in Go equals the record read back later.
-func millis(req idem.ClaimRequest) idem.ClaimRequest {
-	req.Now = req.Now.Truncate(time.Millisecond)
-	req.LeaseUntil = req.LeaseUntil.Truncate(time.Millisecond)
-	req.ExpiresAt = req.ExpiresAt.Truncate(time.Millisecond)
-	return req
 }

@@ -61,11 +61,36 @@
 // but SQLite suits single-host deployments: use store/postgres, store/mysql or
 // store/redis for a fleet. Never put the file on a network file system.
 //
+// # Records
+//
+// The store holds the record rules of the idem.Store contract, in its own SQL
+// for the marker and the sweep and through idem.ApplyClaim for claims:
+//
+//   - Every time comes from the request (the caller's clock); no statement
+//     reads SQLite's clock.
+//   - A request goes through its Prepare first: one without its times is an
+//     *idem.InvalidDataError, and any fingerprint bytes are stored (as
+//     idem.StoredFingerprint keeps them).
+//   - A key's first record takes the request's random NewToken; a record that
+//     still exists (expired, released, retaken) counts on from its own token.
+//     A zombie from a swept lifetime therefore never matches a later owner.
+//   - A released record keeps the fingerprint it was first claimed with; only
+//     an expired one starts a new lifetime with the request's.
+//   - Renew sets expires_at to max(expires_at, lease_until), and no claim,
+//     marker or sweep counts an in-progress record under a live lease as
+//     expired, whatever its expires_at.
+//   - Sweep deletes at most Limit records (none when Limit <= 0).
+//   - A value SQLite refuses (SQLITE_TOOBIG, SQLITE_MISMATCH,
+//     SQLITE_CONSTRAINT) is an *idem.InvalidDataError, permanent; busy and
+//     locked databases, I/O errors and ErrBusy stay retryable.
+//
 // # Schema
 //
 // One table, primary key (scope, id), with display_id, state, fingerprint,
 // result (BLOB), token and attempts; lease_until, expires_at, created_at and
-// updated_at are integer unix milliseconds (0: unset). An index on expires_at
-// serves Sweep, which deletes one bounded batch per call: run an idem.Sweeper
-// over the store so the file stays the size of the retention window.
+// updated_at are integer unix milliseconds (0 means unset: this version sets
+// them all, and an expires_at of 0 in a row of an older version never
+// expires). An index on expires_at serves Sweep, which deletes one bounded
+// batch per call: run an idem.Sweeper over the store so the file stays the
+// size of the retention window.
 package sqlite

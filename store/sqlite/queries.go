@@ -14,8 +14,19 @@ type queries struct {
 	lockNoop, sweep, stats, list0 string
 }
 
+// expired is the condition "the record's retention has ended at now" of
+// idem.Record.Expired, with now the parameter p: an expiry is set (0 is the
+// "never" of rows written before expiries were required) and passed, and the
+// record is not in progress under a live lease. The second half keeps an
+// in-progress record whose owner renews its lease, whatever its expires_at
+// (rows written by older versions did not carry it with the lease).
+func expired(p string) string {
+	return "(expires_at <> 0 AND expires_at <= " + p + " AND NOT (state = 'in_progress' AND lease_until > " + p + "))"
+}
+
 func buildQueries(table string) queries {
-	r := strings.NewReplacer("{t}", quoteIdent(table), "{cols}", sqlrecord.Columns)
+	r := strings.NewReplacer("{t}", quoteIdent(table), "{cols}", sqlrecord.Columns,
+		"{expired1}", expired("?1"), "{expired7}", expired("?7"))
 	return queries{
 		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = ? AND id = ?`),
 		// put writes a whole record computed by idem.ApplyClaim inside a write
@@ -29,44 +40,56 @@ func buildQueries(table string) queries {
 		// mark is the transactional-inbox marker: a conflict-free insert
 		// that also takes over released and expired records (the rules of
 		// idem.ApplyMark), and leaves every other record alone. SET
-		// expressions read the row's old values. It returns the row only when
-		// it wrote it. Parameters: scope, id, display_id, fingerprint,
-		// lease_until, expires_at, now.
+		// expressions read the row's old values. A new row takes the
+		// request's random token; a row that survived counts on from its
+		// own. An expired row starts a new lifetime (the request's
+		// fingerprint and display id, attempts 1); a released one keeps the
+		// content it was first claimed with (its fingerprint, unless it has
+		// none). It returns the row only when it wrote it. Parameters:
+		// scope, id, display_id, fingerprint, lease_until, expires_at, now,
+		// new token.
 		mark: r.Replace(`INSERT INTO {t} ({cols})
-			VALUES (?1, ?2, ?3, 'completed', ?4, NULL, 1, 1, ?5, ?6, ?7, ?7)
+			VALUES (?1, ?2, ?3, 'completed', ?4, NULL, ?8, 1, ?5, ?6, ?7, ?7)
 			ON CONFLICT (scope, id) DO UPDATE SET
 				state = 'completed',
-				fingerprint = excluded.fingerprint,
+				fingerprint = CASE WHEN {expired7} OR fingerprint = '' THEN excluded.fingerprint ELSE fingerprint END,
 				result = NULL,
 				token = token + 1,
-				attempts = CASE WHEN expires_at <> 0 AND expires_at <= ?7 THEN 1 ELSE attempts + 1 END,
-				created_at = CASE WHEN expires_at <> 0 AND expires_at <= ?7 THEN ?7 ELSE created_at END,
-				display_id = excluded.display_id,
+				attempts = CASE WHEN {expired7} THEN 1 ELSE attempts + 1 END,
+				created_at = CASE WHEN {expired7} THEN ?7 ELSE created_at END,
+				display_id = CASE WHEN {expired7} THEN excluded.display_id ELSE display_id END,
 				lease_until = excluded.lease_until,
 				expires_at = excluded.expires_at,
 				updated_at = ?7
-			WHERE (expires_at <> 0 AND expires_at <= ?7) OR state = 'released'
+			WHERE {expired7} OR state = 'released'
 			RETURNING {cols}`),
 		saveResult: r.Replace(`UPDATE {t} SET result = ? WHERE scope = ? AND id = ?`),
 		complete: r.Replace(`UPDATE {t} SET state = 'completed', result = ?, expires_at = ?, updated_at = ?
 			WHERE scope = ? AND id = ? AND token = ? AND state = 'in_progress'`),
 		release: r.Replace(`UPDATE {t} SET state = 'released', lease_until = ?, updated_at = ?
 			WHERE scope = ? AND id = ? AND token = ? AND state = 'in_progress'`),
-		renew: r.Replace(`UPDATE {t} SET lease_until = ?, updated_at = ?
-			WHERE scope = ? AND id = ? AND token = ? AND state = 'in_progress'`),
+		// renew carries the expiry with the lease: expires_at becomes the
+		// later of itself and the new lease end (SQLite's two-argument
+		// max() of the stored integer milliseconds), so an owner that keeps
+		// renewing keeps its record past the retention. Parameters:
+		// lease_until, now, scope, id, token.
+		renew: r.Replace(`UPDATE {t} SET lease_until = ?1, expires_at = max(expires_at, ?1), updated_at = ?2
+			WHERE scope = ?3 AND id = ?4 AND token = ?5 AND state = 'in_progress'`),
 		// lockNoop writes nothing but makes SQLite take the writer lock, so
 		// a deferred transaction behaves like BEGIN IMMEDIATE.
 		lockNoop: r.Replace(`UPDATE {t} SET token = token WHERE 0`),
-		// The sweep deletes one bounded batch found through the expires_at
-		// index, so it never holds the writer lock for long.
+		// The sweep deletes one bounded batch of expired records found
+		// through the expires_at index, so it never holds the writer lock for
+		// long; in-progress records under a live lease are skipped.
+		// Parameters: now, limit.
 		sweep: r.Replace(`DELETE FROM {t} WHERE rowid IN (
-			SELECT rowid FROM {t} WHERE expires_at <> 0 AND expires_at <= ? LIMIT ?)`),
+			SELECT rowid FROM {t} WHERE {expired1} LIMIT ?2)`),
 		stats: r.Replace(`SELECT scope,
 				COALESCE(SUM(state = 'in_progress'), 0),
 				COALESCE(SUM(state = 'completed'), 0),
 				COALESCE(SUM(state = 'released'), 0),
 				COALESCE(SUM(state = 'in_progress' AND lease_until <= ?1), 0),
-				COALESCE(SUM(expires_at <> 0 AND expires_at <= ?1), 0),
+				COALESCE(SUM({expired1}), 0),
 				MIN(CASE WHEN state = 'in_progress' THEN created_at END)
 			FROM {t} GROUP BY scope ORDER BY scope`),
 		list0: r.Replace(`SELECT {cols} FROM {t}`),

@@ -124,7 +124,8 @@ func TestMigrateIdempotentAndVersioned(t *testing.T) {
 	}
 	defer s.Close()
 	// Before Migrate the table is missing: a clear error, not a silent pass.
-	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "s", ID: "1"}, Now: storetest.T0}); err == nil ||
+	if _, err := s.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "s", ID: "1"}, Now: storetest.T0,
+		LeaseUntil: storetest.T0.Add(time.Second), ExpiresAt: storetest.T0.Add(time.Hour)}); err == nil ||
 		!strings.Contains(err.Error(), "no such table") {
 		t.Fatalf("Claim before Migrate = %v, want a missing-table error", err)
 	}

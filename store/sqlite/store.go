@@ -127,6 +127,10 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) 
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	req, err := prepare(req)
+	if err != nil {
+		return idem.Claim{}, err
+	}
 	// Fast path without the writer lock: a read sees one committed state,
 	// and when the rules leave that state unchanged (duplicate, in progress,
 	// stale) the answer is exactly what a serialised claim at that instant
@@ -136,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	}
 	cur, err := s.get(ctx, nil, req.Key)
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("sqlite: claim %s: %w", req.Key, err)
+		return claimErr(req.Key, err)
 	}
 	if cur != nil {
 		if c, write := idem.ApplyClaim(cur, req); !write {
@@ -150,9 +154,28 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return err
 	})
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("sqlite: claim %s: %w", req.Key, err)
+		return claimErr(req.Key, err)
 	}
 	return c, nil
+}
+
+// claimErr names Claim's failure on k, classifying SQLite's data errors.
+func claimErr(k idem.Key, err error) (idem.Claim, error) {
+	return idem.Claim{}, dataErr("claim", fmt.Errorf("sqlite: claim %s: %w", k, err))
+}
+
+// prepare is idem.ClaimRequest.Prepare with the times truncated to the
+// milliseconds the table keeps, so a claim decided in Go equals the record
+// read back later, and Go's comparisons agree with the SQL ones.
+func prepare(req idem.ClaimRequest) (idem.ClaimRequest, error) {
+	req, err := req.Prepare()
+	if err != nil {
+		return req, err
+	}
+	req.Now = req.Now.Truncate(time.Millisecond)
+	req.LeaseUntil = req.LeaseUntil.Truncate(time.Millisecond)
+	req.ExpiresAt = req.ExpiresAt.Truncate(time.Millisecond)
+	return req, nil
 }
 
 // owned runs an update guarded by (token, in_progress) and maps "no row
@@ -160,7 +183,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 func (s *Store) owned(ctx context.Context, op string, key idem.Key, query string, args ...any) error {
 	n, err := s.exec(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("sqlite: %s %s: %w", op, key, err)
+		return dataErr(op, fmt.Errorf("sqlite: %s %s: %w", op, key, err))
 	}
 	if n == 0 {
 		return idem.ErrLeaseLost
@@ -170,6 +193,10 @@ func (s *Store) owned(ctx context.Context, op string, key idem.Key, query string
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
 	return s.owned(ctx, "complete", req.Key, s.q.complete,
 		nullBytes(req.Result), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
@@ -180,8 +207,14 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 		sqlrecord.MS(req.Now), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
 
-// Renew implements idem.Store.
+// Renew implements idem.Store. It moves the lease end and carries the
+// record's expiry with it (expires_at never ends before the lease), so a
+// handler that outlives the retention keeps its key while it renews.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
 	return s.owned(ctx, "renew", req.Key, s.q.renew,
 		sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }
@@ -203,8 +236,9 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 }
 
 // Sweep implements idem.Store: one DELETE of at most req.Limit expired
-// records. SQLite's single writer means concurrent sweepers simply take
-// turns; each batch holds the lock briefly.
+// records (none when Limit <= 0), never an in-progress record whose lease is
+// live. SQLite's single writer means concurrent sweepers simply take turns;
+// each batch holds the lock briefly.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil

@@ -36,22 +36,26 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 	if tx == nil {
 		return idem.Claim{}, errors.New("sqlite: mark: nil *sql.Tx")
 	}
+	req, err := prepare(req)
+	if err != nil {
+		return idem.Claim{}, err
+	}
 	k := req.Key
 	row, err := s.queryRow(ctx, tx, s.q.mark, k.Scope, k.StoredID(), k.DisplayID(), req.Fingerprint,
-		sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now))
+		sqlrecord.MS(req.LeaseUntil), sqlrecord.MS(req.ExpiresAt), sqlrecord.MS(req.Now), req.NewToken)
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("sqlite: mark %s: %w", k, err)
+		return markErr(k, err)
 	}
 	r, err := sqlrecord.Scan(row)
 	if err == nil {
 		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return idem.Claim{}, fmt.Errorf("sqlite: mark %s: %w", k, err)
+		return markErr(k, err)
 	}
 	cur, err := s.get(ctx, tx, k)
 	if err != nil {
-		return idem.Claim{}, fmt.Errorf("sqlite: mark %s: %w", k, err)
+		return markErr(k, err)
 	}
 	c, write := idem.ApplyMark(cur, req)
 	if write {
@@ -63,6 +67,11 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 	return c, nil
 }
 
+// markErr names Mark's failure on k, classifying SQLite's data errors.
+func markErr(k idem.Key, err error) (idem.Claim, error) {
+	return idem.Claim{}, dataErr("mark", fmt.Errorf("sqlite: mark %s: %w", k, err))
+}
+
 // SaveResult implements idem.TxStore[*sql.Tx].
 func (s *Store) SaveResult(ctx context.Context, tx *sql.Tx, key idem.Key, result []byte) error {
 	if tx == nil {
@@ -70,7 +79,7 @@ func (s *Store) SaveResult(ctx context.Context, tx *sql.Tx, key idem.Key, result
 	}
 	res, err := s.execStmt(ctx, tx, s.q.saveResult, nullBytes(result), key.Scope, key.StoredID())
 	if err != nil {
-		return fmt.Errorf("sqlite: save result %s: %w", key, err)
+		return dataErr("save result", fmt.Errorf("sqlite: save result %s: %w", key, err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("sqlite: save result %s: %w", key, err)
