@@ -1,0 +1,176 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/store/memory"
+	"github.com/idemgo/idem/store/postgres"
+)
+
+// clock is a settable clock for leases: tests move time instead of sleeping.
+// A running clock also moves with real time, from where it was set.
+type clock struct {
+	mu      sync.Mutex
+	now     time.Time
+	running time.Time // zero: stopped
+}
+
+func newClock() *clock { return &clock{now: time.Date(2030, 1, 2, 16, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running.IsZero() {
+		return c.now.Add(time.Since(c.running))
+	}
+	return c.now
+}
+
+// Run lets the clock move with real time from now on.
+func (c *clock) Run() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running = time.Now()
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// eachStore runs test against the in-memory store and PostgreSQL.
+// Instances of a job in one test share the store, as a fleet shares its
+// database.
+func eachStore(t *testing.T, test func(t *testing.T, store idem.Store)) {
+	t.Run("memory", func(t *testing.T) { test(t, memory.New()) })
+	t.Run("postgres", func(t *testing.T) { test(t, pgStore(t)) })
+}
+
+// pgStore returns a PostgreSQL store on a table in a schema of the test's own.
+func pgStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testenv.Postgres.Need(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	schema := fmt.Sprintf("job_test_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Error(err)
+		}
+	})
+	s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var errCrashed = errors.New("test: the process is gone")
+
+// crashable is the store as one process sees it: after crash, nothing that
+// process does reaches the store (no completion, no release, no renewal), as
+// if it had been killed, and its records stay as they were.
+type crashable struct {
+	idem.Store
+	mu      sync.Mutex
+	crashed bool
+	renewed chan struct{} // if not nil, told of each successful renewal
+}
+
+func (c *crashable) crash() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.crashed = true
+}
+
+func (c *crashable) down() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashed
+}
+
+func (c *crashable) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if c.down() {
+		return idem.Claim{}, errCrashed
+	}
+	return c.Store.Claim(ctx, req)
+}
+
+func (c *crashable) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if c.down() {
+		return errCrashed
+	}
+	return c.Store.Complete(ctx, req)
+}
+
+func (c *crashable) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if c.down() {
+		return errCrashed
+	}
+	return c.Store.Release(ctx, req)
+}
+
+func (c *crashable) Renew(ctx context.Context, req idem.RenewRequest) error {
+	if c.down() {
+		return errCrashed
+	}
+	err := c.Store.Renew(ctx, req)
+	if err == nil && c.renewed != nil {
+		select {
+		case c.renewed <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// counter counts calls by name.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) inc(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[name]++
+}
+
+func (c *counter) get(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[name]
+}
+
+// within fails the test if ch does not deliver in a generous time: a guard
+// against a hang, never a measure of speed.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not happen", what)
+	}
+}
