@@ -70,8 +70,11 @@ var operatorStores = map[string]func(t *testing.T) string{
 		return withParam(t, addr, "table", uniqueName("idem_cli"))
 	},
 	"mysql": func(t *testing.T) string {
-		testenv.MySQL.Need(t)
-		return withParam(t, "mysql://root@127.0.0.1:3306/test", "table", uniqueName("idem_cli"))
+		d, err := dsn.MySQLURL(testenv.MySQL.Need(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return withParam(t, d, "table", uniqueName("idem_cli"))
 	},
 	"redis": func(t *testing.T) string {
 		addr := testenv.Redis.Need(t)

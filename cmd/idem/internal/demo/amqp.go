@@ -2,8 +2,10 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,12 +29,14 @@ type amqpBroker struct {
 	pub *amqp.Channel
 }
 
-func startAMQP(ctx context.Context, rawURL, runID string) (b *amqpBroker, err error) {
-	b = &amqpBroker{label: dsn.Redact(rawURL), exchange: "idem.demo." + runID, dlq: "idem.demo." + runID + ".dlq",
+func startAMQP(ctx context.Context, rawURL, runID string) (_ *amqpBroker, err error) {
+	// b is not the named result: a failed start returns nil, and the
+	// deferred close below must still reach what it opened.
+	b := &amqpBroker{label: dsn.Redact(rawURL), exchange: "idem.demo." + runID, dlq: "idem.demo." + runID + ".dlq",
 		queues: map[string]string{"idem": "idem.demo." + runID + ".idem", "naive": "idem.demo." + runID + ".naive"}}
 	b.conn, err = amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Properties: amqp.Table{"connection_name": "idem demo"}})
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot connect to %s: %v (is RabbitMQ running? start it with: rabbitmq-server -detached)", ErrBroker, b.label, err)
+		return nil, amqpConnectErr(b.label, err)
 	}
 	defer func() {
 		if err != nil {
@@ -64,6 +68,22 @@ func startAMQP(ctx context.Context, rawURL, runID string) (b *amqpBroker, err er
 		return nil, fmt.Errorf("%w: publisher confirms: %v", ErrBroker, err)
 	}
 	return b, nil
+}
+
+// amqpConnectErr says why the demo could not connect to RabbitMQ at label:
+// a refused login (403 ACCESS_REFUSED) is not a server that is down.
+func amqpConnectErr(label string, err error) error {
+	var ae *amqp.Error
+	var ne net.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == amqp.AccessRefused:
+		return fmt.Errorf("%w: RabbitMQ at %s: %v (check the user and password in the URL; "+
+			"RabbitMQ's guest user logs in only from localhost)", ErrBrokerAuth, label, err)
+	case errors.As(err, &ne):
+		return fmt.Errorf("%w: no RabbitMQ server answers at %s: %v (is it running and the address right? start it with: rabbitmq-server -detached)",
+			ErrBroker, label, err)
+	}
+	return fmt.Errorf("%w: cannot connect to %s: %v", ErrBroker, label, err)
 }
 
 func (b *amqpBroker) name() string         { return b.label }

@@ -113,6 +113,14 @@ type Report struct {
 	Consumers int    `json:"consumers"`
 	Seed      uint64 `json:"seed"`
 	RunID     string `json:"run_id"` // names the run's stream, scope and tables
+	Scope     string `json:"scope"`  // the scope of the run's records
+
+	// On a store the user named: what the run wrote there and removed.
+	StoreNamed     bool     `json:"store_named"`           // the store is the user's (--store), not an embedded one
+	Where          string   `json:"store_where,omitempty"` // its table or key prefix
+	SchemaCreated  bool     `json:"schema_created"`        // the run created idem's schema there (as idem migrate does) and left it
+	RecordsRemoved int64    `json:"records_removed"`       // the run's records it deleted afterwards
+	LeftBehind     []string `json:"left_behind,omitempty"` // what it could not remove, and how to
 
 	Published            int      `json:"published"`             // messages the producer published
 	Unique               int      `json:"unique"`                // distinct orders among them
@@ -121,7 +129,8 @@ type Report struct {
 	Deliveries           int64    `json:"deliveries"`            // deliveries to idem's consumers, redeliveries included
 	DuplicatesSuppressed int64    `json:"duplicates_suppressed"` // deliveries idem recognised and skipped
 	InProgressRetried    int64    `json:"in_progress_retried"`   // deliveries deferred while another consumer held the key
-	Conflicts            int      `json:"conflicts"`             // messages dead-lettered as conflicts
+	Conflicts            int      `json:"conflicts"`             // order ids caught reused with other content (at most ConflictingSent)
+	ConflictDeadLetters  int      `json:"conflict_dead_letters"` // messages dead-lettered as conflicts: each losing version, with its producer retries
 	EffectsApplied       int      `json:"effects_applied"`       // charges idem's consumers applied
 	NaiveDeliveries      int64    `json:"naive_deliveries"`      // deliveries to the naive consumers
 	NaiveEffectsApplied  int      `json:"naive_effects_applied"` // charges the naive consumers applied

@@ -119,3 +119,30 @@ func TestVerifyCatchesBrokenLedgers(t *testing.T) {
 		})
 	}
 }
+
+// A conflict whose new content won the race dead-letters the original and
+// its retry: two messages, one conflicting id. The report counts the id.
+func TestVerifyCountsConflictingIDs(t *testing.T) {
+	a := Order{ID: "order-1", Account: "acct-1", Amount: 100}
+	a2 := Order{ID: "order-1", Account: "acct-1", Amount: 150}
+	msgs := []message{{Order: a}, {Order: a, Retry: true}, {Order: a2, Conflict: true}}
+	l := newMemLedger()
+	l.apply(a2)
+	r := &runner{ledger: l, naive: newMemLedger(), idem: newSide("idem"), naiveS: newSide("naive")}
+	r.idem.settle(1, "conflict")
+	r.idem.settle(2, "conflict")
+	rep := &Report{Unique: 1, ConflictingSent: 1}
+	if err := r.verify(context.Background(), rep, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.InvariantOK || rep.Conflicts != 1 || rep.ConflictDeadLetters != 2 {
+		t.Fatalf("invariant %v, conflicts %d, dead letters %d; want true, 1, 2", rep.InvariantOK, rep.Conflicts, rep.ConflictDeadLetters)
+	}
+	var sb strings.Builder
+	if err := rep.WriteTable(&sb); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "of 1 id reused with other content; 2 messages") {
+		t.Errorf("table:\n%s", sb.String())
+	}
+}

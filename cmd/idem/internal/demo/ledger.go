@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -27,7 +26,8 @@ type ledger interface {
 	// balances returns each account's balance as the ledger maintains it
 	// (separately from the charges, so a half-applied charge shows).
 	balances(ctx context.Context) (map[string]int64, error)
-	close()
+	// close drops what the ledger created (its tables).
+	close(ctx context.Context) error
 }
 
 func receipt(o Order) []byte {
@@ -80,7 +80,7 @@ func (l *memLedger) balances(context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
-func (l *memLedger) close() {}
+func (l *memLedger) close(context.Context) error { return nil }
 
 // sqlLedger keeps the ledger in the store's own SQL database: each charge is
 // inserted, and the account balance updated, in the same transaction as
@@ -108,7 +108,7 @@ func newSQLLedger(ctx context.Context, db *sql.DB, runID, dialect string) (*sqlL
 		`CREATE TABLE ` + l.accountsT + ` (account VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL)`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			l.close()
+			_ = l.close(ctx)
 			return nil, fmt.Errorf("create the demo's ledger tables: %w", err)
 		}
 	}
@@ -172,10 +172,12 @@ func (l *sqlLedger) balances(ctx context.Context) (map[string]int64, error) {
 
 // close drops the run's tables: a demo leaves nothing behind, even in a
 // database the user pointed it at.
-func (l *sqlLedger) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+func (l *sqlLedger) close(ctx context.Context) error {
+	var errs []error
 	for _, t := range []string{l.chargesT, l.accountsT} {
-		_, _ = l.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+t)
+		if _, err := l.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+t); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }

@@ -2,8 +2,8 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,7 +26,7 @@ func newPGLedger(ctx context.Context, pool *pgxpool.Pool, runID string) (*pgLedg
 		`CREATE TABLE ` + l.accountsT + ` (account text PRIMARY KEY, balance bigint NOT NULL)`,
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
-			l.close()
+			_ = l.close(ctx)
 			return nil, fmt.Errorf("create the demo's ledger tables: %w", err)
 		}
 	}
@@ -84,10 +84,12 @@ func (l *pgLedger) balances(ctx context.Context) (map[string]int64, error) {
 	return out, rows.Err()
 }
 
-func (l *pgLedger) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+func (l *pgLedger) close(ctx context.Context) error {
+	var errs []error
 	for _, t := range []string{l.chargesT, l.accountsT} {
-		_, _ = l.pool.Exec(ctx, `DROP TABLE IF EXISTS `+t)
+		if _, err := l.pool.Exec(ctx, `DROP TABLE IF EXISTS `+t); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
 // natsBroker is a JetStream stream holding the run's orders and dead
@@ -37,8 +39,10 @@ const orderHeader = "Idempotency-Key"
 // directory, or connects to the JetStream server at url, and creates the
 // run's stream and its two durable consumers. close removes everything it
 // created.
-func startNATS(ctx context.Context, url, runID string, ackWait time.Duration) (b *natsBroker, err error) {
-	b = &natsBroker{stream: "IDEM_DEMO_" + runID, orders: "idem.demo." + runID + ".orders",
+func startNATS(ctx context.Context, url, runID string, ackWait time.Duration) (_ *natsBroker, err error) {
+	// b is not the named result: a failed start returns nil, and the
+	// deferred shutdown below must still reach what it started.
+	b := &natsBroker{stream: "IDEM_DEMO_" + runID, orders: "idem.demo." + runID + ".orders",
 		dlq: "idem.demo." + runID + ".dlq", ackWait: ackWait}
 	var undo []func()
 	b.shutdown = func() {
@@ -71,11 +75,11 @@ func startNATS(ctx context.Context, url, runID string, ackWait time.Duration) (b
 		url = ns.ClientURL()
 		b.label = "embedded NATS JetStream"
 	} else {
-		b.label = url
+		b.label = dsn.Redact(url)
 	}
 	nc, err := nats.Connect(url, nats.Name("idem demo"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot connect to %s: %v (is nats-server running? start one with: nats-server -js)", ErrBroker, url, err)
+		return nil, natsConnectErr(b.label, err)
 	}
 	undo = append(undo, nc.Close)
 	if b.js, err = jetstream.New(nc); err != nil {
@@ -86,7 +90,7 @@ func startNATS(ctx context.Context, url, runID string, ackWait time.Duration) (b
 		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
 			hint = " (start nats-server with -js)"
 		}
-		return nil, fmt.Errorf("%w: JetStream at %s: %v%s", ErrBroker, url, err, hint)
+		return nil, fmt.Errorf("%w: JetStream at %s: %v%s", ErrBroker, b.label, err, hint)
 	}
 	// No Nats-Msg-Id is set on publish, so JetStream's own duplicate window
 	// never drops the producer's retries: they reach the consumers, which is
@@ -111,6 +115,21 @@ func startNATS(ctx context.Context, url, runID string, ackWait time.Duration) (b
 		}
 	}
 	return b, nil
+}
+
+// natsConnectErr says why the demo could not connect to the NATS server at
+// label: a refused login is not a server that is down.
+func natsConnectErr(label string, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
+		return fmt.Errorf("%w: NATS at %s: %v (check the user and password, or token, in the URL)",
+			ErrBrokerAuth, label, err)
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%w: no NATS server answers at %s: %v (is it running and the address right? start one with: nats-server -js)",
+			ErrBroker, label, err)
+	}
+	return fmt.Errorf("%w: cannot connect to %s: %v", ErrBroker, label, err)
 }
 
 func (b *natsBroker) name() string         { return b.label }

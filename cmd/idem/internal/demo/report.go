@@ -19,7 +19,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("unique orders", r.Unique, "")
 	row("deliveries", r.Deliveries, fmt.Sprintf("(chaos: %d crashes before ack, %d acks lost, %d handler failures)", r.Crashes, r.AcksLost, r.HandlerFailures))
 	row("duplicates suppressed", r.DuplicatesSuppressed, "")
-	row("conflicts dead-lettered", r.Conflicts, "")
+	ids := "ids"
+	if r.ConflictingSent == 1 {
+		ids = "id"
+	}
+	conflicts := fmt.Sprintf("(of %d %s reused with other content", r.ConflictingSent, ids)
+	if r.ConflictDeadLetters != r.Conflicts {
+		conflicts += fmt.Sprintf("; %d messages: each losing version with its retries", r.ConflictDeadLetters)
+	}
+	row("conflicts dead-lettered", r.Conflicts, conflicts+")")
 	row("charges applied by idem", r.EffectsApplied, "")
 	row("charges applied by naive consumer", r.NaiveEffectsApplied,
 		fmt.Sprintf("(%d orders charged more than once, ledger off by %s)", r.NaiveOvercharged, cents(r.NaiveBalanceError)))
@@ -31,6 +39,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	r.writeCleanup(w)
 	if !r.InvariantOK {
 		fmt.Fprintln(w, "\nOffending orders:")
 		for _, o := range r.Offending {
@@ -41,6 +50,33 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// writeCleanup says what the run removed from a store the user named, and
+// what it left there.
+func (r *Report) writeCleanup(w io.Writer) {
+	if !r.StoreNamed {
+		return
+	}
+	what := "records"
+	if r.Mode == "tx" {
+		what = "records and ledger tables"
+	}
+	at := r.Store
+	if r.Where != "" {
+		at += ", " + r.Where
+	}
+	if len(r.LeftBehind) == 0 {
+		fmt.Fprintf(w, "\nCleanup: removed the run's %s (%d records of scope %s) from %s.\n", what, r.RecordsRemoved, r.Scope, at)
+	} else {
+		fmt.Fprintf(w, "\nCleanup: removed %d records of scope %s from %s, but could not:\n", r.RecordsRemoved, r.Scope, at)
+		for _, l := range r.LeftBehind {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	if r.SchemaCreated {
+		fmt.Fprintf(w, "The run created idem's schema there (%s), as idem migrate does, and left it for your consumers.\n", r.Where)
+	}
 }
 
 func cents(c int64) string {

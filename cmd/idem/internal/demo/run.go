@@ -23,6 +23,7 @@ type side struct {
 	crashes, acksLost, handlerFailures, restarts atomic.Int64
 
 	mu       sync.Mutex
+	failure  error             // the last store or broker failure, for a stalled run's message
 	attempts map[uint64]uint64 // deliveries seen per sequence number
 	settled  map[uint64]bool   // sequence numbers acked or dead-lettered
 	dead     map[uint64]string // sequence numbers dead-lettered, with the reason
@@ -51,6 +52,23 @@ func (s *side) settle(seq uint64, deadReason string) {
 	}
 }
 
+// fail notes a store or broker failure a delivery met.
+func (s *side) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failure = err
+}
+
+// lastFailure describes the last failure noted, for a run's error.
+func (s *side) lastFailure() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failure == nil {
+		return ""
+	}
+	return "; the last failure: " + s.failure.Error()
+}
+
 func (s *side) settledCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,9 +93,12 @@ type runner struct {
 }
 
 // Run runs the demo. The error reports a run that could not happen (the
-// broker or store failed, the run stalled); a run that happened returns its
-// Report, whose InvariantOK says whether idem kept its promise.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+// broker or store failed, the run stalled, ErrTimeout); a run that happened
+// returns its Report, whose InvariantOK says whether idem kept its promise.
+// On a store the user named, the run removes what it wrote there (its
+// records and ledger tables) whether it succeeded or not; the Report says
+// what it removed and what it could not.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -85,15 +106,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Seed = rand.Uint64()%1_000_000 + 1
 	}
 	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
+	defer func() { err = timedOut(parent, ctx, cfg.Deadline, err) }()
 	runID := fmt.Sprintf("%08x", rand.Uint32())
+	scope := "demo-billing-" + runID
 
 	st, err := openStore(ctx, cfg.Store, runID)
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
+	var cl cleanup
+	defer func() { err = cl.finish(rep, err) }()
 	r := &runner{cfg: cfg, naive: newMemLedger(), idem: newSide("idem"), naiveS: newSide("naive")}
 	r.published.Store(-1)
 	if r.ledger, err = st.ledger(ctx, cfg.Mode, runID); err != nil {
@@ -102,7 +128,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if wrapLedger != nil {
 		r.ledger = wrapLedger(r.ledger)
 	}
-	defer r.ledger.close()
+	cl.add(func(ctx context.Context) error {
+		if err := r.ledger.close(ctx); err != nil {
+			return fmt.Errorf("drop the ledger tables idem_demo_*_%s: %w", runID, err)
+		}
+		return nil
+	})
+	if st.named {
+		cl.add(func(ctx context.Context) error {
+			n, err := st.removeRecords(ctx, scope)
+			cl.removed += n
+			if err != nil {
+				return fmt.Errorf("remove the records of scope %s from %s (they expire within the hour; "+
+					"idem sweep --store '%s' deletes them then): %w", scope, st.h.Redacted, st.h.Redacted, err)
+			}
+			return nil
+		})
+	}
 	b, err := startTransport(ctx, cfg, runID)
 	if err != nil {
 		return nil, err
@@ -110,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer b.close()
 	r.b = b
 	r.guard, err = idem.New(st.h.Store, idem.Options{
-		Scope: "demo-billing-" + runID,
+		Scope: scope,
 		Key:   idem.HeaderKey(orderHeader),
 		// A short lease: a consumer that dies holding a claim blocks its
 		// order for seconds, not the default 30.
@@ -157,8 +199,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, waitErr
 	}
 
-	rep := &Report{
+	rep = &Report{
 		Store: st.label, Broker: b.name(), Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
+		Scope: scope, StoreNamed: st.named, SchemaCreated: st.createdSchema, Where: st.h.Where,
 		Published: len(msgs), Unique: cfg.Orders,
 		Deliveries: r.idem.deliveries.Load(), DuplicatesSuppressed: r.idem.duplicates.Load(),
 		InProgressRetried: r.idem.inProgress.Load(), NaiveDeliveries: r.naiveS.deliveries.Load(),
@@ -215,7 +258,7 @@ func (r *runner) wait(ctx context.Context, prodErr <-chan error, start time.Time
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("%w: deadline of %v reached (%s)", ErrStalled, r.cfg.Deadline, r.status())
+				return timeoutErr(r.cfg.Deadline, fmt.Errorf("not every message was settled yet (%s)", r.status()))
 			}
 			return fmt.Errorf("interrupted (%s)", r.status())
 		case err := <-prodErr:
@@ -233,7 +276,7 @@ func (r *runner) wait(ctx context.Context, prodErr <-chan error, start time.Time
 		if si+sn != last {
 			last, lastAt = si+sn, time.Now()
 		} else if time.Since(lastAt) > r.cfg.Stall {
-			return fmt.Errorf("%w: nothing settled for %v (%s)", ErrStalled, r.cfg.Stall, r.status())
+			return fmt.Errorf("%w: nothing settled for %v (%s)%s", ErrStalled, r.cfg.Stall, r.status(), r.idem.lastFailure())
 		}
 	}
 }
@@ -297,6 +340,7 @@ func (r *runner) handleIdem(ctx context.Context, s *side, d delivery) bool {
 	case idem.ActionDeadLetter:
 		reason := idem.DeadLetterReason(err)
 		if derr := d.deadLetter(ctx, reason, err); derr != nil {
+			s.fail(fmt.Errorf("dead-letter to the broker: %w", derr))
 			d.retry(100 * time.Millisecond)
 			return true
 		}
@@ -312,6 +356,7 @@ func (r *runner) handleIdem(ctx context.Context, s *side, d delivery) bool {
 			s.inProgress.Add(1)
 			d.retry(200 * time.Millisecond)
 		default:
+			s.fail(fmt.Errorf("the store: %w", err))
 			d.retry(100 * time.Millisecond)
 		}
 	}
@@ -359,7 +404,9 @@ func (r *runner) ack(ctx context.Context, s *side, d delivery, f fault) bool {
 		s.acksLost.Add(1)
 		return true
 	}
-	if err := d.ack(ctx); err == nil {
+	if err := d.ack(ctx); err != nil {
+		s.fail(fmt.Errorf("ack to the broker: %w", err))
+	} else {
 		s.settle(d.seq(), "")
 	}
 	return true

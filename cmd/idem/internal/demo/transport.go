@@ -12,6 +12,9 @@ import (
 // ErrBroker means the broker could not be started or reached.
 var ErrBroker = errors.New("demo broker")
 
+// ErrBrokerAuth means the broker refused the URL's credentials.
+var ErrBrokerAuth = fmt.Errorf("%w: login refused", ErrBroker)
+
 // transport is the broker under the demo: the producer publishes through it
 // and each consumer process opens a session on it.
 type transport interface {

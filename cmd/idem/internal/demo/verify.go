@@ -30,11 +30,20 @@ func (r *runner) verify(ctx context.Context, rep *Report, msgs []message) error 
 		dead[k] = v
 	}
 	r.idem.mu.Unlock()
-	for _, reason := range dead {
-		if reason == "conflict" {
-			rep.Conflicts++
+	// A conflict is an order id sent with two contents; whichever version
+	// is charged first, the other's messages (with their producer retries)
+	// are dead-lettered, so messages outnumber conflicts.
+	conflicted := map[string]bool{}
+	for seq, reason := range dead {
+		if reason != "conflict" {
+			continue
+		}
+		rep.ConflictDeadLetters++
+		if seq >= 1 && seq <= uint64(len(msgs)) {
+			conflicted[msgs[seq-1].Order.ID] = true
 		}
 	}
+	rep.Conflicts = len(conflicted)
 
 	var bad []string
 	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }

@@ -165,7 +165,7 @@ func TestAuthRefused(t *testing.T) {
 		}
 		err = h.Ping(ctx)
 		h.Close()
-		if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), h.Name+" at ") || !strings.Contains(err.Error(), "refused the login") {
+		if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "store login refused: "+h.Name+" at ") {
 			t.Errorf("%s: ping = %v; want ErrAuth naming the store", Redact(d), err)
 		}
 		if strings.Contains(err.Error(), "secret") {

@@ -48,10 +48,10 @@ func (h *Handle) pingServer(ctx context.Context) error {
 	if h.ping == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	if err := h.ping(ctx); err != nil {
-		return h.classify(err)
+	if err := h.ping(pctx); err != nil {
+		return h.classify(ctx, err)
 	}
 	return nil
 }
@@ -59,16 +59,16 @@ func (h *Handle) pingServer(ctx context.Context) error {
 // probe checks that the server answers and the schema exists, and turns a
 // failure into an error that says how to fix it.
 func (h *Handle) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	_, err := h.Store.Get(ctx, probeKey)
+	_, err := h.Store.Get(pctx, probeKey)
 	if err == nil || errors.Is(err, idem.ErrNotFound) {
 		return nil
 	}
-	if cerr := h.classify(err); !errors.Is(cerr, ErrNoSchema) {
+	if cerr := h.classify(ctx, err); !errors.Is(cerr, ErrNoSchema) {
 		return cerr
 	}
-	return h.noSchema(ctx, err)
+	return h.noSchema(pctx, err)
 }
 
 // noSchema explains a missing records table. When the DSN names no table
@@ -113,9 +113,13 @@ func (h *Handle) passwordNote() string {
 
 // classify wraps a store error in ErrAuth, ErrNoSchema or ErrUnreachable,
 // naming the store and saying what to do. Driver error types are checked
-// where the driver has them, the text otherwise (go-redis has none).
-func (h *Handle) classify(err error) error {
+// where the driver has them, the text otherwise (go-redis has none). When
+// the caller's ctx ended, the error is that, not a verdict on the server.
+func (h *Handle) classify(ctx context.Context, err error) error {
 	name := StoreName(h.Scheme)
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%s at %s: %w", name, h.Redacted, cerr)
+	}
 	msg := strings.ToLower(err.Error())
 	has := func(subs ...string) bool {
 		for _, s := range subs {
@@ -142,13 +146,14 @@ func (h *Handle) classify(err error) error {
 	case pgCode == "28P01" || pgCode == "28000" || myCode == 1045 || myCode == 1044 || myCode == 1698 ||
 		has("password authentication failed", "no pg_hba.conf entry", "access denied for user", "sqlstate 28p01", "error 1045",
 			"wrongpass", "noauth", "invalid password", "invalid username-password", "authentication required"):
-		return fmt.Errorf("%w: %s at %s refused the login: %v (check the user and password in the DSN)",
-			ErrAuth, name, h.Redacted, err)
+		return fmt.Errorf("%w: %s at %s: %v (check the user and password in the DSN)", ErrAuth, name, h.Redacted, err)
 	case pgCode == "3D000" || myCode == 1049 || has("sqlstate 3d000", "error 1049"):
 		return fmt.Errorf("%s at %s: %v (the database named in the DSN does not exist: create it, or name another)",
 			name, h.Redacted, err)
 	case pgCode == "42P01" || myCode == 1146 || has("no such table", "undefined_table", "sqlstate 42p01", "error 1146"):
 		return fmt.Errorf("%w: %v", ErrNoSchema, err)
+	case h.Scheme == "sqlite" || h.Scheme == "memory":
+		// No server: whatever failed is the file's or the library's.
 	case errors.As(err, &opErr) || errors.Is(err, context.DeadlineExceeded) ||
 		has("connection refused", "no such host", "i/o timeout", "dial tcp", "dial error", "connect: ",
 			"network is unreachable", "server closed", "eof", "context deadline exceeded"):
