@@ -13,11 +13,14 @@ import (
 
 // baseline is the same write as idem's claim, without idem.
 type baseline struct {
-	name     string                                       // what one does
-	manyName string                                       // what many does
-	one      op                                           // one key per call
-	many     func(ctx context.Context, w, i, n int) error // n keys in one call
-	close    func()
+	name     string // what one does
+	manyName string // what many does
+	// beyond says, per mode, why idem's side can outrun this baseline
+	// (a ratio above 1) beyond a run's noise; "" when only noise can.
+	beyond map[string]string
+	one    op                                           // one key per call
+	many   func(ctx context.Context, w, i, n int) error // n keys in one call
+	close  func()
 }
 
 func newBaseline(ctx context.Context, h *dsn.Handle, runID string) (*baseline, error) {

@@ -26,8 +26,12 @@ func pgBaseline(ctx context.Context, pool *pgxpool.Pool, runID string) (*baselin
 	}
 	ins := "INSERT INTO " + table + " (k) VALUES "
 	return &baseline{
-		name:     "INSERT INTO … (k) VALUES ($1) ON CONFLICT DO NOTHING per transaction",
+		name:     "INSERT INTO … (k) VALUES ($1) ON CONFLICT DO NOTHING per transaction (pgx.BeginFunc: BEGIN, INSERT, COMMIT)",
 		manyName: "INSERT INTO … (k) VALUES ($1),($2),… ON CONFLICT DO NOTHING (one multi-row insert per transaction)",
+		beyond: map[string]string{ModeTx: "idem's transaction sends BEGIN in one round trip with its marker, " +
+			"where the baseline's pgx.BeginFunc sends it alone: two round trips against three",
+			ModeBatch: "a batch claim is one autocommitted statement, the baseline's multi-row insert a transaction " +
+				"of three round trips"},
 		one: func(ctx context.Context, w, i int) (int, error) {
 			return 1, inTx(ctx, ins+"($1) ON CONFLICT DO NOTHING", fmt.Sprintf("k-%d-%d", w, i))
 		},

@@ -64,6 +64,23 @@ type Result struct {
 	BaselineP99ms     float64 `json:"baseline_p99_ms"`
 
 	Ratio float64 `json:"ratio"` // ops_per_sec / baseline_ops_per_sec
+	// RatioNote says how to read the ratio against this baseline, and why it
+	// can exceed 1.
+	RatioNote string `json:"ratio_note"`
+}
+
+// noise is how far one run's ratio moves with the machine's load, from the
+// runs in the store packages' BENCH.md files.
+const noise = "about ±0.03 on a quiet machine, ±0.1 on a loaded one"
+
+// ratioNote explains a ratio against base in mode.
+func ratioNote(base *baseline, mode string) string {
+	if why := base.beyond[mode]; why != "" {
+		return "The baseline is the same write without idem, done the plain way, and no ceiling: " + why +
+			", so the ratio can exceed 1 (one run's noise: " + noise + ")."
+	}
+	return "The baseline is the same write without idem, done the plain way; idem does more per key, so a ratio " +
+		"above 1 here would be one run's noise (" + noise + ")."
 }
 
 // op is one timed call doing n keys; worker w, call i make keys unique.
@@ -134,7 +151,7 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	}
 
 	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(),
-		Rounds: cfg.Rounds, Baseline: base.name}
+		Rounds: cfg.Rounds, Baseline: base.name, RatioNote: ratioNote(base, cfg.Mode)}
 	if cfg.Mode == ModeBatch {
 		res.Batch, res.Baseline = cfg.Batch, base.manyName
 	}
