@@ -49,18 +49,23 @@ func msArg(t time.Time) string {
 // number.
 func nowArg(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
 
-// ttlArg is the key's Redis expiry for a record that expires at expires by
+// ttlMs is the key's Redis expiry for a record that expires at expires by
 // the caller's clock, measured from the caller's now: milliseconds, at
-// least 1 (PX), or "" for a record without a retention end. A duration is
-// what Redis's clock and the caller's agree on; an absolute PXAT of the
-// caller's time would expire the key early (two owners) when the caller's
-// clock is behind Redis's and late when it is ahead. It rounds as the
-// scripts do (whole milliseconds of both).
+// least 1 (PX). A duration is what Redis's clock and the caller's agree on;
+// an absolute PXAT of the caller's time would expire the key early (two
+// owners) when the caller's clock is behind Redis's and late when it is
+// ahead. It rounds as the scripts do (whole milliseconds of both).
+func ttlMs(expires, now time.Time) int64 {
+	return max(1, expires.UnixMilli()-now.UnixMilli())
+}
+
+// ttlArg is ttlMs as a script argument: "" for a record without a
+// retention end (written by an older version).
 func ttlArg(expires, now time.Time) string {
 	if expires.IsZero() {
 		return ""
 	}
-	return strconv.FormatInt(max(1, expires.UnixMilli()-now.UnixMilli()), 10)
+	return strconv.FormatInt(ttlMs(expires, now), 10)
 }
 
 // msTime decodes msArg's encoding.

@@ -174,13 +174,13 @@ const dupGetClaims = 64
 // key does not exist, expiring ExpiresAt - Now from now. The reply is OK,
 // or nil when the key exists.
 func setNXArgs(key, fresh string, req idem.ClaimRequest) []any {
-	return []any{"set", key, fresh, "nx", "px", ttlArg(req.ExpiresAt, req.Now)}
+	return []any{"set", key, fresh, "nx", "px", ttlMs(req.ExpiresAt, req.Now)}
 }
 
 // setNXGetArgs is the claim of an absent key: write fresh only if the key
 // does not exist, and return what it held otherwise (Redis 7.0+).
 func setNXGetArgs(key, fresh string, req idem.ClaimRequest) []any {
-	return []any{"set", key, fresh, "nx", "get", "px", ttlArg(req.ExpiresAt, req.Now)}
+	return []any{"set", key, fresh, "nx", "get", "px", ttlMs(req.ExpiresAt, req.Now)}
 }
 
 // decodeSetNXGet interprets the SET NX GET reply: acquired when the key was
