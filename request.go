@@ -101,6 +101,15 @@ func (r RenewRequest) Prepare() (RenewRequest, error) {
 	return r, nil
 }
 
+// Prepare checks a release request before a store takes it: a zero Now is
+// an *InvalidDataError.
+func (r ReleaseRequest) Prepare() (ReleaseRequest, error) {
+	if r.Now.IsZero() {
+		return r, invalidRequest("release", "zero Now")
+	}
+	return r, nil
+}
+
 func invalidRequest(op, reason string) error {
 	return &InvalidDataError{Op: op, Err: fmt.Errorf("invalid request: %s", reason)}
 }
