@@ -11,101 +11,152 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// pendingTicket is a claimed ticket whose record waits in the partition's
-// queue for its turn.
-type pendingTicket struct {
-	rec *kgo.Record
-	t   *idem.Ticket
-}
+// Batch claims. With a store that claims many keys in one round trip (an
+// idem.BatchStore) and a two-phase handler, a partition claims its queued
+// records together, from the head on, and each record then runs under the
+// claim made for it: one round trip per batch instead of one per record.
+//
+// The handler is sealed (a Handler runs itself under a guard), so the
+// claims made ahead reach it through the store: the consumer runs two-phase
+// handlers under a guard over aheadStore, the guard's own store whose Claim
+// answers with the claim made ahead for the key, when the partition's
+// context carries one, instead of a round trip. A transactional handler
+// cannot run there (aheadStore has no transactions), so NewConsumer keeps
+// the guard as given for it: the transactional inbox marks a key inside the
+// record's own transaction, which cannot be taken ahead.
 
-// batchClaims reports whether Run claims queued records in batches: the
-// store claims many keys in one round trip and MaxClaimBatch allows more
-// than one.
-func (c *Consumer) batchClaims() bool {
-	_, ok := c.g.Store().(idem.BatchStore)
-	return ok && c.opts.MaxClaimBatch > 1
-}
-
-// processBatch is process for Run with batch claims: the head record runs
-// under its ticket from the partition's current batch, claiming a new batch
-// from the head on when none is pending. A record that is not done (held for
-// a retry) releases the batch's unrun tickets, so nothing behind it holds a
-// claim while it waits, and its retry is claimed on its own, as Guard.Do
-// would.
-func (c *Consumer) processBatch(p *partition, rec *kgo.Record, h Handler) (bool, time.Duration) {
-	handler := func(ctx context.Context) ([]byte, error) { return h(ctx, rec) }
-	t := c.ticket(p, rec)
-	done, hold := c.process(p, rec, func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
-		if t == nil {
-			return c.g.Do(ctx, MessageOf(rec), handler)
-		}
-		return t.Do(ctx, handler)
-	})
-	if !done {
-		p.releasePending()
+// claimsAhead returns the guard that runs h over claims made ahead, or nil
+// when records are claimed one by one: the store has no batch claims,
+// maxBatch is 1, or h is transactional.
+func claimsAhead(g *idem.Guard, h Handler, maxBatch int) (*idem.Guard, error) {
+	bs, ok := g.Store().(idem.BatchStore)
+	if !ok || maxBatch <= 1 {
+		return nil, nil
 	}
-	return done, hold
-}
-
-// ticket returns the head record's ticket: the next pending one, or the
-// first of a batch claimed now over the queued records from the head on (at
-// most MaxClaimBatch). It returns nil when the record is to be claimed on its
-// own: it is being retried, or the batch claim failed (the error is
-// reported; the single claim meets the store's state itself and is observed
-// and decided as always).
-func (c *Consumer) ticket(p *partition, rec *kgo.Record) *idem.Ticket {
-	if len(p.pending) > 0 && p.pending[0].rec == rec {
-		t := p.pending[0].t
-		p.pending[0] = pendingTicket{}
-		p.pending = p.pending[1:]
-		return t
-	}
-	p.releasePending() // not the head's batch (never expected): give it back
-	if p.attempts > 0 {
-		return nil
-	}
-	recs := p.queued(c.opts.MaxClaimBatch)
-	if len(recs) == 0 || recs[0] != rec {
-		return nil
-	}
-	msgs := make([]idem.Message, len(recs))
-	for i, r := range recs {
-		msgs[i] = MessageOf(r)
-	}
-	tickets, err := c.g.ClaimBatch(p.ctx, msgs)
+	opts := g.Options()
+	ag, err := idem.New(&aheadStore{Store: g.Store(), bs: bs, lease: opts.Lease}, opts)
 	if err != nil {
-		if p.ctx.Err() == nil {
-			c.reportError(fmt.Errorf("kafka: claim batch %s/%d from offset %d: %w", p.topic, p.partition, rec.Offset, err))
-		}
-		return nil
+		return nil, err
 	}
-	p.pending = p.pending[:0]
-	for i := 1; i < len(tickets); i++ {
-		p.pending = append(p.pending, pendingTicket{rec: recs[i], t: tickets[i]})
+	if h.Check(ag) != nil {
+		return nil, nil // a HandleTx handler: it claims in its own transaction
 	}
-	return tickets[0]
+	return ag, nil
 }
 
-// releasePending gives back the keys of the tickets claimed but not run, so
-// that a retry, the partition's next owner or a restart claims them at once
+// aheadStore is a guard's store whose claims may have been made ahead, in
+// one batch, for the records queued behind a partition's head.
+type aheadStore struct {
+	idem.Store
+	bs    idem.BatchStore
+	lease time.Duration
+}
+
+// aheadClaims are the claims a partition made in its current batch and has
+// not run yet, by key. Only the partition's worker goroutine uses them.
+type aheadClaims map[idem.Key]idem.Claim
+
+type aheadKey struct{}
+
+func claimsFrom(ctx context.Context) aheadClaims {
+	cs, _ := ctx.Value(aheadKey{}).(aheadClaims)
+	return cs
+}
+
+// ClaimBatch claims reqs in one round trip and keeps the claims in the
+// partition's aheadClaims, for the records' turns.
+func (s *aheadStore) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	claims, err := s.bs.ClaimBatch(ctx, reqs)
+	if cs := claimsFrom(ctx); err == nil && cs != nil && len(claims) == len(reqs) {
+		for i, c := range claims {
+			cs[reqs[i].Key] = c
+		}
+	}
+	return claims, err
+}
+
+// Claim answers with the claim made ahead for req.Key, once, and claims
+// in one round trip otherwise. A claim made ahead has waited for its turn:
+// as idem.Ticket.Do does, its lease is renewed first when more than a third
+// of it has passed, so that the heartbeat's first tick is not too late; if
+// another owner took the key over meanwhile, the key is claimed afresh.
+func (s *aheadStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	cs := claimsFrom(ctx)
+	c, ok := cs[req.Key]
+	if !ok {
+		return s.Store.Claim(ctx, req)
+	}
+	delete(cs, req.Key)
+	if c.Outcome != idem.ClaimAcquired || req.Now.Before(c.Record.LeaseUntil.Add(-2*s.lease/3)) {
+		return c, nil
+	}
+	err := s.Store.Renew(ctx, idem.RenewRequest{Key: req.Key, Token: c.Record.Token, Now: req.Now, LeaseUntil: req.LeaseUntil})
+	switch {
+	case err == nil:
+		c.Record.LeaseUntil = req.LeaseUntil
+		return c, nil
+	case errors.Is(err, idem.ErrLeaseLost):
+		return s.Store.Claim(ctx, req)
+	default:
+		_ = s.Store.Release(ctx, idem.ReleaseRequest{Key: req.Key, Token: c.Record.Token, Now: req.Now}) // let the redelivery claim it at once
+		return idem.Claim{}, err
+	}
+}
+
+// runAhead runs rec, the head of p, under the ahead guard. On the record's
+// first attempt, when no batch covers it, it claims a new batch over the
+// queued records from the head on (at most MaxClaimBatch) first. A key that
+// repeats an earlier record of the batch, a record whose batch claim failed
+// (the error is reported) and a retried record are claimed in their turn.
+func (c *Consumer) runAhead(p *partition, rec *kgo.Record) (idem.Result, error) {
+	covered := p.batched > 0
+	if covered {
+		p.batched--
+	} else if p.attempts == 1 {
+		p.releaseAhead() // nothing is expected here: give back whatever is
+		if recs := p.queued(c.opts.MaxClaimBatch); len(recs) > 1 && recs[0] == rec {
+			msgs := make([]idem.Message, len(recs))
+			for i, r := range recs {
+				msgs[i] = MessageOf(r)
+			}
+			if _, err := c.ahead.ClaimBatch(p.actx, msgs); err != nil {
+				if p.ctx.Err() == nil {
+					c.reportError(fmt.Errorf("kafka: claim batch %s/%d from offset %d: %w", p.topic, p.partition, rec.Offset, err))
+				}
+			} else {
+				p.batched = len(recs) - 1
+			}
+		}
+	}
+	return c.h.Run(p.actx, c.ahead, MessageOf(rec), rec)
+}
+
+// releaseAhead gives back the keys claimed ahead but not run, so that a
+// retry, the partition's next owner or a restart claims them at once
 // instead of after their lease. One StoreTimeout bounds the whole pass: a
 // store that is down must not hold a drain or a retry for a timeout per
-// ticket (what is not released expires with its lease).
-func (p *partition) releasePending() {
-	if len(p.pending) == 0 {
+// claim (what is not released expires with its lease).
+func (p *partition) releaseAhead() {
+	p.batched = 0
+	if len(p.claims) == 0 {
 		return
 	}
+	st := p.c.g.Store()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.c.g.Options().StoreTimeout)
 	defer cancel()
 	var errs []error
-	for i, pt := range p.pending {
-		if err := pt.t.Release(ctx); err != nil && !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrNotFound) {
+	n := len(p.claims)
+	for k, cl := range p.claims {
+		delete(p.claims, k)
+		if cl.Outcome != idem.ClaimAcquired {
+			continue
+		}
+		err := st.Release(ctx, idem.ReleaseRequest{Key: k, Token: cl.Record.Token, Now: p.c.clock()})
+		if err != nil && !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrNotFound) {
 			errs = append(errs, err)
 		}
-		p.pending[i] = pendingTicket{}
 	}
 	if len(errs) > 0 {
-		p.c.reportError(fmt.Errorf("kafka: release %d of %d unrun claims of %s/%d: %w", len(errs), len(p.pending), p.topic, p.partition, errs[0]))
+		p.c.reportError(fmt.Errorf("kafka: release %d of %d unrun claims of %s/%d: %w", len(errs), n, p.topic, p.partition, errs[0]))
 	}
-	p.pending = p.pending[:0]
 }

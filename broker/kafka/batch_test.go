@@ -73,10 +73,10 @@ func (s *countingStore) releasedIDs() []string {
 	return append([]string(nil), s.released...)
 }
 
-func newCountingGuard(t testing.TB, obs idem.Observer, delay, lease time.Duration) (*idem.Guard, *countingStore) {
+func newCountingGuard(t testing.TB, e *env, obs idem.Observer, delay, lease time.Duration) (*idem.Guard, *countingStore) {
 	t.Helper()
 	st := &countingStore{Store: memory.New(), delay: delay}
-	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: lease})
+	g, err := idem.New(st, idem.Options{Scope: e.group, Observer: obs, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func batchRun(t *testing.T, e *env, w *workload, eff *effects) (*countingStore, 
 	t.Helper()
 	e.produce(w.recs...)
 	counter := &idem.Counter{}
-	g, st := newCountingGuard(t, counter, 0, 2*time.Second)
+	g, st := newCountingGuard(t, e, counter, 0, 2*time.Second)
 	e.commit.setCheck(doneBefore(st.Store, e.group, w.offsetIDs()))
 	r := startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
@@ -198,7 +198,7 @@ func TestPerRecordClaims(t *testing.T) {
 	e := newEnv(t, "perrecord", 1)
 	w := buildWorkload(e.topic, 1, 30)
 	e.produce(w.recs...)
-	g, st := newCountingGuard(t, nil, 0, 2*time.Second)
+	g, st := newCountingGuard(t, e, nil, 0, 2*time.Second)
 	eff := newEffects(nil)
 	r := startConsumer(t, e, g, kafka.Options{MaxClaimBatch: 1, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
@@ -222,15 +222,15 @@ func TestShutdownReleasesBatch(t *testing.T) {
 		ids = append(ids, id)
 		e.produce(kafka.Record(e.topic, "", id, payload(0, seq)))
 	}
-	g, st := newCountingGuard(t, nil, 0, time.Minute)
+	g, st := newCountingGuard(t, e, nil, 0, time.Minute)
 	entered := make(chan struct{})
-	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		if idOf(rec) == "p0-5" {
 			close(entered)
 			<-ctx.Done() // the drain timed out; the record succeeds anyway
 		}
 		return nil, nil
-	})
+	}))
 	<-entered
 	r.stop(nil)
 	if st.batches.Load() == 0 {

@@ -63,14 +63,15 @@ func BenchmarkConsume(b *testing.B) {
 				go func() { done <- plainLoop(ctx, cl, work) }()
 			} else {
 				var g *idem.Guard
-				g, st = newCountingGuard(b, nil, bc.store, 0) // default lease
-				c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq, Concurrency: bc.conc,
+				g, st = newCountingGuard(b, e, nil, bc.store, 0) // default lease
+				h := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { work(); return nil, nil })
+				c, err := kafka.NewConsumer(cl, g, h, kafka.Options{DeadLetterTopic: e.dlq, Concurrency: bc.conc,
 					CommitInterval: 20 * time.Millisecond, MaxClaimBatch: bc.batch})
 				if err != nil {
 					b.Fatal(err)
 				}
 				go func() {
-					done <- c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { work(); return nil, nil })
+					done <- c.Run(ctx)
 				}()
 			}
 			for !e.allCommitted() {

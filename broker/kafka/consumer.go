@@ -15,27 +15,16 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// Handler processes one record in two-phase mode (Consumer.Run). It returns
-// the result to record for the key (replayed to duplicates; may be nil). Its
-// context carries the record's key (idem.KeyFromContext, idem.DeriveKey).
-// Wrap an error with idem.Permanent to dead-letter the record instead of
-// retrying it.
-type Handler func(ctx context.Context, rec *kgo.Record) ([]byte, error)
-
-// TxHandler processes one record inside the store's transaction (RunTx):
-// every write that must happen once goes through tx.
-type TxHandler[Tx any] func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte, error)
-
 // Consumer consumes a group's partitions through an idem.Guard: the effect
 // of each key happens once (effectively once; a failed attempt is released
 // and tried again), records of one partition are processed strictly in
-// order, and an offset is committed only when its
-// record and every record before it in the partition are done (processed,
-// skipped as a duplicate, or dead-lettered with the dead letter
-// acknowledged).
+// order, and an offset is committed only when its record and every record
+// before it in the partition are done (processed, skipped as a duplicate,
+// or dead-lettered with the dead letter acknowledged).
 type Consumer struct {
 	cl   *kgo.Client
-	g    *idem.Guard // the caller's guard with the consumer's scope and key
+	g    *idem.Guard // the caller's guard, as given
+	h    Handler
 	opts Options
 	// backoff is the pause before attempt n (1-based) of a held record:
 	// idem.ExponentialBackoff(RetryMin, RetryMax).
@@ -43,13 +32,16 @@ type Consumer struct {
 	// clock is the guard's clock: a held key's lease end is compared with
 	// it (idem.RetryAfter).
 	clock func() time.Time
+	// ahead, when not nil, is the guard that runs two-phase handlers over
+	// claims made ahead in batches (see batch.go); nil claims each record
+	// in its turn with g.
+	ahead *idem.Guard
 
 	ran atomic.Bool
 
 	mu    sync.Mutex        // guards parts and base
 	parts map[tp]*partition // partitions that received records and are still owned
 	base  context.Context   // parent of handler contexts; nil when not running
-	proc  procFunc          // processes one record, reports it done; set by Run
 	sem   chan struct{}     // bounds partitions processed at once
 }
 
@@ -58,106 +50,85 @@ type tp struct {
 	partition int32
 }
 
-// NewConsumer returns a consumer reading with cl and deduplicating with g.
-// The consumer works on a guard derived from g (idem.Guard.With) with
-// Options.Scope and Options.Key; g's other settings (store, fingerprint,
-// lease, missing-key policy, observer, ...) apply as they are.
+// NewConsumer returns a consumer reading with cl and running h for each
+// record under g. The guard is the one place for the scope and the key:
+// build it with NewGuard, whose scope defaults to the consumer group, and
+// leave idem.Options.Key at its default (idem.MessageID, which reads the
+// idempotency-key header through MessageOf) or set it there
+// (idem.CloudEventsKey, idem.JSONFieldsKey, ...).
+//
 // cl must be built by the caller with kgo.ConsumerGroup, kgo.ConsumeTopics
 // and ClientOptions (which disables autocommit, blocks rebalances during
 // hand-over and installs the rebalance hooks); otherwise the error wraps
-// ErrClientConfig. Invalid options wrap idem.ErrInvalidOptions.
+// ErrClientConfig. A missing DeadLetterTopic, a negative or contradictory
+// option, a nil guard, a nil handler, and a HandleTx handler whose Tx the
+// guard's store has no transactions for are refused here, with an error
+// wrapping idem.ErrInvalidOptions (and idem.ErrNoTx for the last).
 //
 // The consumer never closes cl: after Run returns, close it yourself.
-func NewConsumer(cl *kgo.Client, g *idem.Guard, opts Options) (*Consumer, error) {
-	if cl == nil || g == nil {
-		return nil, fmt.Errorf("%w: nil client or guard", idem.ErrInvalidOptions)
+func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
+	if cl == nil {
+		return nil, fmt.Errorf("%w: kafka: nil client", idem.ErrInvalidOptions)
 	}
-	group, err := checkClient(cl)
-	if err != nil {
+	if err := h.Check(g); err != nil {
 		return nil, err
 	}
-	if err := opts.fill(group); err != nil {
+	if _, err := checkClient(cl); err != nil {
 		return nil, err
 	}
-	g, err = g.With(opts.Scope, opts.Key)
-	if err != nil {
+	if err := opts.fill(); err != nil {
 		return nil, err
 	}
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
-	c := &Consumer{cl: cl, g: g, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
+	c := &Consumer{cl: cl, g: g, h: h, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
 		clock: g.Options().Clock,
 		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
+	ahead, err := claimsAhead(g, h, opts.MaxClaimBatch)
+	if err != nil {
+		return nil, err
+	}
+	c.ahead = ahead
 	if err := register(cl, c); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// Scope returns the scope under which the consumer stores keys.
+// Consume builds a consumer with NewConsumer and runs it until ctx ends:
+// NewConsumer's errors, then Run's.
+func Consume(ctx context.Context, cl *kgo.Client, g *idem.Guard, h Handler, opts Options) error {
+	c, err := NewConsumer(cl, g, h, opts)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// Scope returns the scope under which the consumer stores keys: the
+// guard's.
 func (c *Consumer) Scope() string { return c.g.Options().Scope }
 
-// Run consumes until ctx ends, running h for each record in two-phase mode
-// (idem.Guard semantics: claim with a lease, handle, complete). On shutdown
-// it stops fetching, lets in-flight handlers finish (up to DrainTimeout,
-// then cancels them, which releases their claims), commits what is done,
-// and returns nil; or the final commit's error. It returns early with an
-// error wrapping kgo.ErrClientClosed if the client is closed under it.
-func (c *Consumer) Run(ctx context.Context, h Handler) error {
-	if h == nil {
-		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
-	}
-	if c.batchClaims() {
-		return c.run(ctx, func(p *partition, rec *kgo.Record) (bool, time.Duration) { return c.processBatch(p, rec, h) })
-	}
-	return c.run(ctx, c.perRecord(func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
-		return c.g.Do(ctx, MessageOf(rec), func(ctx context.Context) ([]byte, error) { return h(ctx, rec) })
-	}))
-}
-
-// RunTx is Run in transactional-inbox mode: fn runs in a transaction of the
-// guard's store together with the dedup marker (idem.DoTx), so the business
-// writes and the marker commit together or not at all. The guard's store
-// must implement idem.TxStore[Tx]; otherwise RunTx returns an error wrapping
-// idem.ErrNoTx before consuming anything.
-func RunTx[Tx any](ctx context.Context, c *Consumer, fn TxHandler[Tx]) error {
-	if fn == nil {
-		return fmt.Errorf("%w: nil handler", idem.ErrInvalidOptions)
-	}
-	// idem.DoTx checks this too, but per record: checked here, a store
-	// without transactions fails RunTx before anything is consumed instead
-	// of holding every partition on retries.
-	if _, ok := c.g.Store().(idem.TxStore[Tx]); !ok {
-		var zero Tx
-		return fmt.Errorf("%w: %T has none for %T", idem.ErrNoTx, c.g.Store(), zero)
-	}
-	return c.run(ctx, c.perRecord(func(ctx context.Context, rec *kgo.Record) (idem.Result, error) {
-		return idem.DoTx(ctx, c.g, MessageOf(rec), func(ctx context.Context, tx Tx) ([]byte, error) { return fn(ctx, tx, rec) })
-	}))
-}
-
-// doFunc runs one record through the guard (Guard.Do or idem.DoTx).
-type doFunc func(ctx context.Context, rec *kgo.Record) (idem.Result, error)
-
-// procFunc processes the head record of a partition and reports it done,
-// or how long to hold the partition before trying it again.
-type procFunc func(p *partition, rec *kgo.Record) (done bool, hold time.Duration)
-
-// perRecord claims and runs each record in its turn with do.
-func (c *Consumer) perRecord(do doFunc) procFunc {
-	return func(p *partition, rec *kgo.Record) (bool, time.Duration) { return c.process(p, rec, do) }
-}
-
-func (c *Consumer) run(ctx context.Context, proc procFunc) error {
+// Run consumes until ctx ends, running the consumer's handler for each
+// record. On shutdown it stops fetching, lets in-flight handlers finish (up
+// to DrainTimeout, then cancels them, which releases their claims), gives
+// back the claims of records it did not run, commits what is done, and
+// returns nil; or the final commit's error. It returns early with an error
+// wrapping kgo.ErrClientClosed if the client is closed under it. A
+// Consumer runs once: a second Run returns ErrRunning.
+func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	return c.run(ctx)
+}
+
+func (c *Consumer) run(ctx context.Context) error {
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	c.mu.Lock()
 	c.base = base
-	c.proc = proc
 	c.mu.Unlock()
 
 	// Every poll that returns blocks rebalances until AllowRebalance, so
@@ -355,7 +326,7 @@ func (c *Consumer) commit(parts []*partition) error {
 }
 
 func (c *Consumer) reportError(err error) {
-	if c.opts.OnError != nil && err != nil && !errors.Is(err, context.Canceled) {
-		c.opts.OnError(err)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		c.opts.Hooks.CallOnError(err)
 	}
 }

@@ -99,14 +99,14 @@ func startConsumer(t *testing.T, e *env, g *idem.Guard, opts kafka.Options, h ka
 	if opts.DeadLetterTopic == "" {
 		opts.DeadLetterTopic = e.dlq
 	}
-	c, err := kafka.NewConsumer(cl, g, opts)
+	c, err := kafka.NewConsumer(cl, g, h, opts)
 	if err != nil {
 		cl.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{t: t, cl: cl, c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx, h) }()
+	go func() { r.done <- c.Run(ctx) }()
 	t.Cleanup(func() { r.stop(nil) })
 	return r
 }
@@ -127,7 +127,7 @@ func (r *running) stop(ok func(error) bool) {
 }
 
 func orderHandler(t *testing.T, eff *effects) kafka.Handler {
-	return func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+	return kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		p, seq, ok := parsePayload(rec.Value)
 		if !ok {
 			t.Errorf("handler got %s: conflicts must not reach it", rec.Value)
@@ -135,7 +135,7 @@ func orderHandler(t *testing.T, eff *effects) kafka.Handler {
 		}
 		k, _ := idem.KeyFromContext(ctx)
 		return nil, eff.apply(k.ID, p, seq)
-	}
+	})
 }
 
 func everyNth(n uint32) func(string) bool {
@@ -154,7 +154,7 @@ func TestCompetingConsumers(t *testing.T) {
 	w := buildWorkload(e.topic, 6, 400)
 	e.produce(w.recs...)
 	counter := &idem.Counter{}
-	g, st := newGuard(t, counter)
+	g, st := newGuard(t, e, counter)
 	e.commit.setCheck(doneBefore(st, e.group, w.offsetIDs()))
 	eff := newEffects(everyNth(13))
 	h := orderHandler(t, eff)
@@ -225,10 +225,10 @@ func TestRedeliveryAfterCrash(t *testing.T) {
 	opts := kafka.Options{Concurrency: 3, RetryMin: 5e6, RetryMax: 50e6, CommitInterval: 50e6}
 
 	e.commit.setFail(true)
-	g1, st := newGuard(t, nil)
+	g1, st := newGuard(t, e, nil)
 	var commitErrs atomic.Int32
 	opts1 := opts
-	opts1.OnError = func(err error) {
+	opts1.Hooks.OnError = func(err error) {
 		if errors.As(err, new(*kafka.CommitError)) {
 			commitErrs.Add(1)
 		}
@@ -252,7 +252,7 @@ func TestRedeliveryAfterCrash(t *testing.T) {
 
 	e.commit.setFail(false)
 	counter := &idem.Counter{}
-	g2, err := idem.New(st, idem.Options{Scope: "x", Observer: counter})
+	g2, err := idem.New(st, idem.Options{Scope: e.group, Observer: counter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,15 +91,15 @@ func TestDeadLetterCarriesRecord(t *testing.T) {
 	}
 	e.produce(orig, parked)
 
-	g, err := idem.New(mem, idem.Options{Scope: "x", Stale: idem.StalePark})
+	g, err := idem.New(mem, idem.Options{Scope: e.group, Stale: idem.StalePark})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: time.Millisecond, CommitInterval: 20 * time.Millisecond},
-		func(context.Context, *kgo.Record) ([]byte, error) {
+		kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) {
 			t.Error("the handler ran: both records must be dead-lettered")
 			return nil, nil
-		})
+		}))
 	e.waitCommitted(t)
 	dls := e.dlqRecords(2)
 
@@ -161,8 +161,8 @@ func TestConflictReachesConsumer(t *testing.T) {
 	}
 	e.produce(recs...)
 	counter := &idem.Counter{}
-	g, _ := newGuard(t, counter)
-	startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil })
+	g, _ := newGuard(t, e, counter)
+	startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil }))
 	e.waitCommitted(t)
 	if counter.Count(idem.OutcomeProcessed) != 1 || counter.Count(idem.OutcomeDuplicate) != 1 || counter.Count(idem.OutcomeConflict) != 1 {
 		t.Errorf("outcomes %v, want one each of processed, duplicate and conflict", counter.Counts())

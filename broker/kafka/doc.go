@@ -2,10 +2,15 @@
 // record delivered twice (a producer re-send, a redelivery after a crash or
 // a rebalance) has its effect once.
 //
-// A [Consumer] consumes a group's partitions, runs the user's handler under
-// an [idem.Guard] and maps each outcome to a Kafka action with
-// [idem.Decide]. Records of one partition are processed one at a time in
-// offset order; [Options.Concurrency] partitions are processed at once.
+// A [Consumer] consumes a group's partitions, runs the user's [Handler]
+// under an [idem.Guard] and maps each outcome to a Kafka action with
+// [broker.Decide]. Records of one partition are processed one at a time in
+// offset order; [Options.Concurrency] partitions are processed at once. It
+// has the shape every idem broker adapter has (see package
+// github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
+// [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
+// [broker.Report] per attempt passed to [Options.Hooks], and [Replay] for
+// dead letters.
 //
 //   - processed or duplicate: the record is done, and its offset becomes
 //     committable only after the store's record is durable;
@@ -25,7 +30,7 @@
 //     the partition is held and the same record tried again after the
 //     back-off of [Options.RetryMin] .. [Options.RetryMax]. It is never
 //     skipped; [Options.MaxAttempts] can bound handler failures (reason
-//     retries_exhausted);
+//     max_deliver, broker.ReasonMaxDeliver);
 //   - conflict, permanent error, missing or invalid key, parked record:
 //     produced to [Options.DeadLetterTopic] (see Dead letters below), then
 //     done once the broker acknowledges it. If the produce fails the record
@@ -39,35 +44,53 @@
 //		kgo.ConsumeTopics("orders"),
 //	)...)
 //	defer cl.Close()
-//	g, _ := kafka.NewGuard(store, cl, idem.Options{}) // scope: the group
-//	c, _ := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders.dlq"}) // scope "billing", the group
-//	err := c.Run(ctx, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+//	g, _ := kafka.NewGuard(store, cl, idem.Options{}) // scope: the group, "billing"
+//	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), rec.Value)
 //	})
+//	c, _ := kafka.NewConsumer(cl, g, h, kafka.Options{DeadLetterTopic: "orders.dlq"})
+//	err := c.Run(ctx)
 //
 // With a store that has a transactional inbox (store/sqlite,
-// store/postgres), [RunTx] runs the handler inside the store's transaction
-// together with the dedup marker (idem.DoTx):
+// store/postgres, store/mysql), [HandleTx] runs the handler inside the
+// store's transaction together with the dedup marker (idem.DoTx):
 //
-//	err := kafka.RunTx(ctx, c, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
+//	h := kafka.HandleTx(func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
 //		_, err := tx.Exec(ctx, `insert into charges(order_id, amount) values ($1, $2)`, ...)
 //		return nil, err
 //	})
+//	err := kafka.Consume(ctx, cl, g, h, kafka.Options{DeadLetterTopic: "orders.dlq"})
 //
-// The guard's idem.Observer sees every record's outcome;
-// [Options.OnDeadLetter] sees every acknowledged dead letter with its reason
-// (alert on conflicts there), and [Options.OnError] the errors the consumer
-// handles by itself (failed commits, dead-letter produces and fetches).
+// NewConsumer checks everything once: the client's settings, the options,
+// and that a HandleTx handler's store has transactions of its type.
+//
+// # Hooks
+//
+// Each attempt at a record yields one [broker.Report] (the guard's result
+// and error, the action, the dead-letter reason, the retry delay, the
+// attempt number), passed to [Options.Hooks]: BeforeSettle once the
+// outcome is known and before anything is settled (before the record
+// counts as done, so before its offset can be committed; before its dead
+// letter is produced; before the partition is held for a retry): the
+// worst moment to crash, and the place for work that must happen first;
+// OnDeadLetter once a dead letter is acknowledged (alert on conflicts
+// there); AfterSettle after the action, with BrokerErr set when a
+// dead-letter produce failed; OnError for the errors the consumer handles
+// by itself (failed commits, dead-letter produces, batch claims, fetches).
+// The guard's idem.Observer sees every record's outcome as well.
 //
 // # Keys, and which Kafka values survive what
 //
-// The key comes from [Options.Key] (default
-// idem.HeaderKey("idempotency-key")) applied to the [idem.Message] built by
-// [MessageOf]: Headers are the record headers (first value of each),
-// ContentType is the content-type header, and Message.ID stays empty, so
-// idem.MessageID finds nothing. idem.CloudEventsKey reads binary-mode
-// CloudEvents headers (ce_id, ce_source; [WithCloudEvent] sets them) and
-// structured-mode payloads.
+// The guard is the one place for the key, as for the scope: its key
+// function (idem.Options.Key) is applied to the [idem.Message] built by
+// [MessageOf]: ID is the idempotency-key header ([DefaultKeyHeader]), so
+// the default key, idem.MessageID, reads it; Headers are the record
+// headers (first value of each); ContentType is the content-type header.
+// idem.CloudEventsKey reads binary-mode CloudEvents headers (ce_id,
+// ce_source; [WithCloudEvent] sets them) and structured-mode payloads;
+// idem.JSONFieldsKey a business key; idem.FirstOf combines them. Kafka has
+// no correlation id of its own: Message.CorrelationID stays empty, and the
+// guard's default correlation reads the producer's W3C traceparent header.
 //
 //   - The idempotency-key header is chosen by the producer: it survives
 //     producer retries (when the producer reuses it, as [Record] does) and
@@ -84,13 +107,10 @@
 //
 // # Scope
 //
-// The scope is the consumer identity, by default the consumer group, so two
-// groups reading one topic never block each other. [NewConsumer] derives the
-// consumer's guard from the one given (idem.Guard.With) with
-// [Options.Scope] and [Options.Key]; the given guard's own scope and key are
-// replaced, its other settings (Fingerprint, Lease, Retention, Stale,
-// MissingKey, MaxResultSize, Observer) apply. [Consumer.Scope] returns the
-// scope in use.
+// The scope is the consumer identity, held by the guard: [NewGuard] sets an
+// empty idem.Options.Scope to the consumer group, so two groups reading one
+// topic never block each other, and keeps a set one. The consumer uses the
+// guard as it is given; [Consumer.Scope] returns its scope.
 //
 // # Commits
 //
@@ -121,7 +141,7 @@
 // headers are, in this order:
 //
 //   - idem.DeadLetterHeaders: Idem-Reason (conflict, permanent, no_key,
-//     invalid_key, parked, invalid_data, retries_exhausted), Idem-Error,
+//     invalid_key, parked, invalid_data, max_deliver), Idem-Error,
 //     Idem-Key (scope/id), and for a conflict or a parked record
 //     Idem-Fingerprint (this record's) beside the stored record's
 //     Idem-Stored-Fingerprint, Idem-Stored-State, Idem-Stored-Created-At
@@ -133,9 +153,9 @@
 //   - the original record's headers exactly as they were, in their order,
 //     repeats included (idempotency-key among them).
 //
-// Read the first value of a header: a dead letter replayed to its topic
-// and dead-lettered again carries the earlier dead-lettering's idem headers
-// among its original ones, after the new.
+// Read the first value of a header ([MessageOf] does): a record that
+// already carried idem headers when it was dead-lettered keeps them among
+// its original ones, after the new.
 //
 // The headers alone tell an operator what happened. A conflict whose
 // Idem-Stored-Fingerprint differs from its Idem-Fingerprint says another
@@ -144,6 +164,18 @@
 // another partition or be processed by another consumer first): compare
 // Idem-Stored-Created-At, when the key was first claimed, with this
 // record's Idem-Original-Timestamp and offset to see which came first.
+//
+// # Replaying dead letters
+//
+// [Replay] sends a dead letter back to its Idem-Original-Topic with its
+// key, value and original headers exactly as they were (the
+// idempotency-key among them), without the headers idem added. The
+// consumer's record then decides, as for any redelivery: a key completed
+// meanwhile is a duplicate (acknowledged, the handler does not run), a key
+// never completed is processed, a conflict is dead-lettered again. Replays
+// often come long after the redelivery window: the guard's Retention must
+// outlive the longest time a dead letter may wait before it is replayed,
+// or a replay of a processed record runs again.
 //
 // # Producer side
 //
@@ -188,19 +220,22 @@
 // # Batch claims
 //
 // With a store that claims many keys in one round trip (an
-// idem.BatchStore: the memory, PostgreSQL, MySQL, Redis and SQLite stores), Run
-// claims a partition's queued records together, from the head of its queue
-// on and up to [Options.MaxClaimBatch] (default MaxPollRecords): one round
-// trip per partition batch instead of one per record
-// (idem.Guard.ClaimBatch). The records still run one at a time in offset
-// order, each under its own ticket, and each outcome is decided as above;
-// a key repeated inside the batch is reported as the duplicate it is. When
-// a record is held for a retry, the unrun tickets behind it are released,
-// so they neither run ahead of it nor keep their keys; the held record is
-// then claimed on its own, and the records after it in a new batch once it
-// is done. Revokes, losses and shutdown release the unrun tickets too.
+// idem.BatchStore: the memory, PostgreSQL, MySQL, Redis and SQLite stores)
+// and a [Handle] handler, Run claims a partition's queued records
+// together, from the head of its queue on and up to [Options.MaxClaimBatch]
+// (default MaxPollRecords): one round trip per partition batch instead of
+// one per record (idem.Guard.ClaimBatch). The records still run one at a
+// time in offset order, each under the claim made for it (renewed first if
+// it aged by a third of its lease while waiting), and each outcome is
+// decided as above; a key repeated inside the batch is reported as the
+// duplicate it is. When a record is held for a retry, the unrun claims
+// behind it are released, so they neither run ahead of it nor keep their
+// keys; the held record is then claimed on its own, and the records after
+// it in a new batch once it is done. Revokes, losses and shutdown release
+// the unrun claims too.
 //
-// RunTx and stores without batch claims claim each record in its turn: the
-// transactional inbox marks a key inside the record's own transaction,
-// which cannot be taken ahead. MaxClaimBatch 1 does the same with Run.
+// [HandleTx] handlers and stores without batch claims claim each record in
+// its turn: the transactional inbox marks a key inside the record's own
+// transaction, which cannot be taken ahead. MaxClaimBatch 1 does the same
+// for Handle.
 package kafka

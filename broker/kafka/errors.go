@@ -5,13 +5,16 @@ import (
 	"fmt"
 )
 
+// ErrNotDeadLetter means Replay was given a record that is not a dead letter
+// of this package: it has no Idem-Original-Topic header.
+var ErrNotDeadLetter = errors.New("kafka: not a dead letter (no " + HeaderOriginalTopic + " header)")
+
 // ErrClientConfig means the *kgo.Client given to NewConsumer lacks a setting
 // the consumer relies on (a consumer group, ClientOptions). The error says
 // which one.
 var ErrClientConfig = errors.New("kafka: client not configured for idem")
 
-// ErrRunning means Run or RunTx was called on a consumer that has run
-// already. A Consumer runs once; build a new one (on a new client) to
+// ErrRunning means Run was called on a consumer that has run already. A Consumer runs once; build a new one (on a new client) to
 // restart.
 var ErrRunning = errors.New("kafka: consumer already ran")
 

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/idemgo/idem/store/postgres"
@@ -20,15 +22,12 @@ import (
 
 // A two-phase consumer: the handler calls a service outside the store and
 // passes it a key derived from the record's, so the service deduplicates a
-// repeat too.
+// repeat too. The guard holds the scope (the consumer group) and the key
+// (the idempotency-key header, through MessageOf).
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	g, err := idem.New(memory.New(), idem.Options{Scope: "mailer"})
-	if err != nil {
-		log.Fatal(err)
-	}
 	cl, err := kgo.NewClient(kafka.ClientOptions(
 		kgo.SeedBrokers("localhost:9092"),
 		kgo.ConsumerGroup("mailer"),
@@ -39,14 +38,25 @@ func Example() {
 	}
 	defer cl.Close() // after Run has returned
 
-	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "signups.dlq"})
+	g, err := kafka.NewGuard(memory.New(), cl, idem.Options{}) // scope: the group, "mailer"
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = c.Run(ctx, func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		return nil, sendWelcomeMail(ctx, idem.DeriveKey(ctx, "welcome-mail"), rec.Value)
 	})
+	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
+		DeadLetterTopic: "signups.dlq",
+		Hooks: broker.Hooks[*kgo.Record]{
+			OnDeadLetter: func(ctx context.Context, rec *kgo.Record, r broker.Report) {
+				slog.Error("signup dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
+			},
+		},
+	})
 	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -54,18 +64,14 @@ func Example() {
 func sendWelcomeMail(ctx context.Context, idempotencyKey string, body []byte) error { return nil }
 
 // A transactional inbox: the charge and the dedup marker commit together in
-// PostgreSQL.
-func ExampleRunTx() {
+// PostgreSQL. The key is the CloudEvent's source and id, set on the guard.
+func ExampleHandleTx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://localhost/billing")
 	if err != nil {
 		log.Fatal(err)
 	}
 	store, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	g, err := idem.New(store, idem.Options{Scope: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,18 +84,15 @@ func ExampleRunTx() {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	c, err := kafka.NewConsumer(cl, g, kafka.Options{
-		Key:             idem.CloudEventsKey, // ce_source + ce_id
-		DeadLetterTopic: "orders.dlq",
-	})
+	g, err := kafka.NewGuard(store, cl, idem.Options{Key: idem.CloudEventsKey}) // ce_source + ce_id
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = kafka.RunTx(ctx, c, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
+	h := kafka.HandleTx(func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
 		_, err := tx.Exec(ctx, `insert into charges(order_id, body) values ($1, $2)`, rec.Key, rec.Value)
 		return nil, err
 	})
-	if err != nil {
+	if err := kafka.Consume(ctx, cl, g, h, kafka.Options{DeadLetterTopic: "orders.dlq"}); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -109,6 +112,32 @@ func ExampleRecord() {
 	}
 }
 
+// Replaying dead letters: each one read back from the dead-letter topic
+// goes back to its original topic with its original headers, where the
+// consumer's record decides (a duplicate if the key was completed
+// meanwhile, processed if not).
+func ExampleReplay() {
+	ctx := context.Background()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers("localhost:9092"),
+		kgo.ConsumeTopics("orders.dlq"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	fs := cl.PollFetches(ctx)
+	for _, dl := range fs.Records() {
+		if kafka.MessageOf(dl).Header(idem.HeaderReason) == "conflict" {
+			continue // another content holds the key: an operator decides
+		}
+		if err := kafka.Replay(ctx, cl, dl); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
 // Azure Event Hubs through its Kafka endpoint: SASL PLAIN over TLS on port
 // 9093, user "$ConnectionString", the namespace's connection string as
 // password.
@@ -125,13 +154,10 @@ func Example_eventHubs() {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	g, err := idem.New(memory.New(), idem.Options{Scope: "billing"})
+	g, err := kafka.NewGuard(memory.New(), cl, idem.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: "orders-dlq"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	_ = c.Run(context.Background(), func(ctx context.Context, rec *kgo.Record) ([]byte, error) { return nil, nil })
+	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) { return nil, nil })
+	_ = kafka.Consume(context.Background(), cl, g, h, kafka.Options{DeadLetterTopic: "orders-dlq"})
 }

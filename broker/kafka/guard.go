@@ -8,10 +8,13 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// NewGuard returns a guard over store whose scope, when opts.Scope is empty,
-// is cl's consumer group: the consumer's identity, so two groups reading one
-// topic never block each other. It mirrors natsidem.NewGuard and
-// amqpidem.NewGuard; NewConsumer applies Options.Scope and Options.Key on top.
+// NewGuard returns a guard over store for a consumer on cl. The guard is
+// the one place for the scope and the key: an empty opts.Scope becomes cl's
+// consumer group, the consumer's identity, so two groups reading one topic
+// never block each other; a set one is kept. opts.Key is kept too: its
+// default, idem.MessageID, reads the idempotency-key header, which
+// MessageOf puts in idem.Message.ID. Without a scope, a client without a
+// consumer group is an error wrapping ErrClientConfig.
 func NewGuard(store idem.Store, cl *kgo.Client, opts idem.Options) (*idem.Guard, error) {
 	if opts.Scope == "" {
 		if cl == nil {

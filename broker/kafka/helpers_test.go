@@ -323,11 +323,12 @@ func (f *effects) check(t *testing.T, want []string) {
 	}
 }
 
-// newGuard returns a guard over a fresh memory store.
-func newGuard(t testing.TB, obs idem.Observer) (*idem.Guard, *memory.Store) {
+// newGuard returns a guard over a fresh memory store, scoped by the test
+// group (as kafka.NewGuard scopes one).
+func newGuard(t testing.TB, e *env, obs idem.Observer) (*idem.Guard, *memory.Store) {
 	t.Helper()
 	st := memory.New()
-	g, err := idem.New(st, idem.Options{Scope: "unused-by-kafka", Observer: obs, Lease: 2 * time.Second})
+	g, err := idem.New(st, idem.Options{Scope: e.group, Observer: obs, Lease: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

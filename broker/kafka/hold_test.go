@@ -165,7 +165,7 @@ func testInProgressWaitsForLease(t *testing.T, batch bool) {
 	heldWorkload(t, e, mem)
 	log, st := newClaimLog(mem, batch)
 	counter := &idem.Counter{}
-	g, err := idem.New(st, idem.Options{Scope: "x", Lease: lease, Observer: counter})
+	g, err := idem.New(st, idem.Options{Scope: e.group, Lease: lease, Observer: counter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func testOrphanedClaimRetaken(t *testing.T, batch bool) {
 	}
 
 	log, st := newClaimLog(mem, batch)
-	g, err := idem.New(st, idem.Options{Scope: "x", Lease: lease})
+	g, err := idem.New(st, idem.Options{Scope: e.group, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
-// DefaultKeyHeader is the record header that carries the idempotency key by
-// default. Record sets it on the producer side.
+// DefaultKeyHeader is the record header that carries the message's stable
+// id: MessageOf reads it into idem.Message.ID, where the guard's default key
+// (idem.MessageID) finds it, and Record sets it on the producer side.
 const DefaultKeyHeader = "idempotency-key"
 
 // Defaults for Options.
@@ -28,31 +30,15 @@ const (
 // which is required: conflicts and permanent failures go there, because idem
 // never drops a record silently.
 type Options struct {
-	// Scope is the consumer identity under which keys are stored. Default:
-	// the client's consumer group, so two groups reading one topic never
-	// block each other. It replaces the guard's own scope: NewConsumer
-	// derives the consumer's guard with idem.Guard.With(Scope, Key).
-	Scope string
-
-	// Key extracts the record's stable id. Default:
-	// idem.HeaderKey("idempotency-key"). Use idem.CloudEventsKey for
-	// CloudEvents (binary mode ce_id / ce_source headers or a structured
-	// payload), idem.JSONFieldsKey for a business key, or idem.FirstOf to
-	// combine. Never use the offset: a producer retry without idempotence
-	// writes the same message at a new offset. It replaces the guard's own
-	// key function (whose default, idem.MessageID, finds nothing in a Kafka
-	// record); the guard's Fingerprint, Lease, Retention, Stale, MissingKey,
-	// MaxResultSize and Observer settings apply as they are.
-	Key idem.KeyFunc
-
 	// DeadLetterTopic receives records that retrying cannot fix: key
 	// conflicts, permanent handler errors, missing or invalid keys, parked
-	// stale records, and records that failed MaxAttempts times. The dead
-	// letter keeps the record's key, value and headers as they were, after
-	// the headers of idem.DeadLetterHeaders (reason, error, key, and the
-	// stored record beside the record's fingerprint) and
-	// Idem-Original-Topic, -Partition, -Offset and -Timestamp (see the
-	// package doc). Required.
+	// stale records, and records whose handler failed MaxAttempts times
+	// (reason broker.ReasonMaxDeliver). The dead letter keeps the record's
+	// key, value and headers as they were, after the headers of
+	// idem.DeadLetterHeaders (reason, error, key, and the stored record
+	// beside the record's fingerprint) and Idem-Original-Topic, -Partition,
+	// -Offset and -Timestamp (see the package doc); Replay sends it back.
+	// Required.
 	DeadLetterTopic string
 
 	// Producer writes dead letters. Default: the consumer's own client.
@@ -76,9 +62,10 @@ type Options struct {
 	// Defaults 100ms and 10s.
 	RetryMin, RetryMax time.Duration
 
-	// MaxAttempts dead-letters a record (reason "retries_exhausted") after
-	// its handler failed this many times in a row in this process. Zero
-	// retries forever. Keys in progress elsewhere and store errors are
+	// MaxAttempts dead-letters a record (reason broker.ReasonMaxDeliver)
+	// after its handler failed this many times in a row in this process:
+	// Kafka counts no deliveries, so this is the consumer's delivery limit.
+	// Zero retries forever. Keys in progress elsewhere and store errors are
 	// retried without limit: they resolve without the record's fault (a
 	// live holder completes or gives the key back; an orphaned claim is
 	// retaken once its lease ends).
@@ -111,35 +98,29 @@ type Options struct {
 	// MaxPollRecords. Claiming ahead starts the leases of the records that
 	// wait behind the head: for the records before them in the batch, and,
 	// when more partitions have records than Concurrency, for other
-	// partitions' records too. A ticket whose lease aged by a third before
-	// its turn costs one renewal round trip (idem.Ticket.Do), so with slow
-	// handlers keep that wait well under a third of the guard's Lease. 1
-	// claims each record in its turn, as RunTx and stores without batch
-	// claims always do.
+	// partitions' records too. A claim whose lease aged by a third before
+	// its turn costs one renewal round trip (as idem.Ticket.Do), so with
+	// slow handlers keep that wait well under a third of the guard's Lease.
+	// 1 claims each record in its turn, as HandleTx handlers and stores
+	// without batch claims always do.
 	MaxClaimBatch int
 
-	// OnDeadLetter, if set, is called after a dead letter is acknowledged,
-	// with the original record, the reason (the Idem-Reason header) and
-	// the error that caused it: the place to alert on conflicts. It must
-	// be safe for concurrent use.
-	OnDeadLetter func(rec *kgo.Record, reason string, err error)
-
-	// OnError, if set, receives errors the consumer handles by itself:
-	// failed commits (*CommitError, retried at the next commit), failed
-	// dead-letter produces (*DeadLetterError, retried after a back-off) and
-	// fetch errors (retried by the client). Handler and store outcomes go
-	// to the guard's Observer. It must be safe for concurrent use.
-	OnError func(error)
+	// Hooks are the user's places in the flow of each record (see
+	// broker.Hooks): BeforeSettle once the outcome is known and before the
+	// record counts as done (before its offset can be committed, before its
+	// dead letter is produced, before the partition is held for a retry);
+	// AfterSettle after that; OnDeadLetter once a dead letter is
+	// acknowledged (alert on conflicts there); OnError for the errors the
+	// consumer handles by itself: failed commits (*CommitError, retried at
+	// the next commit), failed dead-letter produces (*DeadLetterError,
+	// retried after a back-off), failed batch claims and releases, and
+	// fetch errors (retried by the client). Handler and store outcomes also
+	// go to the guard's Observer. Hooks run on the partition's worker and
+	// must be safe for concurrent use.
+	Hooks broker.Hooks[*kgo.Record]
 }
 
-func (o *Options) fill(group string) error {
-	if o.Scope == "" {
-		o.Scope = group
-	}
-	// Guard.With validates the scope.
-	if o.Key == nil {
-		o.Key = idem.HeaderKey(DefaultKeyHeader)
-	}
+func (o *Options) fill() error {
 	if o.DeadLetterTopic == "" {
 		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
 	}

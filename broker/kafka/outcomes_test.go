@@ -3,7 +3,9 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
 )
@@ -33,7 +36,7 @@ func idOf(rec *kgo.Record) string {
 func TestInProgressHoldsPartition(t *testing.T) {
 	e := newEnv(t, "held", 1)
 	counter := &idem.Counter{}
-	g, st := newGuard(t, counter)
+	g, st := newGuard(t, e, counter)
 	heldWorkload(t, e, st)
 	now := time.Now()
 	held, err := st.Claim(context.Background(), idem.ClaimRequest{
@@ -61,8 +64,61 @@ func TestInProgressHoldsPartition(t *testing.T) {
 	}
 }
 
+// hookLog notes every hook call of a consumer, in order.
+type hookLog struct {
+	mu    sync.Mutex
+	calls []hookCall
+	// settled is the offset after the last record whose BeforeSettle
+	// returned: no commit may pass it.
+	settled int64
+}
+
+type hookCall struct {
+	hook string // before, dead_letter, after
+	id   string
+	r    broker.Report
+}
+
+func (l *hookLog) note(hook string) func(context.Context, *kgo.Record, broker.Report) {
+	return func(_ context.Context, rec *kgo.Record, r broker.Report) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.calls = append(l.calls, hookCall{hook, idOf(rec), r})
+	}
+}
+
+func (l *hookLog) hooks() broker.Hooks[*kgo.Record] {
+	return broker.Hooks[*kgo.Record]{
+		BeforeSettle: func(ctx context.Context, rec *kgo.Record, r broker.Report) {
+			l.note("before")(ctx, rec, r)
+			// Work at the worst moment to crash: a commit that passed the
+			// record now would have passed a record not yet settled.
+			time.Sleep(30 * time.Millisecond)
+			if r.Action != idem.ActionRetry {
+				l.mu.Lock()
+				l.settled = rec.Offset + 1
+				l.mu.Unlock()
+			}
+		},
+		OnDeadLetter: l.note("dead_letter"),
+		AfterSettle:  l.note("after"),
+	}
+}
+
+func (l *hookLog) commitCheck(_ int32, off int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if off > l.settled {
+		return fmt.Errorf("committed %d before BeforeSettle of offset %d returned", off, l.settled)
+	}
+	return nil
+}
+
 // TestDeadLetterReasons: records that retrying cannot fix go to the
-// dead-letter topic with their reason, and the partition moves on.
+// dead-letter topic with their reason, and the partition moves on. Each
+// attempt is reported to the hooks in order (BeforeSettle, OnDeadLetter
+// once the dead letter is acknowledged, AfterSettle) with one Report, and
+// no offset is committed before its record's BeforeSettle returned.
 func TestDeadLetterReasons(t *testing.T) {
 	e := newEnv(t, "dead", 1)
 	e.produce(
@@ -73,9 +129,9 @@ func TestDeadLetterReasons(t *testing.T) {
 		kafka.Record(e.topic, "", "ok", []byte("x")),
 	)
 	counter := &idem.Counter{}
-	g, _ := newGuard(t, counter)
+	g, _ := newGuard(t, e, counter)
 	var ok []string
-	h := func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		switch idOf(rec) {
 		case "perm":
 			return nil, idem.Permanent(errors.New("rejected card"))
@@ -84,15 +140,11 @@ func TestDeadLetterReasons(t *testing.T) {
 		}
 		ok = append(ok, idOf(rec)) // one partition: one worker
 		return nil, nil
-	}
-	var reasons []string // one partition: one worker calls OnDeadLetter
+	})
+	log := &hookLog{}
+	e.commit.setCheck(log.commitCheck)
 	opts := kafka.Options{MaxAttempts: 3, RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
-		OnDeadLetter: func(_ *kgo.Record, reason string, err error) {
-			if err == nil {
-				t.Errorf("dead letter %s without its cause", reason)
-			}
-			reasons = append(reasons, reason)
-		}}
+		Hooks: log.hooks()}
 	r := startConsumer(t, e, g, opts, h)
 	e.waitCommitted(t)
 	r.stop(nil)
@@ -100,9 +152,42 @@ func TestDeadLetterReasons(t *testing.T) {
 	if !slices.Equal(ok, []string{"ok"}) {
 		t.Errorf("handled %v, want [ok]", ok)
 	}
-	want := []string{"no_key", "permanent", "retries_exhausted", "invalid_key"}
+	want := []string{"no_key", "permanent", broker.ReasonMaxDeliver, "invalid_key"}
+	var reasons []string
+	for _, c := range log.calls {
+		if c.hook == "dead_letter" {
+			if c.r.Err == nil {
+				t.Errorf("dead letter %s without its cause", c.r.Reason)
+			}
+			reasons = append(reasons, c.r.Reason)
+		}
+	}
 	if !slices.Equal(reasons, want) {
 		t.Errorf("OnDeadLetter saw %v, want %v", reasons, want)
+	}
+	// Each attempt: before, [dead_letter,] after, with the same report.
+	var seq []string
+	for i := 0; i < len(log.calls); {
+		c := log.calls[i]
+		if c.hook != "before" {
+			t.Fatalf("hook %d: %s before any BeforeSettle (%+v)", i, c.hook, log.calls)
+		}
+		n := 2
+		if c.r.Action == idem.ActionDeadLetter {
+			n = 3
+		}
+		if i+n > len(log.calls) || log.calls[i+n-1].hook != "after" || (n == 3 && log.calls[i+1].hook != "dead_letter") {
+			t.Fatalf("hooks from %d out of order: %+v", i, log.calls[i:])
+		}
+		if after := log.calls[i+n-1].r; after.Action != c.r.Action || after.Reason != c.r.Reason || after.Attempt != c.r.Attempt {
+			t.Errorf("%s: AfterSettle report %+v, BeforeSettle's %+v", c.id, after, c.r)
+		}
+		seq = append(seq, fmt.Sprintf("%s:%s:%d", c.id, c.r.Action, c.r.Attempt))
+		i += n
+	}
+	wantSeq := []string{":dead_letter:1", "perm:dead_letter:1", "flaky:retry:1", "flaky:retry:2", "flaky:dead_letter:3", "\xff\x00:dead_letter:1", "ok:ack:1"}
+	if !slices.Equal(seq, wantSeq) {
+		t.Errorf("attempts %v, want %v", seq, wantSeq)
 	}
 	dl := e.dlqRecords(len(want))
 	for i, rec := range dl {
@@ -130,15 +215,15 @@ func TestMissingKeyProcess(t *testing.T) {
 	e := newEnv(t, "unkeyed", 1)
 	e.produce(&kgo.Record{Topic: e.topic, Value: []byte("v")}, kafka.Record(e.topic, "", "k", []byte("v")))
 	counter := &idem.Counter{}
-	g, err := idem.New(memory.New(), idem.Options{Scope: "s", MissingKey: idem.MissingKeyProcess, Observer: counter})
+	g, err := idem.New(memory.New(), idem.Options{Scope: e.group, MissingKey: idem.MissingKeyProcess, Observer: counter})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n int
-	startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, func(context.Context, *kgo.Record) ([]byte, error) {
+	startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) {
 		n++ // one partition: one worker
 		return nil, nil
-	})
+	}))
 	e.waitCommitted(t)
 	if counter.Count(idem.OutcomeUnkeyed) != 1 || counter.Count(idem.OutcomeProcessed) != 1 {
 		t.Errorf("outcomes %v", counter.Counts())
@@ -150,13 +235,13 @@ func TestMissingKeyProcess(t *testing.T) {
 func TestShutdownFinishesInFlight(t *testing.T) {
 	e := newEnv(t, "drain", 1)
 	e.produce(kafka.Record(e.topic, "", "slow", []byte("x")))
-	g, st := newGuard(t, nil)
+	g, st := newGuard(t, e, nil)
 	entered, release := make(chan struct{}), make(chan struct{})
-	r := startConsumer(t, e, g, kafka.Options{CommitInterval: time.Hour}, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+	r := startConsumer(t, e, g, kafka.Options{CommitInterval: time.Hour}, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		close(entered)
 		<-release
 		return []byte("done"), ctx.Err()
-	})
+	}))
 	<-entered
 	r.cancel()
 	close(release)
@@ -180,13 +265,13 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 func TestShutdownReleasesStuck(t *testing.T) {
 	e := newEnv(t, "stuck", 1)
 	e.produce(kafka.Record(e.topic, "", "stuck", []byte("x")))
-	g, st := newGuard(t, nil)
+	g, st := newGuard(t, e, nil)
 	entered := make(chan struct{})
-	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+	r := startConsumer(t, e, g, kafka.Options{DrainTimeout: 10 * time.Millisecond}, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		close(entered)
 		<-ctx.Done()
 		return nil, ctx.Err()
-	})
+	}))
 	<-entered
 	r.stop(nil)
 	if got := e.committed()[0]; got != -1 {
@@ -204,7 +289,7 @@ func TestBackpressure(t *testing.T) {
 	e := newEnv(t, "pressure", 2)
 	w := buildWorkload(e.topic, 2, 150)
 	e.produce(w.recs...)
-	g, _ := newGuard(t, nil)
+	g, _ := newGuard(t, e, nil)
 	eff := newEffects(nil)
 	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
@@ -218,14 +303,14 @@ func TestBackpressure(t *testing.T) {
 func TestLostPartitionsCancelHandlers(t *testing.T) {
 	e := newEnv(t, "lost", 1)
 	e.produce(kafka.Record(e.topic, "", "x", []byte("v")))
-	g, st := newGuard(t, nil)
+	g, st := newGuard(t, e, nil)
 	entered := make(chan struct{})
 	var calls atomic.Int32
 	var cancelled atomic.Bool
 	// An hour of drain time: only the loss path, which does not drain,
 	// can cancel the handler within the test.
 	opts := kafka.Options{CommitInterval: 20 * time.Millisecond, DrainTimeout: time.Hour}
-	startConsumer(t, e, g, opts, func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+	startConsumer(t, e, g, opts, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		if calls.Add(1) > 1 {
 			return []byte("ok"), nil
 		}
@@ -233,7 +318,7 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 		<-ctx.Done()
 		cancelled.Store(true)
 		return nil, ctx.Err()
-	})
+	}))
 	<-entered
 	e.c.ControlKey(int16(kmsg.Heartbeat), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.HeartbeatRequest)
@@ -287,21 +372,21 @@ func TestDeadLetterProduceFailureHolds(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	g, _ := newGuard(t, nil)
+	g, _ := newGuard(t, e, nil)
 	var dlErrs atomic.Int32
 	opts := kafka.Options{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, CommitInterval: 20 * time.Millisecond,
-		OnError: func(err error) {
+		Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
 			if errors.As(err, new(*kafka.DeadLetterError)) {
 				dlErrs.Add(1)
 			}
-		}}
-	startConsumer(t, e, g, opts, func(_ context.Context, rec *kgo.Record) ([]byte, error) {
+		}}}
+	startConsumer(t, e, g, opts, kafka.Handle(func(_ context.Context, rec *kgo.Record) ([]byte, error) {
 		if idOf(rec) == "perm" {
 			return nil, idem.Permanent(errors.New("rejected"))
 		}
 		afterRan.Store(true)
 		return nil, nil
-	})
+	}))
 	e.waitCommitted(t)
 	if afterBeforeDLQ.Load() {
 		t.Error("the next record ran before the dead letter was acknowledged")

@@ -35,19 +35,26 @@ type partition struct {
 	// Owned by the work goroutine: how often the head record was tried,
 	// and how many of those tries the handler failed.
 	attempts, failures int
-	// Owned by the work goroutine: tickets claimed in one batch for the
-	// records queued right behind the head, in queue order (Run with an
-	// idem.BatchStore).
-	pending []pendingTicket
+	// Owned by the work goroutine, when the consumer claims in batches:
+	// how many records behind the head the current batch covers, the
+	// claims made for them and not run yet, and the context that carries
+	// those claims to the consumer's aheadStore (see batch.go).
+	batched int
+	claims  aheadClaims
+	actx    context.Context
 }
 
 func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {
 	ctx, cancel := context.WithCancel(base)
-	return &partition{
+	p := &partition{
 		c: c, topic: topic, partition: n, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}),
-		commitOff: -1,
+		commitOff: -1, claims: make(aheadClaims), actx: ctx,
 	}
+	if c.ahead != nil {
+		p.actx = context.WithValue(ctx, aheadKey{}, p.claims)
+	}
+	return p
 }
 
 // push appends records, and pauses fetching from the partition once its
@@ -127,7 +134,7 @@ func (p *partition) stopping() bool {
 // claims of records it did not run.
 func (p *partition) work() {
 	defer close(p.exited)
-	defer p.releasePending()
+	defer p.releaseAhead()
 	for {
 		rec := p.head()
 		if rec == nil {
@@ -146,17 +153,20 @@ func (p *partition) work() {
 		case <-p.quit:
 			return
 		}
-		done, hold := p.c.proc(p, rec)
+		r, done := p.c.process(p, rec)
 		<-p.c.sem
 		if done {
 			p.finish(rec)
+		}
+		p.c.opts.Hooks.CallAfterSettle(p.ctx, rec, r)
+		if done {
 			continue
 		}
-		// Hold the partition: the same record is tried again after hold
+		// Hold the partition: the same record is tried again after r.Delay
 		// (the holder's lease for a key in progress elsewhere, else the
 		// attempt's back-off), and nothing after it is marked done
 		// meanwhile.
-		if !p.wait(hold) {
+		if !p.wait(r.Delay) {
 			return
 		}
 	}

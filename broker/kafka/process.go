@@ -11,14 +11,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
-// MessageOf converts a record into what the guard reads: headers (the first
-// value wins when a header repeats), the value as payload, and the
-// content-type header (set by the CloudEvents Kafka binding in structured
-// mode). ID stays empty: Kafka has no producer-assigned message id, and the
-// offset is not one (a producer retry writes the same message at a new
-// offset).
+// MessageOf converts a record into what the guard reads: the
+// idempotency-key header (DefaultKeyHeader) as ID, so that the guard's
+// default key (idem.MessageID) works; the headers (the first value wins
+// when a header repeats); the value as payload; and the content-type header
+// (set by the CloudEvents Kafka binding in structured mode). Kafka has no
+// producer-assigned message id and no correlation id of its own: a record
+// without the header has no ID (the offset is not one: a producer retry
+// writes the same message at a new offset), and CorrelationID stays empty
+// (idem.DefaultCorrelation then reads the W3C traceparent header).
 func MessageOf(rec *kgo.Record) idem.Message {
 	m := idem.Message{Payload: rec.Value}
 	if len(rec.Headers) > 0 {
@@ -28,50 +32,64 @@ func MessageOf(rec *kgo.Record) idem.Message {
 				m.Headers[h.Key] = string(h.Value)
 			}
 		}
+		m.ID = m.Headers[DefaultKeyHeader]
 		m.ContentType = m.Header("content-type")
 	}
 	return m
 }
 
-// Key returns the key the consumer stores for rec: Options.Key's id in
-// Options.Scope, validated.
+// Key returns the key the consumer stores for rec: the guard's key function
+// applied to MessageOf(rec), in the guard's scope, validated.
 func (c *Consumer) Key(rec *kgo.Record) (idem.Key, error) {
 	return c.g.Key(MessageOf(rec))
 }
 
-// process runs one record through the guard and acts on the outcome. It
-// reports whether the record is done (processed, a duplicate, or
-// dead-lettered with the dead letter acknowledged) and, when it is not, how
-// long the partition is held before the record is tried again: for a key in
-// progress elsewhere until the holder's lease ends, plus jitter
-// (idem.RetryAfter), so that the retry finds the key completed (a
-// duplicate), renewed (held again) or orphaned (retaken as stale); for
-// everything else the attempt's back-off.
-func (c *Consumer) process(p *partition, rec *kgo.Record, do doFunc) (bool, time.Duration) {
+// process runs the head record of p through the guard and acts on the
+// outcome: the Report of the attempt, and whether the record is done
+// (processed, a duplicate, or dead-lettered with the dead letter
+// acknowledged). A record that is not done holds its partition for
+// r.Delay: for a key in progress elsewhere until the holder's lease ends,
+// plus jitter (idem.RetryAfter), so that the retry finds the key completed
+// (a duplicate), renewed (held again) or orphaned (retaken as stale); for
+// everything else the attempt's back-off. BeforeSettle runs once the
+// outcome is known, before any of that.
+func (c *Consumer) process(p *partition, rec *kgo.Record) (broker.Report, bool) {
 	p.attempts++
 	ctx := p.ctx
-	res, err := do(ctx, rec)
-	switch idem.Decide(res, err) {
-	case idem.ActionAck:
-		return true, 0
-	case idem.ActionDeadLetter:
-		return c.deadLetter(ctx, p, rec, "", res, err)
-	}
-	if ctx.Err() != nil {
-		return false, 0 // lost, or drained on shutdown: the next owner retries
-	}
-	if res.Outcome == idem.OutcomeFailed {
+	res, err := c.handle(p, rec)
+	r := broker.Decide(res, err, c.clock(), p.attempts, c.backoff)
+	if r.Action == idem.ActionRetry && ctx.Err() == nil && res.Outcome == idem.OutcomeFailed {
+		// A failure caused by a cancelled context (a loss, a drain that
+		// timed out) is not the record's: the next owner retries it.
 		p.failures++
 		if c.opts.MaxAttempts > 0 && p.failures >= c.opts.MaxAttempts {
-			return c.deadLetter(ctx, p, rec, ReasonRetriesExhausted, res, err)
+			r.Action, r.Reason, r.Delay = idem.ActionDeadLetter, broker.ReasonMaxDeliver, 0
 		}
 	}
-	return false, idem.RetryAfter(res, err, c.clock(), c.backoff(p.attempts))
+	c.opts.Hooks.CallBeforeSettle(ctx, rec, r)
+	done := false
+	switch r.Action {
+	case idem.ActionAck:
+		done = true
+	case idem.ActionDeadLetter:
+		r, done = c.deadLetter(ctx, p, rec, r)
+	}
+	if !done {
+		// Held: the claims made ahead for the records behind it would
+		// neither run before it nor keep their keys meanwhile.
+		p.releaseAhead()
+	}
+	return r, done
 }
 
-// ReasonRetriesExhausted is the idem.HeaderReason of a record dead-lettered
-// after its handler failed Options.MaxAttempts times in a row.
-const ReasonRetriesExhausted = "retries_exhausted"
+// handle runs the consumer's handler for rec: over the partition's claims made
+// ahead when the consumer claims in batches, else claiming rec on its own.
+func (c *Consumer) handle(p *partition, rec *kgo.Record) (idem.Result, error) {
+	if c.ahead != nil {
+		return c.runAhead(p, rec)
+	}
+	return c.h.Run(p.ctx, c.g, MessageOf(rec), rec)
+}
 
 // Dead-letter headers. The idem headers (idem.HeaderReason, idem.HeaderError,
 // idem.HeaderDeadLetterKey, idem.HeaderFingerprint and the
@@ -86,22 +104,19 @@ const (
 	HeaderOriginalTimestamp = "Idem-Original-Timestamp" // the record's timestamp (RFC 3339, UTC)
 )
 
-// deadLetter produces rec to the dead-letter topic and reports whether the
-// broker acknowledged it; only then is the original record done. A failed
-// produce holds the record for the attempt's back-off.
-func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, reason string, res idem.Result, cause error) (bool, time.Duration) {
-	dl := DeadLetter(c.opts.DeadLetterTopic, rec, reason, res, cause)
-	if reason == "" {
-		reason = idem.DeadLetterReason(cause)
-	}
+// deadLetter produces rec to the dead-letter topic; only once the broker
+// acknowledged it is the original record done. A failed produce is the
+// report's BrokerErr and holds the record for the attempt's back-off.
+func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, r broker.Report) (broker.Report, bool) {
+	dl := DeadLetter(c.opts.DeadLetterTopic, rec, r.Reason, r.Result, r.Err)
 	if err := c.opts.Producer.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: reason, Err: err})
-		return false, c.backoff(p.attempts)
+		r.BrokerErr = err
+		r.Delay = c.backoff(p.attempts)
+		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: r.Reason, Err: err})
+		return r, false
 	}
-	if c.opts.OnDeadLetter != nil {
-		c.opts.OnDeadLetter(rec, reason, cause)
-	}
-	return true, 0
+	c.opts.Hooks.CallOnDeadLetter(ctx, rec, r)
+	return r, true
 }
 
 // DeadLetter builds the dead letter of rec for topic, for the call that
@@ -112,7 +127,7 @@ func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record
 // and the original topic, partition, offset and timestamp; then rec's own
 // headers exactly as they were, in their order, repeats included. reason
 // replaces idem.DeadLetterReason(cause) when not empty (as
-// ReasonRetriesExhausted does).
+// broker.ReasonMaxDeliver does).
 //
 // A replayed dead letter that is dead-lettered again keeps its earlier idem
 // headers among the original ones, after the new: the first value of a

@@ -41,7 +41,7 @@ func Record(topic, key, id string, value []byte, opts ...RecordOption) *kgo.Reco
 
 // WithCloudEvent makes the record a CloudEvent in binary mode per the Kafka
 // protocol binding: headers ce_specversion (1.0), ce_id (the record's id),
-// ce_source and ce_type. Consume it with Options.Key set to
+// ce_source and ce_type. Consume it with a guard whose idem.Options.Key is
 // idem.CloudEventsKey, which keys on source and id together.
 func WithCloudEvent(source, eventType string) RecordOption {
 	return func(r *kgo.Record) {

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -11,13 +12,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
 )
 
 func TestNewConsumerValidates(t *testing.T) {
 	e := newEnv(t, "valid", 1)
-	g, _ := newGuard(t, nil)
+	g, _ := newGuard(t, e, nil)
 	seed := kgo.SeedBrokers(e.c.ListenAddrs()...)
 	build := func(opts ...kgo.Opt) *kgo.Client {
 		cl, err := kgo.NewClient(append([]kgo.Opt{seed}, opts...)...)
@@ -27,86 +29,105 @@ func TestNewConsumerValidates(t *testing.T) {
 		t.Cleanup(cl.Close)
 		return cl
 	}
+	good := func(group string) *kgo.Client {
+		return build(kafka.ClientOptions(kgo.ConsumerGroup(group), kgo.ConsumeTopics(e.topic))...)
+	}
+	noop := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil })
+	dlq := kafka.Options{DeadLetterTopic: e.dlq}
 	tests := []struct {
 		name string
 		cl   *kgo.Client
+		g    *idem.Guard
+		h    kafka.Handler
 		opts kafka.Options
 		want error
 	}{
-		{"no group", build(kgo.ConsumeTopics(e.topic)), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
-		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(e.topic)), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
-		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), kafka.Options{DeadLetterTopic: e.dlq}, kafka.ErrClientConfig},
-		{"no dead-letter topic", build(kafka.ClientOptions(kgo.ConsumerGroup("g3"), kgo.ConsumeTopics(e.topic))...), kafka.Options{}, idem.ErrInvalidOptions},
-		{"retry bounds", build(kafka.ClientOptions(kgo.ConsumerGroup("g4"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
-		{"invalid scope", build(kafka.ClientOptions(kgo.ConsumerGroup("g5"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, Scope: "bad\x00scope"}, idem.ErrInvalidOptions},
-		{"negative claim batch", build(kafka.ClientOptions(kgo.ConsumerGroup("g6"), kgo.ConsumeTopics(e.topic))...), kafka.Options{DeadLetterTopic: e.dlq, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
+		{"no group", build(kgo.ConsumeTopics(e.topic)), g, noop, dlq, kafka.ErrClientConfig},
+		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(e.topic)), g, noop, dlq, kafka.ErrClientConfig},
+		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), g, noop, dlq, kafka.ErrClientConfig},
+		{"no dead-letter topic", good("g3"), g, noop, kafka.Options{}, idem.ErrInvalidOptions},
+		{"retry bounds", good("g4"), g, noop, kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
+		{"negative claim batch", good("g6"), g, noop, kafka.Options{DeadLetterTopic: e.dlq, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
+		{"nil guard", good("g7"), nil, noop, dlq, idem.ErrInvalidOptions},
+		{"no handler", good("g8"), g, kafka.Handle(nil), dlq, broker.ErrNoHandler},
+		{"zero handler", good("g9"), g, kafka.Handler{}, dlq, idem.ErrInvalidOptions},
+		{"HandleTx without transactions", good("g10"), g, kafka.HandleTx(func(context.Context, *sql.Tx, *kgo.Record) ([]byte, error) { return nil, nil }), dlq, idem.ErrNoTx},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := kafka.NewConsumer(tc.cl, g, tc.opts); !errors.Is(err, tc.want) {
+			if _, err := kafka.NewConsumer(tc.cl, tc.g, tc.h, tc.opts); !errors.Is(err, tc.want) {
 				t.Fatalf("NewConsumer = %v, want %v", err, tc.want)
 			}
 		})
 	}
+	if _, err := kafka.NewConsumer(nil, g, noop, dlq); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Errorf("nil client: %v", err)
+	}
 
 	cl := e.consumerClient()
 	defer cl.Close()
-	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq})
+	c, err := kafka.NewConsumer(cl, g, noop, dlq)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Scope() != e.group {
-		t.Errorf("scope %q, want the group %q", c.Scope(), e.group)
+		t.Errorf("scope %q, want the guard's %q", c.Scope(), e.group)
 	}
-	if _, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq}); !errors.Is(err, kafka.ErrClientConfig) {
+	if _, err := kafka.NewConsumer(cl, g, noop, dlq); !errors.Is(err, kafka.ErrClientConfig) {
 		t.Errorf("second consumer on one client: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil }); err != nil {
+	if err := c.Run(ctx); err != nil {
 		t.Errorf("Run with an ended context: %v", err)
 	}
-	if err := c.Run(ctx, func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil }); !errors.Is(err, kafka.ErrRunning) {
+	if err := c.Run(ctx); !errors.Is(err, kafka.ErrRunning) {
 		t.Errorf("second Run: %v", err)
+	}
+	if err := kafka.Consume(ctx, good("g11"), g, kafka.Handle(nil), dlq); !errors.Is(err, broker.ErrNoHandler) {
+		t.Errorf("Consume without a handler: %v", err)
 	}
 }
 
-// TestConsumerGuard: the consumer keys records with its own scope and key
-// function, not the given guard's, and leaves the given guard unchanged.
+// TestConsumerGuard: the guard is the one place for scope and key. The
+// consumer keys records with the guard's scope and key function as they
+// are: NewGuard's scope is the group, and the default key reads the
+// idempotency-key header through MessageOf; a key function set on the
+// guard is used instead.
 func TestConsumerGuard(t *testing.T) {
 	e := newEnv(t, "guard", 1)
-	g, err := idem.New(memory.New(), idem.Options{Scope: "guard-scope", Key: func(idem.Message) (string, error) {
-		return "from-the-guard", nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec := kafka.Record(e.topic, "", "order-42", []byte("v"), kafka.WithHeader("other", "o-1"))
 
 	cl := e.consumerClient()
 	defer cl.Close()
-	c, err := kafka.NewConsumer(cl, g, kafka.Options{DeadLetterTopic: e.dlq})
+	g, err := kafka.NewGuard(memory.New(), cl, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil })
+	c, err := kafka.NewConsumer(cl, g, noop, kafka.Options{DeadLetterTopic: e.dlq})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k, err := c.Key(rec); err != nil || k != (idem.Key{Scope: e.group, ID: "order-42"}) {
 		t.Errorf("default Key = %+v, %v; want the group and the idempotency-key header", k, err)
 	}
+	if _, err := c.Key(&kgo.Record{Topic: e.topic}); !errors.Is(err, idem.ErrNoKey) {
+		t.Errorf("Key of a record without the header = %v, want ErrNoKey", err)
+	}
 
 	cl2 := e.consumerClient()
 	defer cl2.Close()
-	c2, err := kafka.NewConsumer(cl2, g, kafka.Options{DeadLetterTopic: e.dlq, Scope: "mine", Key: idem.HeaderKey("other")})
+	g2, err := kafka.NewGuard(memory.New(), cl2, idem.Options{Scope: "mine", Key: idem.HeaderKey("other")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := kafka.NewConsumer(cl2, g2, noop, kafka.Options{DeadLetterTopic: e.dlq})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if k, err := c2.Key(rec); err != nil || k != (idem.Key{Scope: "mine", ID: "o-1"}) || c2.Scope() != "mine" {
-		t.Errorf("Key = %+v, %v, scope %q; want Options.Scope and Options.Key", k, err, c2.Scope())
-	}
-	if k, err := g.Key(kafka.MessageOf(rec)); err != nil || k != (idem.Key{Scope: "guard-scope", ID: "from-the-guard"}) {
-		t.Errorf("the given guard changed: %+v, %v", k, err)
-	}
-	if _, err := c.Key(&kgo.Record{Topic: e.topic}); !errors.Is(err, idem.ErrNoKey) {
-		t.Errorf("Key of a record without the header = %v, want ErrNoKey", err)
+		t.Errorf("Key = %+v, %v, scope %q; want the guard's scope and key", k, err, c2.Scope())
 	}
 }
 
@@ -117,8 +138,17 @@ func TestRecordAndKeys(t *testing.T) {
 		t.Fatalf("record %+v", r)
 	}
 	m := kafka.MessageOf(r)
-	if m.ID != "" {
-		t.Errorf("MessageOf(r).ID = %q: offsets and transport values are never ids", m.ID)
+	if m.ID != "order-42" {
+		t.Errorf("MessageOf(r).ID = %q, want the idempotency-key header", m.ID)
+	}
+	if id, err := idem.MessageID(m); err != nil || id != "order-42" {
+		t.Errorf("the guard's default key %q %v", id, err)
+	}
+	if m.CorrelationID != "" {
+		t.Errorf("correlation id %q: Kafka has none of its own", m.CorrelationID)
+	}
+	if got := kafka.MessageOf(&kgo.Record{Value: []byte("v"), Offset: 7}); got.ID != "" {
+		t.Errorf("a record without the header has ID %q: offsets are never ids", got.ID)
 	}
 	if m.ContentType != "application/json" {
 		t.Errorf("content type %q", m.ContentType)
@@ -134,8 +164,8 @@ func TestRecordAndKeys(t *testing.T) {
 	}
 	// A repeated header: the first value is the key.
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: kafka.DefaultKeyHeader, Value: []byte("other")})
-	if got := kafka.MessageOf(r).Header(kafka.DefaultKeyHeader); got != "order-42" {
-		t.Errorf("repeated header gave %q", got)
+	if got := kafka.MessageOf(r); got.Header(kafka.DefaultKeyHeader) != "order-42" || got.ID != "order-42" {
+		t.Errorf("repeated header gave %q, ID %q", got.Header(kafka.DefaultKeyHeader), got.ID)
 	}
 }
 
@@ -143,7 +173,7 @@ func TestDeadLetterRecord(t *testing.T) {
 	orig := &kgo.Record{Topic: "orders", Partition: 3, Offset: 77, Key: []byte("k"), Value: []byte("v"),
 		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}, {Key: "a", Value: []byte("2")}}}
 	res := idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "s", ID: "id-1"}}
-	dl := kafka.DeadLetter("orders.dlq", orig, kafka.ReasonRetriesExhausted, res, errors.New(strings.Repeat("é", 5000)))
+	dl := kafka.DeadLetter("orders.dlq", orig, broker.ReasonMaxDeliver, res, errors.New(strings.Repeat("é", 5000)))
 	if dl.Topic != "orders.dlq" || string(dl.Key) != "k" || string(dl.Value) != "v" {
 		t.Fatalf("dead letter %+v", dl)
 	}
@@ -151,7 +181,7 @@ func TestDeadLetterRecord(t *testing.T) {
 	for _, h := range dl.Headers {
 		got[h.Key] = append(got[h.Key], string(h.Value))
 	}
-	want := map[string][]string{"a": {"1", "2"}, kafka.HeaderReason: {kafka.ReasonRetriesExhausted, "old"},
+	want := map[string][]string{"a": {"1", "2"}, kafka.HeaderReason: {broker.ReasonMaxDeliver, "old"},
 		idem.HeaderDeadLetterKey: {"s/id-1"}, kafka.HeaderOriginalTopic: {"orders"},
 		kafka.HeaderOriginalPartition: {"3"}, kafka.HeaderOriginalOffset: {"77"}}
 	for k, v := range want {

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/postgres"
 )
@@ -102,9 +103,11 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close() // after RunTx has returned: closing leaves the group
+	defer cl.Close() // after Consume has returned: closing leaves the group
 
-	// Keys are scoped by the consumer group.
+	// The guard holds the scope and the key: the scope is the consumer
+	// group, the key the idempotency-key header (the producer's stable
+	// order id), which MessageOf reads as the message id.
 	g, err := kafka.NewGuard(inbox, cl, idem.Options{
 		Observer: idem.NewSlogObserver(cfg.Logger),
 	})
@@ -112,21 +115,9 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
-	consumer, err := kafka.NewConsumer(cl, g, kafka.Options{
-		Key:             idem.HeaderKey(kafka.DefaultKeyHeader), // the producer's stable order id
-		DeadLetterTopic: cfg.DeadLetter,
-		OnDeadLetter: func(rec *kgo.Record, reason string, err error) {
-			// The place to alert: a conflict is an order id reused with other content.
-			cfg.Logger.Error("order dead-lettered", "reason", reason, "err", err, "offset", rec.Offset)
-		},
-	})
-	if err != nil {
-		return err
-	}
-
 	// The charge and the dedup marker commit together, or neither does. The
 	// offset is committed only after that commit.
-	return kafka.RunTx(ctx, consumer, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
+	charge := kafka.HandleTx(func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]byte, error) {
 		var o order
 		if err := json.Unmarshal(rec.Value, &o); err != nil {
 			return nil, idem.Permanent(fmt.Errorf("decode order: %w", err)) // retrying will not fix it
@@ -136,6 +127,15 @@ func run(ctx context.Context, cfg config) error {
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO charges (order_id, amount_cents) VALUES ($1, $2)`, o.ID, o.AmountCents)
 		return nil, err
+	})
+	return kafka.Consume(ctx, cl, g, charge, kafka.Options{
+		DeadLetterTopic: cfg.DeadLetter,
+		Hooks: broker.Hooks[*kgo.Record]{
+			OnDeadLetter: func(_ context.Context, rec *kgo.Record, r broker.Report) {
+				// The place to alert: a conflict is an order id reused with other content.
+				cfg.Logger.Error("order dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
+			},
+		},
 	})
 }
 
