@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/postgres"
@@ -30,37 +29,11 @@ type edgeConfig struct {
 }
 
 func edgeConfigs(t *testing.T) []edgeConfig {
-	modePool := func(t *testing.T, mode pgx.QueryExecMode) *pgxpool.Pool {
-		cfg := testPool(t).Config()
-		cfg.MaxConns = 4
-		cfg.ConnConfig.DefaultQueryExecMode = mode
-		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return pool
-	}
-	onPool := func(mode pgx.QueryExecMode) func(t *testing.T) *postgres.Store {
-		return func(t *testing.T) *postgres.Store {
-			pool := modePool(t, mode)
-			schema := newSchema(t, testPool(t))
-			s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records", MarkWithFirstStatement: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			postgres.NeverPauseFirst(s)
-			return s
-		}
-	}
 	return []edgeConfig{
 		{"plain", func(t *testing.T) *postgres.Store { return newStore(t, postgres.Options{}) }},
 		{"partitioned", func(t *testing.T) *postgres.Store { return newStore(t, postgres.Options{Partitions: 4}) }},
-		{"simple_protocol+first", onPool(pgx.QueryExecModeSimpleProtocol)},
-		{"exec+first", onPool(pgx.QueryExecModeExec)},
+		{"simple_protocol+first", modeStores(t, pgx.QueryExecModeSimpleProtocol)},
+		{"exec+first", modeStores(t, pgx.QueryExecModeExec)},
 	}
 }
 

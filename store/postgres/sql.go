@@ -34,15 +34,14 @@ type statements struct {
 	list                  string // WHERE and LIMIT appended by List
 }
 
+// sweepSlackSQL is sweepSlack as an SQL interval.
+var sweepSlackSQL = fmt.Sprintf(`interval '%d seconds'`, int(sweepSlack/time.Second))
+
 // keepSweepAt is the sweep_at an update writes for a row t whose retention
 // now ends at the time whose sweepAt is s: the row's own sweep_at while it
 // is at most s (so at most expires_at) and not more than sweepSlack below
 // it, else s. The usual complete, a handler's duration after its claim,
-// and the usual renewal, well inside the retention, keep the indexed value
-// and stay HOT.
-// sweepSlackSQL is sweepSlack as an SQL interval.
-var sweepSlackSQL = fmt.Sprintf(`interval '%d seconds'`, int(sweepSlack/time.Second))
-
+// keeps the indexed value and stays HOT.
 func keepSweepAt(t, s string) string {
 	return fmt.Sprintf(`CASE WHEN %[2]s < %[1]ssweep_at OR %[2]s > %[1]ssweep_at + %[3]s THEN %[2]s ELSE %[1]ssweep_at END`,
 		t, s, sweepSlackSQL)

@@ -154,28 +154,35 @@ func TestConformanceRepeatableReadDefault(t *testing.T) {
 func TestConformanceQueryExecModes(t *testing.T) {
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg := testPool(t).Config()
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			mk := func(t *testing.T) *postgres.Store {
-				schema := newSchema(t, testPool(t))
-				s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records", MarkWithFirstStatement: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := s.Migrate(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				postgres.NeverPauseFirst(s)
-				return s
-			}
+			mk := modeStores(t, mode)
 			storetest.Run(t, func(t *testing.T) idem.Store { return mk(t) })
 			storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] { return mk(t) })
 		})
+	}
+}
+
+// modeStores returns a maker of migrated stores, each on a fresh schema,
+// that share a pool (closed when t ends) whose statements run in mode, with
+// MarkWithFirstStatement and the deferred marker on every DoTx.
+func modeStores(t *testing.T, mode pgx.QueryExecMode) func(t *testing.T) *postgres.Store {
+	cfg := testPool(t).Config()
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return func(t *testing.T) *postgres.Store {
+		schema := newSchema(t, testPool(t))
+		s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records", MarkWithFirstStatement: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		postgres.NeverPauseFirst(s)
+		return s
 	}
 }
 
