@@ -15,10 +15,10 @@ import (
 // (SKIP LOCKED), so a sweep never waits for claims, and a claim of an
 // expired row waits at most for one batch.
 //
-// Rows are picked through the sweep_at index (expires_at rounded up to the
-// minute), oldest first, so a record is swept up to a minute after it
-// expired; claims compare expires_at itself and never see the difference.
-// Run it through idem.Sweeper, which repeats it until a batch comes back short.
+// Rows are picked through the sweep_at index, oldest first, and checked
+// against expires_at itself: sweep_at is never later than expires_at (see
+// sweepAt), so a record can go as soon as it expired. Run it through
+// idem.Sweeper, which repeats it until a batch comes back short.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil
