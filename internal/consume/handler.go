@@ -10,7 +10,10 @@
 //	}
 //
 // The consumer then checks the handler once at construction (Check) and runs
-// it for each message (Run).
+// it for each message (Run), or through a Driver, which holds a message
+// whose key is in progress elsewhere and claims it again instead of
+// handing it back to the broker (spending none of its delivery limit).
+// DeadLetterHeaders gives the idem headers of a dead letter.
 package consume
 
 import (
