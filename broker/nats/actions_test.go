@@ -164,45 +164,11 @@ func TestActions(t *testing.T) {
 					js.mu.Unlock()
 					if dl.Header.Get(natsidem.HeaderReason) != s.wantDLQ || r.Reason != s.wantDLQ ||
 						dl.Header.Get(natsidem.HeaderSubject) != "orders.x" || dl.Header.Get(natsidem.HeaderStreamSeq) != "7" ||
-						dl.Header.Get(jetstream.MsgIDHeader) != "idem-dlq:S:7" || dl.Header.Get(natsidem.HeaderConsumer) != "S/c" {
+						dl.Header.Get(jetstream.MsgIDHeader) != "idem-dlq:S/c:7" || dl.Header.Get(natsidem.HeaderConsumer) != "S/c" {
 						t.Fatalf("step %d: dead letter headers %v, report reason %q; want reason %q", i, dl.Header, r.Reason, s.wantDLQ)
 					}
 				}
 			}
 		})
-	}
-}
-
-// TestInProgressElsewhere: a redelivery that arrives while the first
-// delivery's handler still runs is nak'ed, not acked and not handled.
-func TestInProgressElsewhere(t *testing.T) {
-	cons := infoConsumer{info: &jetstream.ConsumerInfo{Stream: "S", Name: "c"}}
-	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, release := make(chan struct{}), make(chan struct{})
-	var calls int
-	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-		calls++
-		close(started)
-		<-release
-		return nil, nil
-	}), natsidem.Options{JetStream: &recJS{}, DeadLetterSubject: "dlq", Backoff: func(int) time.Duration { return time.Second }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := &recMsg{id: "a", data: []byte("1"), delivered: 1}
-	done := make(chan natsidem.Report)
-	go func() { done <- c.Process(context.Background(), first) }()
-	<-started
-	again := &recMsg{id: "a", data: []byte("1"), delivered: 2}
-	r := c.Process(context.Background(), again)
-	if !errors.Is(r.Err, idem.ErrInProgress) || again.got() != "[nak 1s]" {
-		t.Fatalf("redelivery: actions %s, report %+v; want a nak for in progress", again.got(), r)
-	}
-	close(release)
-	if r := <-done; r.Action != idem.ActionAck || first.got() != "[ack]" || calls != 1 {
-		t.Fatalf("first delivery: actions %s, report %+v, %d calls", first.got(), r, calls)
 	}
 }

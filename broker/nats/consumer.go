@@ -32,9 +32,24 @@ type Options struct {
 	// Prefetch/Concurrency times the handler's duration under AckWait.
 	Prefetch int
 	// Backoff gives the NakWithDelay delay for a retried message from its
-	// delivery count (1 for the first delivery). Default
-	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	// delivery count (1 for the first delivery), and the pace at which a
+	// held message is claimed again (from its round). Default
+	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff). A key
+	// in progress elsewhere is not retried on this back-off: see MaxHold.
 	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere
+	// is held before it is nak'ed. Held, it spends none of the consumer's
+	// MaxDeliver: the consumer tells the server it is in progress and
+	// claims the key again on the back-off, at the latest when the holder's
+	// lease ends (then a crashed holder's claim is retaken as stale). Past
+	// MaxHold, or when Run shuts down, it is nak'ed with the delay until
+	// the holder's lease ends (idem.RetryAfter). On its last allowed
+	// delivery it is held without bound: a nak would let JetStream drop it.
+	// Held messages wait outside the Concurrency workers; they count
+	// against the consumer's MaxAckPending. Default DefaultMaxHold;
+	// negative: never held (nak'ed at once, with the delay until the lease
+	// ends).
+	MaxHold time.Duration
 	// DoubleAck acknowledges with DoubleAck, waiting for the server to
 	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
 	// acked without running the handler); DoubleAck trades a round trip per
@@ -61,9 +76,14 @@ const (
 	DefaultMaxBackoff = 30 * time.Second
 )
 
+// DefaultMaxHold is the default of Options.MaxHold.
+const DefaultMaxHold = 5 * time.Minute
+
 // ReasonMaxDeliver is the dead-letter reason of a message that would be
 // retried on its last allowed delivery (the consumer's MaxDeliver): JetStream
-// would otherwise drop it silently.
+// would otherwise drop it silently. A key in progress elsewhere never gets
+// there while it is held; only a shutdown that outlasts ShutdownTimeout
+// during such a hold dead-letters it (with Idem-Stored-State in_progress).
 const ReasonMaxDeliver = "max_deliver"
 
 // Report is what happened to one message.
@@ -73,6 +93,7 @@ type Report struct {
 	Action idem.Action   // the action taken: ack, retry or dead-letter
 	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
 	Delay  time.Duration // the NakWithDelay delay of a retry
+	Held   time.Duration // how long it was held, in progress elsewhere, before the action
 	// BrokerErr is the failure of the action itself (ack, nak, dead-letter
 	// publish, term). The message is then redelivered after AckWait, which
 	// is safe: its record decides again.
@@ -89,9 +110,9 @@ const pullExpiry = 5 * time.Second
 type Consumer struct {
 	cons       jetstream.Consumer
 	g          *idem.Guard
-	h          Handler
 	opts       Options
-	ackWait    time.Duration
+	drv        consume.Driver[jetstream.Msg]
+	ackWait    time.Duration // the shortest ack wait of the consumer (AckWait, BackOff)
 	maxDeliver int
 	name       string
 }
@@ -131,9 +152,18 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	if opts.Message == nil {
 		opts.Message = MessageOf
 	}
-	c := &Consumer{cons: cons, g: g, h: h, opts: opts}
+	if opts.MaxHold == 0 {
+		opts.MaxHold = DefaultMaxHold
+	}
+	c := &Consumer{cons: cons, g: g, opts: opts,
+		drv: consume.Driver[jetstream.Msg]{Handler: h, Guard: g, Backoff: opts.Backoff, MaxHold: opts.MaxHold}}
 	if info := cons.CachedInfo(); info != nil {
 		c.ackWait = info.Config.AckWait
+		for _, b := range info.Config.BackOff {
+			if b > 0 && (c.ackWait <= 0 || b < c.ackWait) {
+				c.ackWait = b
+			}
+		}
 		c.maxDeliver = info.Config.MaxDeliver
 		c.name = info.Stream + "/" + info.Name
 	}
@@ -151,9 +181,10 @@ func Consume(ctx context.Context, cons jetstream.Consumer, g *idem.Guard, h Hand
 
 // Run pulls and handles messages until ctx ends, then shuts down gracefully:
 // it stops pulling, naks the messages buffered but not started (so other
-// consumers get them at once), waits for the in-flight handlers (cancelling
-// their contexts after ShutdownTimeout) and returns nil. It returns an error
-// if consuming cannot start or the iterator closes under it (connection
+// consumers get them at once) and the held ones (with the delay until their
+// holder's lease ends), waits for the in-flight handlers (cancelling their
+// contexts after ShutdownTimeout) and returns nil. It returns an error if
+// consuming cannot start or the iterator closes under it (connection
 // closed, consumer deleted); in-flight handlers are finished first.
 //
 // Several Runs, in one process or many, may share one durable consumer: they
@@ -165,36 +196,74 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer iter.Stop()
 
-	// Handlers outlive ctx so that a shutdown finishes them; workCtx ends
-	// ShutdownTimeout after ctx does.
+	// stop ends when the pull loop does (ctx ended or the iterator
+	// closed); handlers outlive it so that a shutdown finishes them, and
+	// workCtx ends ShutdownTimeout after it.
+	stopCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	stop := stopCtx.Done()
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
 	// A fixed pool of workers: their stacks stay grown, where a goroutine
 	// per message would grow a fresh stack through the guard every time.
+	// A message whose key is in progress elsewhere waits in a goroutine of
+	// its own (hold), freeing its worker and its slot, and comes back
+	// through again to be claimed by a worker.
 	slots := make(chan struct{}, c.opts.Concurrency)
 	work := make(chan jetstream.Msg, c.opts.Concurrency)
+	again := make(chan *delivery)
 	var wg sync.WaitGroup
+	var hold func(d *delivery, wait time.Duration)
+	claim := func(d *delivery) {
+		if wait, held := c.drv.Claim(workCtx, d.p); held {
+			wg.Add(1) // the calling worker is still counted: never from zero
+			go hold(d, wait)
+			return
+		}
+		c.finish(workCtx, d)
+	}
+	hold = func(d *delivery, wait time.Duration) {
+		defer wg.Done()
+		until := time.Now().Add(wait)
+		if consume.Sleep(wait, stop) {
+			select {
+			case again <- d:
+				return
+			case <-stop:
+			}
+		}
+		// Shutting down: no worker claims it again. It is nak'ed now,
+		// unless this is its last delivery: that is held on, and claimed
+		// here, until workCtx ends.
+		c.drv.Resume(workCtx, stop, d.p, time.Until(until), true)
+		c.finish(workCtx, d)
+	}
 	for range c.opts.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for msg := range work {
-				if ctx.Err() != nil {
-					// Shutdown began as msg was pulled (a freed slot and a
-					// cancelled ctx race in the select below): it goes back
-					// unstarted, like the buffered ones.
-					if err := msg.Nak(); err != nil {
-						c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
+			for {
+				select {
+				case msg, ok := <-work:
+					if !ok {
+						return
 					}
+					if stopCtx.Err() != nil {
+						// Shutdown began as msg was pulled (a freed slot and a
+						// cancelled ctx race in the select below): it goes back
+						// unstarted, like the buffered ones.
+						if err := msg.Nak(); err != nil {
+							c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
+						}
+						<-slots
+						continue
+					}
+					claim(c.start(msg))
 					<-slots
-					continue
+				case d := <-again:
+					claim(d)
 				}
-				r := c.Process(workCtx, msg)
-				if c.opts.OnResult != nil {
-					c.opts.OnResult(msg, r)
-				}
-				<-slots
 			}
 		}()
 	}
@@ -226,6 +295,7 @@ loop:
 		}
 		work <- msg // never blocks: the slot bounds the messages in work
 	}
+	stopRun()
 	close(work)
 
 	// Stop pulling; hand back what is buffered but not started.

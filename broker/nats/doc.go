@@ -9,15 +9,27 @@
 //
 //   - processed or duplicate: Ack (DoubleAck with [Options.DoubleAck]), only
 //     after the record is durable;
-//   - in progress elsewhere, a transient handler error, a store failure:
-//     NakWithDelay with the back-off of [Options.Backoff] (redelivered later);
+//   - in progress elsewhere (a producer retry during a long handler, a
+//     claim orphaned by a crashed consumer): held, not nak'ed. The
+//     consumer keeps telling the server the message is in progress (so it
+//     spends no delivery of the consumer's MaxDeliver) and claims the key
+//     again on the back-off, at the latest when the holder's lease ends:
+//     it then finds the key completed (acked as a duplicate), renewed (held
+//     on) or orphaned (retaken as stale and processed). Past
+//     [Options.MaxHold], or when Run shuts down, it is nak'ed with the delay
+//     until the holder's lease ends ([idem.RetryAfter]); on its last allowed
+//     delivery it is held without bound, so a live duplicate is not
+//     dead-lettered as max_deliver (only a shutdown that outlasts
+//     [Options.ShutdownTimeout] during that hold does: a nak would let
+//     JetStream drop it);
+//   - a transient handler error, a store failure: NakWithDelay with the
+//     back-off of [Options.Backoff] (redelivered later); on the consumer's
+//     last allowed delivery, dead-lettered with reason max_deliver instead,
+//     which JetStream would drop;
 //   - conflict, permanent error, missing or invalid key, parked record:
-//     published to [Options.DeadLetterSubject] with the headers Idem-Reason,
-//     Idem-Error, Idem-Subject, Idem-Msg-Id, Idem-Stream, Idem-Stream-Seq and
-//     Idem-Consumer, then Term. If the dead-letter publish fails the message is
-//     not terminated but retried, so nothing is lost. A dead letter carries
-//     Nats-Msg-Id "idem-dlq:<stream>:<sequence>", so a repeat after a lost
-//     Term is dropped by the dead-letter stream's duplicate window.
+//     published to [Options.DeadLetterSubject], then Term. If the dead-letter
+//     publish fails the message is not terminated but retried, so nothing
+//     is lost.
 //
 // Usage, two-phase (the side effect lives outside the store):
 //
@@ -44,15 +56,18 @@
 // # Keys, and which NATS ids survive what
 //
 // The key comes from the guard's [idem.Options.Key] applied to the
-// [idem.Message] built by [MessageOf]: Message.ID is the Nats-Msg-Id header
-// (the default extractor, idem.MessageID, uses it), Headers are the NATS
-// headers (first value of each), ContentType is the Content-Type header.
-// idem.CloudEventsKey reads binary-mode CloudEvents headers (ce-id, ce-source,
-// matched case-insensitively) and structured-mode payloads.
+// [idem.Message] built by [MessageOf]: Message.ID is the Idem-Id header set
+// by [Publish], else the Nats-Msg-Id header (the default extractor,
+// idem.MessageID, uses it), Headers are the NATS headers (first value of
+// each), ContentType is the Content-Type header. idem.CloudEventsKey reads
+// binary-mode CloudEvents headers (ce-id, ce-source, matched
+// case-insensitively) and structured-mode payloads.
 //
 //   - Nats-Msg-Id is chosen by the producer: it survives producer retries
-//     (when the producer reuses it, as [Publish] does) and redelivery. It is
-//     the right key.
+//     (when the producer reuses it) and redelivery. It is the right key. A
+//     message sent by [Publish] has the dedup id there (see below), and its
+//     plain id in Idem-Id, which MessageOf reads first and shows under
+//     Nats-Msg-Id too.
 //   - The stream sequence survives redelivery but not a producer retry: a
 //     re-sent message is stored again under a new sequence. Never a key.
 //   - The delivery count and the consumer sequence change on every
@@ -65,12 +80,54 @@
 // consumer names are unique per stream only. [ScopeFor] returns it and
 // [NewGuard] fills it in.
 //
+// # Dead letters
+//
+// A dead letter is the original's data and headers with what an operator
+// needs to decide, in headers:
+//
+//   - why: Idem-Reason (conflict, no_key, invalid_key, parked,
+//     invalid_data, permanent, max_deliver), Idem-Error, Idem-Key (the
+//     scope/id);
+//   - which content holds the key: Idem-Fingerprint (this message's)
+//     beside Idem-Stored-Fingerprint, Idem-Stored-State,
+//     Idem-Stored-Created-At (when the key was first claimed),
+//     Idem-Stored-Token and Idem-Stored-Attempts, for a conflict or a
+//     parked record (see [idem.DeadLetterHeaders]);
+//   - where from: Idem-Subject, Idem-Stream, Idem-Stream-Seq (the stream
+//     sequence), Idem-Original-Timestamp (when the stream stored it),
+//     Idem-Deliveries and Idem-Consumer.
+//
+// A conflict whose Idem-Stored-Created-At is after this message's
+// Idem-Original-Timestamp means the key's content was first claimed when
+// this message was already stored: after crashes, a later content can win
+// the key and the original is the one dead-lettered. One whose stored
+// record is older is a plain reuse of the id.
+//
+// The original's headers travel as they were, under their own names,
+// except JetStream's control headers (Nats-Msg-Id, Nats-Expected-*, ...),
+// which would act on the dead-letter stream: they travel prefixed with
+// Idem-Original- (the original Nats-Msg-Id is Idem-Original-Nats-Msg-Id,
+// and Idem-Msg-Id too). Idem-Id, the plain id set by [Publish], travels as
+// it was. A dead letter's own Nats-Msg-Id is
+// "idem-dlq:<stream>/<consumer>:<sequence>", so a repeat after a lost Term
+// is dropped by the dead-letter stream's duplicate window.
+//
 // # Producer side
 //
 // [Publish] sets Nats-Msg-Id, which turns on JetStream's duplicate window for
 // the stream (Duplicates, two minutes by default): a producer retry inside
-// the window is dropped by the server. That is a complement to consumer-side
-// deduplication, never a replacement: the window is minutes long, and a
-// redelivery after AckWait (a lost ack, a crashed consumer) is the same stored
-// message delivered again, which the window does not cover at all.
+// the window is dropped by the server. The window must never drop a
+// conflict, so Nats-Msg-Id is [idem.DedupID] of the id and the content's
+// fingerprint ([idem.PayloadFingerprint], or the consumers' FingerprintFunc
+// given with [WithFingerprint]): retries of the same content collapse, an
+// id reused with other content is stored and reaches the consumer, which
+// dead-letters it as a conflict. The plain id travels in Idem-Id.
+// Consumers of messages sent by Publish read it by default; upgrade
+// consumers before producers, as an older consumer would key on the dedup
+// id.
+//
+// The window is a complement to consumer-side deduplication, never a
+// replacement: it is minutes long, and a redelivery after AckWait (a lost
+// ack, a crashed consumer) is the same stored message delivered again,
+// which the window does not cover at all.
 package natsidem

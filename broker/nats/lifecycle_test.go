@@ -294,47 +294,9 @@ func TestMaxDeliver(t *testing.T) {
 		t.Fatalf("actions = %v, want two retries then the dead letter", actions)
 	}
 	dls := e.deadLetters(t)
-	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != "max_deliver" || hdr(dls[0], natsidem.HeaderMsgID) != "flaky-1" {
+	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != "max_deliver" || hdr(dls[0], natsidem.HeaderID) != "flaky-1" {
 		t.Fatalf("dead letters = %v", dls)
 	}
-}
-
-// progressConsumer reports every InProgress a consumer sends.
-type progressConsumer struct {
-	jetstream.Consumer
-	ticks chan struct{}
-}
-
-func (c progressConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
-	it, err := c.Consumer.Messages(opts...)
-	return progressIter{it, c.ticks}, err
-}
-
-type progressIter struct {
-	jetstream.MessagesContext
-	ticks chan struct{}
-}
-
-func (it progressIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
-	m, err := it.MessagesContext.Next(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return progressMsg{m, it.ticks}, nil
-}
-
-type progressMsg struct {
-	jetstream.Msg
-	ticks chan struct{}
-}
-
-func (m progressMsg) InProgress() error {
-	err := m.Msg.InProgress()
-	select {
-	case m.ticks <- struct{}{}:
-	default:
-	}
-	return err
 }
 
 // TestKeepAlive: a handler running for several AckWaits keeps its message
@@ -355,7 +317,12 @@ func TestKeepAlive(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() {
-		runDone <- natsidem.Consume(ctx, progressConsumer{cons, ticks}, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+		runDone <- natsidem.Consume(ctx, tickConsumer{cons, func(jetstream.Msg) {
+			select {
+			case ticks <- struct{}{}:
+			default:
+			}
+		}}, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 			for range 6 { // three AckWaits
 				<-ticks
 			}

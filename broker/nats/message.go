@@ -5,17 +5,32 @@ import (
 	"strings"
 
 	"github.com/idemgo/idem"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// MessageOf builds the idem.Message the guard sees: ID from the Nats-Msg-Id
-// header, Headers from the NATS headers (the first value of each), Payload
-// from the data and ContentType from the Content-Type header (any case).
-// Transport values that change on redelivery (sequences, delivery count) are
+// HeaderID carries the plain message id of a message sent by Publish, whose
+// Nats-Msg-Id is the broker's dedup id (idem.DedupID: the id and a digest
+// of the content).
+const HeaderID = "Idem-Id"
+
+// MessageOf builds the idem.Message the guard sees: ID from the Idem-Id
+// header (HeaderID, set by Publish), else from the Nats-Msg-Id header;
+// Headers from the NATS headers (the first value of each); Payload from the
+// data and ContentType from the Content-Type header (any case). Transport
+// values that change on redelivery (sequences, delivery count) are
 // deliberately left out.
+//
+// For a message sent by Publish, Headers["Nats-Msg-Id"] is the plain id too
+// (msg.Headers() keeps the dedup id), so a key read from that header
+// (idem.HeaderKey(jetstream.MsgIDHeader)) is the producer's id, as it was
+// before Publish derived the dedup id from the content.
 func MessageOf(msg jetstream.Msg) idem.Message {
-	im := idem.Message{Payload: msg.Data()}
-	h := msg.Headers()
+	return messageOf(msg.Headers(), msg.Data())
+}
+
+func messageOf(h nats.Header, data []byte) idem.Message {
+	im := idem.Message{Payload: data}
 	if len(h) == 0 {
 		return im
 	}
@@ -26,8 +41,32 @@ func MessageOf(msg jetstream.Msg) idem.Message {
 		}
 	}
 	im.ID = h.Get(jetstream.MsgIDHeader)
+	if plain := h.Get(HeaderID); plain != "" {
+		if isDedupID(im.ID, plain) {
+			im.Headers[jetstream.MsgIDHeader] = plain
+		}
+		im.ID = plain
+	}
 	im.ContentType = im.Header("Content-Type")
 	return im
+}
+
+// isDedupID reports whether dedup is what idem.DedupID makes of id: id
+// itself, or id, "~" and 16 hex digits.
+func isDedupID(dedup, id string) bool {
+	if dedup == id {
+		return true
+	}
+	rest, ok := strings.CutPrefix(dedup, id+"~")
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	for _, r := range rest {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ScopeFor returns the scope a guard for cons should use:
@@ -51,25 +90,4 @@ func NewGuard(store idem.Store, cons jetstream.Consumer, opts idem.Options) (*id
 		opts.Scope = ScopeFor(cons)
 	}
 	return idem.New(store, opts)
-}
-
-// maxHeaderValue bounds the error text put in a dead-letter header.
-const maxHeaderValue = 1024
-
-// headerValue makes s safe as a NATS header value: one line, bounded.
-func headerValue(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxHeaderValue {
-		cut := maxHeaderValue
-		for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
 }

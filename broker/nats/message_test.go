@@ -127,3 +127,20 @@ func TestHandleTxNeedsTxStore(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)
 	}
 }
+
+// TestMessageOfPublished: a message sent by Publish carries its plain id in
+// Idem-Id and idem.DedupID in Nats-Msg-Id; the guard's view has the plain
+// id as ID and under Nats-Msg-Id, so keys read either way are the
+// producer's id. A Nats-Msg-Id that is not the dedup id of Idem-Id is left
+// as it is.
+func TestMessageOfPublished(t *testing.T) {
+	dedup := idem.DedupID("order-1", "fp")
+	m := natsidem.MessageOf(fakeMsg{h: nats.Header{"Nats-Msg-Id": {dedup}, natsidem.HeaderID: {"order-1"}}})
+	if m.ID != "order-1" || m.Headers["Nats-Msg-Id"] != "order-1" {
+		t.Fatalf("MessageOf = %+v, want the plain id as ID and under Nats-Msg-Id", m)
+	}
+	m = natsidem.MessageOf(fakeMsg{h: nats.Header{"Nats-Msg-Id": {"other~0123456789abcdef"}, natsidem.HeaderID: {"order-1"}}})
+	if m.ID != "order-1" || m.Headers["Nats-Msg-Id"] != "other~0123456789abcdef" {
+		t.Fatalf("MessageOf = %+v, want a foreign Nats-Msg-Id kept", m)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -12,15 +13,31 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Dead-letter headers.
+// Dead-letter headers set by the consumer, beside idem's own
+// (idem.HeaderDeadLetterKey, idem.HeaderFingerprint and the
+// idem.HeaderStored* headers from idem.DeadLetterHeaders: the key, this
+// message's fingerprint and, for a conflict or a parked record, the stored
+// record's fingerprint, state, token, attempts and first-claim time).
 const (
-	HeaderReason    = "Idem-Reason"     // conflict, no_key, invalid_key, parked, permanent, max_deliver
-	HeaderError     = "Idem-Error"      // the error text (one line, at most 1 KiB)
+	HeaderReason    = idem.HeaderReason // conflict, no_key, invalid_key, parked, invalid_data, permanent, max_deliver
+	HeaderError     = idem.HeaderError  // the error text (one line, at most 1 KiB)
 	HeaderSubject   = "Idem-Subject"    // the original subject
-	HeaderMsgID     = "Idem-Msg-Id"     // the original Nats-Msg-Id
+	HeaderMsgID     = "Idem-Msg-Id"     // the original Nats-Msg-Id, as it was (see HeaderOriginalPrefix)
 	HeaderStream    = "Idem-Stream"     // the original stream
 	HeaderStreamSeq = "Idem-Stream-Seq" // the original stream sequence
 	HeaderConsumer  = "Idem-Consumer"   // the consumer that dead-lettered it
+	// HeaderTimestamp is when the original was stored in its stream (RFC
+	// 3339, UTC): set beside idem.HeaderStoredCreatedAt, it tells an
+	// operator whether the content that holds the key was claimed before
+	// or after this message existed.
+	HeaderTimestamp  = "Idem-Original-Timestamp"
+	HeaderDeliveries = "Idem-Deliveries" // how many times it was delivered
+	// HeaderOriginalPrefix prefixes the original's JetStream headers
+	// (Nats-Msg-Id, Nats-Expected-*, ...), which would act on the
+	// dead-letter stream under their own names: the dead letter carries
+	// Idem-Original-Nats-Msg-Id with the original Nats-Msg-Id, as it was.
+	// Every other header is copied as it was, under its own name.
+	HeaderOriginalPrefix = "Idem-Original-"
 )
 
 // ackTimeout bounds an ack, nak, term or dead-letter publish when the
@@ -28,20 +45,52 @@ const (
 // reach the server.
 const ackTimeout = 10 * time.Second
 
+// delivery is a message on its way to its broker action.
+type delivery struct {
+	p    *consume.Pending[jetstream.Msg]
+	stop func() // ends the message's keep-alive
+}
+
+// start begins the way of msg: its guard view, its delivery count and its
+// keep-alive, which runs until its action, holds included.
+func (c *Consumer) start(msg jetstream.Msg) *delivery {
+	attempt := deliveries(msg)
+	return &delivery{
+		p: &consume.Pending[jetstream.Msg]{Msg: msg, Message: c.opts.Message(msg), Attempt: attempt,
+			Last: c.maxDeliver > 0 && attempt >= c.maxDeliver},
+		stop: c.keepAlive(msg),
+	}
+}
+
+// finish takes d's broker action and reports it.
+func (c *Consumer) finish(ctx context.Context, d *delivery) {
+	d.stop()
+	r := c.act(ctx, d.p)
+	if c.opts.OnResult != nil {
+		c.opts.OnResult(d.p.Msg, r)
+	}
+}
+
 // Process handles one message and takes its broker action; Run calls it for
 // every message. It is exported for programs that run their own fetch loop
-// (cons.Consume, Fetch): call it once per message, from any goroutine.
+// (cons.Consume, Fetch): call it once per message, from any goroutine. A
+// message whose key is in progress elsewhere is held inline (see
+// Options.MaxHold), so Process may block that long; when ctx ends it is
+// nak'ed.
 func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) Report {
-	im := c.opts.Message(msg)
-	stop := c.keepAlive(msg)
-	res, err := consume.Run(ctx, c.h, c.g, im, msg)
-	stop()
+	d := c.start(msg)
+	c.drv.Drive(ctx, ctx.Done(), d.p)
+	d.stop()
+	return c.act(ctx, d.p)
+}
 
-	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}
+// act takes the broker action for p's latest outcome.
+func (c *Consumer) act(ctx context.Context, p *consume.Pending[jetstream.Msg]) Report {
+	msg := p.Msg
+	r := Report{Result: p.Result, Err: p.Err, Action: idem.Decide(p.Result, p.Err), Held: p.Held()}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	attempt := deliveries(msg)
-	if r.Action == idem.ActionRetry && c.maxDeliver > 0 && attempt >= c.maxDeliver {
+	if r.Action == idem.ActionRetry && p.Last {
 		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver
 	}
 	switch r.Action {
@@ -52,19 +101,15 @@ func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) Report {
 			r.BrokerErr = msg.Ack()
 		}
 	case idem.ActionRetry:
-		r.Delay = c.opts.Backoff(attempt)
+		r.Delay = c.drv.RetryDelay(p)
 		r.BrokerErr = msg.NakWithDelay(r.Delay)
 	case idem.ActionDeadLetter:
-		if r.Reason == "" {
-			r.Reason = idem.DeadLetterReason(err)
-		}
-		if r.Reason == "" {
-			r.Reason = "permanent"
-		}
-		if perr := c.deadLetter(actx, msg, r.Reason, err); perr != nil {
+		h := consume.DeadLetterHeaders(c.g, p.Message, p.Result, p.Err, r.Reason)
+		r.Reason = h[HeaderReason]
+		if perr := c.deadLetter(actx, msg, h); perr != nil {
 			// Not terminated: the message comes back and is dead-lettered
 			// again once the dead-letter subject accepts it.
-			r.Delay = c.opts.Backoff(attempt)
+			r.Delay = c.opts.Backoff(p.Attempt)
 			r.BrokerErr = perr
 			if nerr := msg.NakWithDelay(r.Delay); nerr != nil {
 				r.BrokerErr = fmt.Errorf("%w; nak: %w", perr, nerr)
@@ -76,25 +121,28 @@ func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) Report {
 	return r
 }
 
-// deadLetter publishes a copy of msg to the dead-letter subject and waits
-// for the stream's ack.
-func (c *Consumer) deadLetter(ctx context.Context, msg jetstream.Msg, reason string, cause error) error {
+// deadLetter publishes a copy of msg with the idem headers h to the
+// dead-letter subject and waits for the stream's ack.
+func (c *Consumer) deadLetter(ctx context.Context, msg jetstream.Msg, h map[string]string) error {
 	dl := nats.NewMsg(c.opts.DeadLetterSubject)
 	dl.Data = msg.Data()
+	var control []string
 	for k, v := range msg.Headers() {
 		// JetStream control headers (Nats-Expected-*, Nats-Msg-Id, ...) must
-		// not act on the dead-letter stream.
-		if len(k) >= 5 && (k[:5] == "Nats-" || k[:5] == "nats-") {
+		// not act on the dead-letter stream: they travel prefixed, over any
+		// prefixed copy an earlier dead-lettering left.
+		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
+			control = append(control, k)
 			continue
 		}
 		dl.Header[k] = v
 	}
-	errText := ""
-	if cause != nil {
-		errText = cause.Error()
+	for _, k := range control {
+		dl.Header[HeaderOriginalPrefix+k] = msg.Headers()[k]
 	}
-	dl.Header.Set(HeaderReason, reason)
-	dl.Header.Set(HeaderError, headerValue(errText))
+	for k, v := range h {
+		dl.Header.Set(k, v)
+	}
 	dl.Header.Set(HeaderSubject, msg.Subject())
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		dl.Header.Set(HeaderMsgID, id)
@@ -106,9 +154,19 @@ func (c *Consumer) deadLetter(ctx context.Context, msg jetstream.Msg, reason str
 		seq := strconv.FormatUint(md.Sequence.Stream, 10)
 		dl.Header.Set(HeaderStream, md.Stream)
 		dl.Header.Set(HeaderStreamSeq, seq)
-		// One dead letter per stored message: a repeat after a lost Term is
-		// dropped by the dead-letter stream's duplicate window.
-		dl.Header.Set(jetstream.MsgIDHeader, "idem-dlq:"+md.Stream+":"+seq)
+		dl.Header.Set(HeaderDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+		if !md.Timestamp.IsZero() {
+			dl.Header.Set(HeaderTimestamp, md.Timestamp.UTC().Format(time.RFC3339Nano))
+		}
+		// One dead letter per stored message and consumer: a repeat after a
+		// lost Term is dropped by the dead-letter stream's duplicate
+		// window, another consumer's dead letter of the same message is
+		// not.
+		src := md.Stream
+		if c.name != "" {
+			src = c.name
+		}
+		dl.Header.Set(jetstream.MsgIDHeader, "idem-dlq:"+src+":"+seq)
 	}
 	if _, err := c.opts.JetStream.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("natsidem: publish dead letter to %s: %w", c.opts.DeadLetterSubject, err)
@@ -117,18 +175,21 @@ func (c *Consumer) deadLetter(ctx context.Context, msg jetstream.Msg, reason str
 }
 
 // keepAlive tells the server the message is in progress every AckWait/2
-// while the handler runs, so a long handler is not redelivered to a
-// competing consumer (which would only find the key in progress and nak).
-// The returned function stops it and waits for it.
+// while the handler runs and while the message is held, so it is not
+// redelivered to a competing consumer (which would only find the key in
+// progress) and spends no delivery. Without the consumer's info (no
+// AckWait known) it ticks every defaultKeepAlive. The returned function
+// stops it and waits for it.
 func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
-	if c.ackWait <= 0 {
-		return func() {}
+	every := defaultKeepAlive
+	if c.ackWait > 0 {
+		every = max(c.ackWait/2, time.Millisecond)
 	}
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		t := time.NewTicker(c.ackWait / 2)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -146,6 +207,10 @@ func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
 		<-exited
 	}
 }
+
+// defaultKeepAlive is the keep-alive period when the consumer's AckWait
+// is not known: half JetStream's default AckWait, 30s.
+const defaultKeepAlive = 15 * time.Second
 
 // deliveries is the message's delivery count (1 on the first delivery).
 func deliveries(msg jetstream.Msg) int {
