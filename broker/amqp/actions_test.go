@@ -91,37 +91,3 @@ func TestActions(t *testing.T) {
 		t.Fatalf("back-off attempts %v, want [1 2 5] (first delivery, redelivered, x-delivery-count 4)", attempts)
 	}
 }
-
-// TestInProgressElsewhere: a redelivery that arrives while the first
-// delivery's handler still runs is requeued, not acked and not handled.
-func TestInProgressElsewhere(t *testing.T) {
-	g, err := amqpidem.NewGuard(memory.New(), "q", idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, release := make(chan struct{}), make(chan struct{})
-	var calls int
-	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
-		calls++
-		close(started)
-		<-release
-		return nil, nil
-	}), amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq", Backoff: func(int) time.Duration { return time.Millisecond }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, firstAck := delivery("a", "1", nil)
-	done := make(chan amqpidem.Report)
-	go func() { done <- c.Process(context.Background(), first) }()
-	<-started
-	again, againAck := delivery("a", "1", nil)
-	again.Redelivered = true
-	r := c.Process(context.Background(), again)
-	if !errors.Is(r.Err, idem.ErrInProgress) || againAck.got() != "[nack requeue=true]" {
-		t.Fatalf("redelivery: actions %s, report %+v; want a requeue for in progress", againAck.got(), r)
-	}
-	close(release)
-	if r := <-done; r.Action != idem.ActionAck || firstAck.got() != "[ack]" || calls != 1 {
-		t.Fatalf("first delivery: actions %s, report %+v, %d calls", firstAck.got(), r, calls)
-	}
-}

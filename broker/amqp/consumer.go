@@ -42,15 +42,33 @@ type Options struct {
 	Publisher *amqp.Channel
 	// Backoff gives how long a retried delivery is held before it is
 	// requeued, from its attempt number (x-delivery-count + 1 on quorum
-	// queues; 1 or, when redelivered, 2 on classic queues). Default
-	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	// queues; 1 or, when redelivered, 2 on classic queues), and the pace at
+	// which a held delivery is claimed again (from its round). Default
+	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff). A key
+	// in progress elsewhere is not retried on this back-off: see MaxHold.
 	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a delivery whose key is in progress elsewhere
+	// is held before it is requeued. Held, it is not requeued, so it adds
+	// nothing to a quorum queue's x-delivery-count (nor to its
+	// delivery-limit): the consumer claims the key again on the back-off,
+	// at the latest when the holder's lease ends (then a crashed holder's
+	// claim is retaken as stale). Past MaxHold, or when Run shuts down, it
+	// is requeued at once. On its MaxDeliveries-th delivery it is held
+	// without bound. Held deliveries count against the prefetch, not the
+	// Concurrency workers; keep MaxHold well under the broker's
+	// consumer_timeout (30 minutes by default), past which RabbitMQ closes
+	// the channel. Default DefaultMaxHold; negative: never claimed again
+	// (the delivery waits until the holder's lease ends, then is
+	// requeued).
+	MaxHold time.Duration
 	// MaxDeliveries, if positive, dead-letters (reason ReasonMaxDeliver) a
 	// delivery that would be retried on its MaxDeliveries-th attempt. It
 	// needs attempt counts, so quorum queues: set it at or below the queue's
 	// delivery-limit, past which RabbitMQ dead-letters the message itself,
 	// without idem's reason headers (or drops it when the queue has no
-	// dead-letter exchange).
+	// dead-letter exchange). A key in progress elsewhere is held instead
+	// (see MaxHold): it is dead-lettered so only when a shutdown outlasts
+	// ShutdownTimeout during that hold.
 	MaxDeliveries int
 	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
 	// its context ends before cancelling their contexts (it still waits for
@@ -70,6 +88,9 @@ const (
 	DefaultMaxBackoff = 30 * time.Second
 )
 
+// DefaultMaxHold is the default of Options.MaxHold.
+const DefaultMaxHold = 5 * time.Minute
+
 // ReasonMaxDeliver is the dead-letter reason of a delivery that would be
 // retried once more than Options.MaxDeliveries allows.
 const ReasonMaxDeliver = "max_deliver"
@@ -81,6 +102,7 @@ type Report struct {
 	Action idem.Action   // the action taken: ack, retry or dead-letter
 	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
 	Delay  time.Duration // how long a retry was held before the requeue
+	Held   time.Duration // how long it was held, in progress elsewhere, before the action
 	// BrokerErr is the failure of the action itself (ack, nack, dead-letter
 	// publish). The broker then redelivers the message when the channel
 	// closes, which is safe: its record decides again.
@@ -98,8 +120,8 @@ type Consumer struct {
 	ch   *amqp.Channel
 	pub  *amqp.Channel
 	g    *idem.Guard
-	h    Handler
 	opts Options
+	drv  consume.Driver[amqp.Delivery]
 }
 
 // NewConsumer validates opts and returns a consumer of ch. Errors wrap
@@ -140,11 +162,15 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	if opts.Message == nil {
 		opts.Message = MessageOf
 	}
+	if opts.MaxHold == 0 {
+		opts.MaxHold = DefaultMaxHold
+	}
 	pub := opts.Publisher
 	if pub == nil {
 		pub = ch
 	}
-	return &Consumer{ch: ch, pub: pub, g: g, h: h, opts: opts}, nil
+	return &Consumer{ch: ch, pub: pub, g: g, opts: opts,
+		drv: consume.Driver[amqp.Delivery]{Handler: h, Guard: g, Backoff: opts.Backoff, MaxHold: opts.MaxHold}}, nil
 }
 
 // Consume is NewConsumer followed by Run.
@@ -158,8 +184,10 @@ func Consume(ctx context.Context, ch *amqp.Channel, g *idem.Guard, h Handler, op
 
 // Run consumes the queue until ctx ends, then shuts down gracefully: it
 // cancels the AMQP consumer, requeues the deliveries received but not
-// started, requeues held retries at once, waits for the in-flight handlers
-// (cancelling their contexts after ShutdownTimeout) and returns nil.
+// started, requeues held retries and held in-progress keys at once (a
+// MaxDeliveries-th delivery is held on until ShutdownTimeout), waits for
+// the in-flight handlers (cancelling their contexts after ShutdownTimeout)
+// and returns nil.
 //
 // If the channel or connection closes under it, Run finishes its handlers
 // (their acks fail; the broker requeues the deliveries) and returns an error
@@ -181,9 +209,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("amqpidem: consume %s: %w", c.opts.Queue, err)
 	}
 
+	// stop ends when the receive loop does (ctx ended or the deliveries
+	// closed); flush once the consumer is cancelled: held deliveries are
+	// requeued then, so that the broker hands them to other consumers.
+	// Handlers outlive both; workCtx ends ShutdownTimeout after flush.
+	stopCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	flush := make(chan struct{}) // closed at shutdown: held retries requeue now
+	flush := make(chan struct{})
 	var wg sync.WaitGroup
 	done := func(d amqp.Delivery, r Report) {
 		if c.opts.OnResult != nil {
@@ -196,9 +230,38 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1) // the calling worker is still counted: never from zero
 		go func() {
 			defer wg.Done()
-			wait(delay, flush)
+			consume.Sleep(delay, flush)
 			then()
 		}()
+	}
+	// A delivery whose key is in progress elsewhere is held the same way
+	// and comes back through again, for a worker to claim it again.
+	again := make(chan *pending)
+	var holdClaim func(p *pending, wait time.Duration)
+	claim := func(p *pending) {
+		if wait, held := c.drv.Claim(workCtx, p); held {
+			wg.Add(1)
+			go holdClaim(p, wait)
+			return
+		}
+		c.act(workCtx, p, hold, done)
+	}
+	holdClaim = func(p *pending, wait time.Duration) {
+		defer wg.Done()
+		until := time.Now().Add(wait)
+		if stopCtx.Err() == nil && consume.Sleep(wait, stopCtx.Done()) {
+			select {
+			case again <- p:
+				return
+			case <-stopCtx.Done():
+			}
+		}
+		// Shutting down: requeued once the consumer is cancelled, unless
+		// this is its last delivery: that is held on, and claimed here,
+		// until workCtx ends.
+		<-flush
+		c.drv.Resume(workCtx, flush, p, time.Until(until), true)
+		c.act(workCtx, p, hold, done)
 	}
 	// A fixed pool of workers: their stacks stay grown, where a goroutine
 	// per delivery would grow a fresh stack through the guard every time.
@@ -207,15 +270,28 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range work {
-				if ctx.Err() != nil {
-					// Shutdown began as d was handed over (a ready worker
-					// and a cancelled ctx race in the select below): it
-					// goes back untouched, like the prefetched ones.
-					_ = d.Nack(false, true)
-					continue
+			for {
+				select {
+				case d, ok := <-work:
+					if !ok {
+						return
+					}
+					if ctx.Err() != nil {
+						// Shutdown began as d was handed over (a ready worker
+						// and a cancelled ctx race in the select below): it
+						// goes back untouched, like the prefetched ones.
+						_ = d.Nack(false, true)
+						continue
+					}
+					claim(c.pending(d))
+				case p := <-again:
+					if stopCtx.Err() != nil {
+						wg.Add(1)
+						go holdClaim(p, 0)
+						continue
+					}
+					claim(p)
 				}
-				c.process(workCtx, d, hold, done)
 			}
 		}()
 	}
@@ -242,6 +318,7 @@ loop:
 			break loop
 		}
 	}
+	stopRun()
 	close(work)
 
 	if runErr == nil {

@@ -8,19 +8,45 @@
 // outcome to an AMQP action with [idem.Decide]:
 //
 //   - processed or duplicate: Ack, only after the record is durable;
-//   - in progress elsewhere, a transient handler error, a store failure:
-//     the delivery is held for the back-off of [Options.Backoff], then
-//     Nack(requeue=true). Held deliveries keep counting against the prefetch,
-//     so a failing queue slows down instead of spinning;
+//   - in progress elsewhere (a producer retry during a long handler, a
+//     claim orphaned by a crashed consumer): held, not requeued, so it adds
+//     nothing to a quorum queue's x-delivery-count and its delivery-limit.
+//     The consumer claims the key again on the back-off, at the latest when
+//     the holder's lease ends: it then finds the key completed (acked as a
+//     duplicate), renewed (held on) or orphaned (retaken as stale and
+//     processed). Past [Options.MaxHold], or when Run shuts down, it is
+//     requeued at once; on its [Options.MaxDeliveries]-th delivery it is
+//     held without bound, so a live duplicate is not dead-lettered as
+//     max_deliver (only a shutdown that outlasts [Options.ShutdownTimeout]
+//     during that hold does);
+//   - a transient handler error, a store failure: the delivery is held for
+//     the back-off of [Options.Backoff], then Nack(requeue=true). Held
+//     deliveries keep counting against the prefetch, so a failing queue
+//     slows down instead of spinning;
 //   - conflict, permanent error, missing or invalid key, parked record:
-//     published to [Options.DeadLetterExchange] / [Options.DeadLetterRoutingKey]
-//     with the headers x-idem-reason and x-idem-error (and the original
-//     exchange, routing key and queue), confirmed by the broker, then the
-//     original is acked. If the publish is not confirmed the original is
-//     requeued instead, so nothing is lost. Dead-lettering is at least once
-//     too: if the connection drops between the confirm and the ack, the
-//     redelivery is dead-lettered again, so readers of the dead-letter queue
-//     should expect the odd repeat.
+//     published to [Options.DeadLetterExchange] / [Options.DeadLetterRoutingKey],
+//     confirmed by the broker, then the original is acked. If the publish is
+//     not confirmed the original is requeued instead, so nothing is lost.
+//     Dead-lettering is at least once too: if the connection drops between
+//     the confirm and the ack, the redelivery is dead-lettered again, so
+//     readers of the dead-letter queue should expect the odd repeat.
+//
+// A dead letter is the original's body, properties (message-id, timestamp,
+// correlation-id, ...) and headers as they were, with what an operator
+// needs to decide, in headers: why (Idem-Reason, also x-idem-reason;
+// Idem-Error, also x-idem-error; Idem-Key, the scope/id); which content
+// holds the key (Idem-Fingerprint, this message's, beside
+// Idem-Stored-Fingerprint, Idem-Stored-State, Idem-Stored-Created-At,
+// Idem-Stored-Token and Idem-Stored-Attempts for a conflict or a parked
+// record, see [idem.DeadLetterHeaders]); where from (x-idem-queue,
+// x-idem-exchange, x-idem-routing-key, x-idem-attempt). RabbitMQ numbers no
+// message in a classic or quorum queue (the delivery tag is per channel);
+// a stream queue's x-stream-offset header is kept with the others. The
+// timestamp property, which [Publish] sets, says when the message was sent
+// (to the second): a conflict whose Idem-Stored-Created-At is later means
+// its key's content was first claimed after this message existed (after
+// crashes, a later content can win the key and the original is the one
+// dead-lettered).
 //
 // Dead letters are published by the consumer rather than rejected into the
 // queue's own x-dead-letter-exchange because rejection cannot carry the
@@ -32,7 +58,8 @@
 // x-message-ttl (or a per-message expiration) and x-dead-letter-exchange
 // pointing back at the work queue, into which a handler republishes the
 // message. Quorum queues count deliveries in x-delivery-count, which the
-// back-off uses; classic queues only say whether a message was redelivered.
+// back-off and MaxDeliveries use; classic queues only say whether a message
+// was redelivered.
 //
 // Usage, two-phase:
 //
@@ -77,9 +104,15 @@
 //
 // # Producer side
 //
-// RabbitMQ has no broker-side duplicate detection: a producer retry after a
-// lost publisher confirm enqueues the message twice. [Publish] sets a stable
-// message-id (and optionally CloudEvents headers) so the consumer's guard
-// recognises the repeat, and waits for the publisher confirm when the
-// channel is in confirm mode.
+// RabbitMQ has no broker-side duplicate detection of its own: a producer
+// retry after a lost publisher confirm enqueues the message twice. [Publish]
+// sets a stable message-id (and optionally CloudEvents headers) so the
+// consumer's guard recognises the repeat, and waits for the publisher
+// confirm when the channel is in confirm mode. Where the
+// rabbitmq-message-deduplication plugin is enabled, its
+// x-deduplication-header must never let the broker drop a conflict:
+// Publish sets it to [idem.DedupID] of the id and the content's fingerprint
+// ([idem.PayloadFingerprint], or the consumers' FingerprintFunc given with
+// [WithFingerprint]), so retries of the same content collapse and an id
+// reused with other content reaches the consumer, which dead-letters it.
 package amqpidem

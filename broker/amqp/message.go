@@ -3,7 +3,6 @@ package amqpidem
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -75,21 +74,6 @@ func NewGuard(store idem.Store, queue string, opts idem.Options) (*idem.Guard, e
 		opts.Scope = queue
 	}
 	return idem.New(store, opts)
-}
-
-// maxHeaderValue bounds the error text put in a dead-letter header.
-const maxHeaderValue = 1024
-
-// headerValue bounds s for a header, without splitting a UTF-8 sequence.
-func headerValue(s string) string {
-	if len(s) <= maxHeaderValue {
-		return s
-	}
-	cut := maxHeaderValue
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return strings.ToValidUTF8(s[:cut], "") + "…"
 }
 
 // deliveries is the delivery's attempt number (1 for the first): from

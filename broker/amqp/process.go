@@ -2,6 +2,7 @@ package amqpidem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,18 +11,34 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Dead-letter headers.
+// Dead-letter headers set by the consumer, beside idem's own
+// (idem.HeaderReason, idem.HeaderError, idem.HeaderDeadLetterKey,
+// idem.HeaderFingerprint and the idem.HeaderStored* headers from
+// idem.DeadLetterHeaders: the reason, the error, the key, this message's
+// fingerprint and, for a conflict or a parked record, the stored record's
+// fingerprint, state, token, attempts and first-claim time).
 const (
-	HeaderReason     = "x-idem-reason"      // conflict, no_key, invalid_key, parked, permanent, max_deliver
-	HeaderError      = "x-idem-error"       // the error text (at most 1 KiB)
+	HeaderReason     = "x-idem-reason"      // conflict, no_key, invalid_key, parked, invalid_data, permanent, max_deliver (as Idem-Reason)
+	HeaderError      = "x-idem-error"       // the error text, one line, at most 1 KiB (as Idem-Error)
 	HeaderQueue      = "x-idem-queue"       // the queue the message was consumed from
 	HeaderExchange   = "x-idem-exchange"    // the exchange it was published to
 	HeaderRoutingKey = "x-idem-routing-key" // its routing key
+	HeaderAttempt    = "x-idem-attempt"     // its delivery attempt (x-delivery-count + 1 on quorum queues; 1 or 2 on classic)
 )
 
 // ackTimeout bounds a dead-letter publish and its confirm when the
 // handler's context has ended (shutdown).
 const ackTimeout = 10 * time.Second
+
+// pending is a delivery on its way to its broker action.
+type pending = consume.Pending[amqp.Delivery]
+
+// pending starts the way of d: its guard view and its attempt.
+func (c *Consumer) pending(d amqp.Delivery) *pending {
+	attempt := deliveries(d)
+	return &pending{Msg: d, Message: c.opts.Message(d), Attempt: attempt,
+		Last: c.opts.MaxDeliveries > 0 && attempt >= c.opts.MaxDeliveries}
+}
 
 // Process handles one delivery and takes its broker action; Run calls it
 // for every delivery. It is exported for programs that run their own
@@ -29,49 +46,56 @@ const ackTimeout = 10 * time.Second
 // and put the dead-letter channel in confirm mode (Confirm(false)) first so
 // a dead letter is confirmed before the original is acked.
 // A retried delivery is held for its back-off (or until ctx ends) before
-// the Nack, so Process blocks that long.
+// the Nack, and a delivery whose key is in progress elsewhere is held
+// while its key is claimed again (see Options.MaxHold), so Process blocks
+// that long.
 func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) Report {
+	p := c.pending(d)
+	c.drv.Drive(ctx, ctx.Done(), p)
 	var out Report
-	c.process(ctx, d, func(delay time.Duration, then func()) {
-		wait(delay, ctx.Done())
+	c.act(ctx, p, func(delay time.Duration, then func()) {
+		consume.Sleep(delay, ctx.Done())
 		then()
 	}, func(_ amqp.Delivery, r Report) { out = r })
 	return out
 }
 
-// process handles d and calls done with its report once the action is
-// taken. A retry's requeue is left to hold, which runs then after the
+// act takes the broker action for p's latest outcome and calls done with
+// its report. A retry's requeue is left to hold, which runs then after the
 // back-off (Run holds in a separate goroutine, Process inline).
-func (c *Consumer) process(ctx context.Context, d amqp.Delivery, hold func(delay time.Duration, then func()), done func(amqp.Delivery, Report)) {
-	res, err := consume.Run(ctx, c.h, c.g, c.opts.Message(d), d)
-	r := Report{Result: res, Err: err, Action: idem.Decide(res, err)}
-	if r.Action == idem.ActionRetry && c.opts.MaxDeliveries > 0 && deliveries(d) >= c.opts.MaxDeliveries {
+func (c *Consumer) act(ctx context.Context, p *pending, hold func(delay time.Duration, then func()), done func(amqp.Delivery, Report)) {
+	d := p.Msg
+	r := Report{Result: p.Result, Err: p.Err, Action: idem.Decide(p.Result, p.Err), Held: p.Held()}
+	if r.Action == idem.ActionRetry && p.Last {
 		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver
 	}
 	switch r.Action {
 	case idem.ActionAck:
 		r.BrokerErr = d.Ack(false)
 	case idem.ActionRetry:
-		r.Delay = c.opts.Backoff(deliveries(d))
+		switch {
+		case !errors.Is(p.Err, idem.ErrInProgress):
+			r.Delay = c.opts.Backoff(p.Attempt)
+		case !p.WasHeld():
+			// Never held (MaxHold negative): wait for the holder's lease
+			// before the requeue. A delivery that was held waited already.
+			r.Delay = c.drv.RetryDelay(p)
+		}
 		hold(r.Delay, func() {
 			r.BrokerErr = d.Nack(false, true)
 			done(d, r)
 		})
 		return
 	case idem.ActionDeadLetter:
-		if r.Reason == "" {
-			r.Reason = idem.DeadLetterReason(err)
-		}
-		if r.Reason == "" {
-			r.Reason = "permanent"
-		}
+		h := consume.DeadLetterHeaders(c.g, p.Message, p.Result, p.Err, r.Reason)
+		r.Reason = h[idem.HeaderReason]
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-		perr := c.deadLetter(actx, d, r.Reason, err)
+		perr := c.deadLetter(actx, p, h)
 		cancel()
 		if perr != nil {
 			// Not acked: requeued after a back-off, and dead-lettered again
 			// once the destination accepts it.
-			r.Delay = c.opts.Backoff(deliveries(d))
+			r.Delay = c.opts.Backoff(p.Attempt)
 			hold(r.Delay, func() {
 				r.BrokerErr = perr
 				if nerr := d.Nack(false, true); nerr != nil {
@@ -86,35 +110,23 @@ func (c *Consumer) process(ctx context.Context, d amqp.Delivery, hold func(delay
 	done(d, r)
 }
 
-// wait waits for d or until stop is closed.
-func wait(d time.Duration, stop <-chan struct{}) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-stop:
-	}
-}
-
-// deadLetter publishes a copy of d, with the reason in its headers, and
-// waits for the broker's confirm.
-func (c *Consumer) deadLetter(ctx context.Context, d amqp.Delivery, reason string, cause error) error {
-	headers := make(amqp.Table, len(d.Headers)+5)
+// deadLetter publishes a copy of p's delivery, with the idem headers h and
+// its own, and waits for the broker's confirm.
+func (c *Consumer) deadLetter(ctx context.Context, p *pending, h map[string]string) error {
+	d := p.Msg
+	headers := make(amqp.Table, len(d.Headers)+len(h)+6)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
-	errText := ""
-	if cause != nil {
-		errText = cause.Error()
+	for k, v := range h {
+		headers[k] = v
 	}
-	headers[HeaderReason] = reason
-	headers[HeaderError] = headerValue(errText)
+	headers[HeaderReason] = h[idem.HeaderReason]
+	headers[HeaderError] = h[idem.HeaderError]
 	headers[HeaderQueue] = c.opts.Queue
 	headers[HeaderExchange] = d.Exchange
 	headers[HeaderRoutingKey] = d.RoutingKey
+	headers[HeaderAttempt] = int64(p.Attempt)
 	key := c.opts.DeadLetterRoutingKey
 	if key == "" {
 		key = d.RoutingKey

@@ -1,0 +1,382 @@
+package amqpidem_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/internal/consumetest"
+	"github.com/idemgo/idem/store/memory"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// blockingHandler runs b for every message.
+func blockingHandler(b *consumetest.Blocker) amqpidem.Handler {
+	return amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
+		b.Call()
+		return []byte("done"), nil
+	})
+}
+
+// holdCase is a consumer without a server whose first delivery's handler
+// holds key "a" until release.
+type holdCase struct {
+	c     *amqpidem.Consumer
+	b     *consumetest.Blocker
+	seen  <-chan struct{}
+	first chan amqpidem.Report
+	lease time.Duration
+}
+
+func newHoldCase(t *testing.T, opts amqpidem.Options, clock func() time.Time) *holdCase {
+	t.Helper()
+	obs, seen := consumetest.InProgressSeen()
+	const lease = 30 * time.Second
+	g, err := amqpidem.NewGuard(memory.New(), "q", idem.Options{Lease: lease, Observer: obs, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := consumetest.NewBlocker()
+	opts.Queue, opts.DeadLetterRoutingKey = "q", "q.dlq"
+	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, blockingHandler(b), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &holdCase{c: c, b: b, seen: seen, first: make(chan amqpidem.Report, 1), lease: lease}
+	d, _ := delivery("a", "1", nil)
+	go func() { hc.first <- c.Process(context.Background(), d) }()
+	<-b.Started
+	return hc
+}
+
+// duplicate processes a copy of the holder's delivery in the background.
+func (hc *holdCase) duplicate(ctx context.Context, headers amqp.Table) (*recAck, <-chan amqpidem.Report) {
+	d, a := delivery("a", "1", headers)
+	d.Redelivered = headers != nil
+	done := make(chan amqpidem.Report, 1)
+	go func() { done <- hc.c.Process(ctx, d) }()
+	return a, done
+}
+
+func (hc *holdCase) finish(t *testing.T) {
+	t.Helper()
+	hc.b.Finish(t, func() (idem.Action, idem.Result) { r := <-hc.first; return r.Action, r.Result })
+}
+
+var fastBackoff = func(int) time.Duration { return time.Millisecond }
+
+// TestHeldWhileInProgress: a copy that arrives while the first delivery's
+// handler runs is held (claimed again on the back-off), not requeued, and
+// is acked as a duplicate once the holder completes.
+func TestHeldWhileInProgress(t *testing.T) {
+	hc := newHoldCase(t, amqpidem.Options{Backoff: fastBackoff}, nil)
+	a, done := hc.duplicate(context.Background(), nil)
+	consumetest.AwaitHeld(t, hc.seen, 3, done)
+	hc.finish(t)
+	if r := <-done; a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate || r.Held <= 0 {
+		t.Fatalf("duplicate: actions %s, report %+v; want held, then acked as a duplicate", a.got(), r)
+	}
+}
+
+// TestHoldBounded: past MaxHold the copy is requeued at once: it waited
+// already, and was claimed again until MaxHold.
+func TestHoldBounded(t *testing.T) {
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: 30 * time.Millisecond, Backoff: fastBackoff}, nil)
+	defer hc.finish(t)
+	a, done := hc.duplicate(context.Background(), nil)
+	consumetest.AwaitHeld(t, hc.seen, 3, done)
+	r := <-done
+	if a.got() != "[nack requeue=true]" || r.Action != idem.ActionRetry || r.Delay != 0 || r.Held < 30*time.Millisecond {
+		t.Fatalf("actions %s, report %+v; want a requeue at once after a hold of MaxHold", a.got(), r)
+	}
+}
+
+// TestNeverHeld: with a negative MaxHold the copy is not claimed again; it
+// waits for the holder's lease (here ended by the context) before the
+// requeue, rather than the attempt's back-off.
+func TestNeverHeld(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: -1, Backoff: fastBackoff}, func() time.Time { return now })
+	defer hc.finish(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	a, done := hc.duplicate(ctx, nil)
+	consumetest.AwaitHeld(t, hc.seen, 1, done)
+	cancel()
+	r := <-done
+	if a.got() != "[nack requeue=true]" || r.Delay < hc.lease || r.Delay > hc.lease+time.Second+10*time.Millisecond {
+		t.Fatalf("actions %s, report %+v; want a requeue after the holder's lease (%v)", a.got(), r, hc.lease)
+	}
+}
+
+// TestHoldLastDelivery: on the MaxDeliveries-th attempt a copy is held past
+// MaxHold, for as long as the holder runs, and never dead-lettered as
+// max_deliver.
+func TestHoldLastDelivery(t *testing.T) {
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: time.Millisecond, MaxDeliveries: 3, Backoff: fastBackoff}, nil)
+	a, done := hc.duplicate(context.Background(), amqp.Table{"x-delivery-count": int64(2)})
+	consumetest.AwaitHeld(t, hc.seen, 5, done)
+	hc.finish(t)
+	if r := <-done; a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate {
+		t.Fatalf("last delivery: actions %s, report %+v; want held, then acked as a duplicate", a.got(), r)
+	}
+}
+
+// TestOrphanRetakenAfterLease: a delivery whose key was claimed by a
+// consumer that crashed is held until the orphan's lease ends, then
+// retakes the key as stale and is processed, on its first delivery.
+func TestOrphanRetakenAfterLease(t *testing.T) {
+	g, err := amqpidem.NewGuard(memory.New(), "q", idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumetest.Orphan(t, g, idem.Message{ID: "a", Payload: []byte("1")}, 200*time.Millisecond)
+	var calls atomic.Int32
+	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
+		calls.Add(1)
+		return nil, nil
+	}), amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq", MaxDeliveries: 2, Backoff: fastBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, a := delivery("a", "1", nil)
+	r := c.Process(context.Background(), d)
+	if a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeProcessed || !r.Result.Retaken || calls.Load() != 1 {
+		t.Fatalf("actions %s, report %+v, %d calls; want the orphaned key retaken and processed", a.got(), r, calls.Load())
+	}
+}
+
+// renewStore signals every lease renewal.
+type renewStore struct {
+	*memory.Store
+	renewed chan struct{}
+}
+
+func (s renewStore) Renew(ctx context.Context, req idem.RenewRequest) error {
+	err := s.Store.Renew(ctx, req)
+	select {
+	case s.renewed <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// quorum declares a quorum queue with a delivery-limit of limit (RabbitMQ
+// dead-letters or drops a message returned more often), deleted at the end.
+func (e *env) quorum(t *testing.T, limit int) string {
+	t.Helper()
+	q := e.queue + ".quorum"
+	ch := e.channel(t)
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(limit)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := e.conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+	})
+	return q
+}
+
+// queued is how many messages queue holds ready (not delivered).
+func (e *env) queued(t *testing.T, queue string) int {
+	t.Helper()
+	ch := e.channel(t)
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q.Messages
+}
+
+// publishTo publishes msgs to queue and waits for the confirms.
+func (e *env) publishTo(t *testing.T, queue string, msgs ...amqp.Publishing) {
+	t.Helper()
+	ch := e.channel(t)
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("publish not confirmed: %v", err)
+		}
+	}
+}
+
+type result struct {
+	d amqp.Delivery
+	r amqpidem.Report
+}
+
+// consume runs a consumer of queue with opts until the test ends; reports
+// arrive on the returned channel.
+func (e *env) consume(t *testing.T, g *idem.Guard, h amqpidem.Handler, opts amqpidem.Options) (<-chan result, func()) {
+	t.Helper()
+	results := make(chan result, 10)
+	opts.DeadLetterRoutingKey = e.dlq
+	opts.OnResult = func(d amqp.Delivery, r amqpidem.Report) { results <- result{d, r} }
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	ch := e.channel(t)
+	go func() { runDone <- amqpidem.Consume(ctx, ch, g, h, opts) }()
+	stop := func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Consume = %v", err)
+		}
+	}
+	return results, stop
+}
+
+// TestProducerRetryDuringLongHandler (quorum queue, delivery-limit 1,
+// MaxDeliveries 2): a producer retry that arrives while the original's
+// handler runs is held, not requeued, and acked as a duplicate once the
+// original completes: it is delivered once, never dead-lettered as
+// max_deliver nor by RabbitMQ.
+func TestProducerRetryDuringLongHandler(t *testing.T) {
+	e := newEnv(t)
+	q := e.quorum(t, 1)
+	obs, seen := consumetest.InProgressSeen()
+	store := renewStore{memory.New(), make(chan struct{}, 100)}
+	g, err := amqpidem.NewGuard(store, q, idem.Options{Lease: 300 * time.Millisecond, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := consumetest.NewBlocker()
+	results, stop := e.consume(t, g, blockingHandler(b), amqpidem.Options{Queue: q, Concurrency: 2, Prefetch: 4, MaxDeliveries: 2,
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	order := amqp.Publishing{MessageId: "o-1", Body: []byte(`{"amount":5}`)}
+	e.publishTo(t, q, order)
+	<-b.Started
+	e.publishTo(t, q, order) // the producer's retry
+	// Held while the holder renews its lease three times (Lease/3 apart:
+	// the last one at the end of the lease the retry first saw), and
+	// claimed again after that.
+	consumetest.AwaitHeld(t, seen, 1, results)
+	for drained := false; !drained; {
+		select {
+		case <-store.renewed:
+		default:
+			drained = true
+		}
+	}
+	for range 3 {
+		select {
+		case <-store.renewed:
+		case res := <-results:
+			t.Fatalf("the retry was settled while the original ran: %+v", res.r)
+		}
+	}
+	consumetest.AwaitHeld(t, seen, 1, results)
+	close(b.Release)
+	outcomes := map[idem.Outcome]int{}
+	for range 2 {
+		res := <-results
+		if res.r.Action != idem.ActionAck || res.r.BrokerErr != nil || res.d.Redelivered {
+			t.Fatalf("report %+v (redelivered %v); want acked on its first delivery", res.r, res.d.Redelivered)
+		}
+		outcomes[res.r.Result.Outcome]++
+		if res.r.Result.Outcome == idem.OutcomeDuplicate && res.r.Held <= 0 {
+			t.Errorf("duplicate report %+v: not held", res.r)
+		}
+	}
+	stop()
+	if outcomes[idem.OutcomeProcessed] != 1 || outcomes[idem.OutcomeDuplicate] != 1 || b.Calls() != 1 {
+		t.Fatalf("outcomes %v, %d handler calls; want one processed and the held duplicate", outcomes, b.Calls())
+	}
+	if dls := e.deadLetters(t); len(dls) != 0 {
+		t.Fatalf("dead letters: %v", dls[0].Headers)
+	}
+	if n := e.queued(t, q); n != 0 {
+		t.Fatalf("%d messages left in the queue", n)
+	}
+}
+
+// TestOrphanedClaim (quorum queue, MaxDeliveries 2): a delivery whose key
+// was claimed by a consumer that crashed waits for the orphan's lease, then
+// retakes the key as stale and is processed on its first delivery.
+func TestOrphanedClaim(t *testing.T) {
+	e := newEnv(t)
+	q := e.quorum(t, 1)
+	g, err := amqpidem.NewGuard(memory.New(), q, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"amount":7}`)
+	consumetest.Orphan(t, g, idem.Message{ID: "o-2", Payload: body}, 1500*time.Millisecond)
+	var calls atomic.Int32
+	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
+		calls.Add(1)
+		return nil, nil
+	}), amqpidem.Options{Queue: q, MaxDeliveries: 2, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	e.publishTo(t, q, amqp.Publishing{MessageId: "o-2", Body: body})
+	res := <-results
+	stop()
+	if res.r.Action != idem.ActionAck || res.r.Result.Outcome != idem.OutcomeProcessed || !res.r.Result.Retaken ||
+		res.d.Redelivered || calls.Load() != 1 {
+		t.Fatalf("report %+v (redelivered %v), %d calls; want the orphaned key retaken and processed once",
+			res.r, res.d.Redelivered, calls.Load())
+	}
+	if dls := e.deadLetters(t); len(dls) != 0 {
+		t.Fatalf("dead letters: %v", dls[0].Headers)
+	}
+}
+
+// TestShutdownWhileHeld: Run's shutdown requeues a held delivery at once
+// (after cancelling the consumer) and returns; the message is back in the
+// queue.
+func TestShutdownWhileHeld(t *testing.T) {
+	e := newEnv(t)
+	q := e.quorum(t, 5)
+	obs, seen := consumetest.InProgressSeen()
+	g, err := amqpidem.NewGuard(memory.New(), q, idem.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"amount":9}`)
+	release, holder, holding := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	go func() { // another instance holds the key, with a live lease
+		_, err := g.Do(context.Background(), idem.Message{ID: "o-3", Payload: body},
+			func(context.Context) ([]byte, error) { close(holding); <-release; return nil, nil })
+		holder <- err
+	}()
+	<-holding
+	defer func() {
+		close(release)
+		if err := <-holder; err != nil {
+			t.Error(err)
+		}
+	}()
+	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
+		return nil, errors.New("the holder is alive: never called")
+	}), amqpidem.Options{Queue: q, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	e.publishTo(t, q, amqp.Publishing{MessageId: "o-3", Body: body})
+	consumetest.AwaitHeld(t, seen, 2, results)
+	stop()
+	res := <-results
+	if res.r.Action != idem.ActionRetry || !errors.Is(res.r.Err, idem.ErrInProgress) || res.r.BrokerErr != nil || res.r.Delay != 0 {
+		t.Fatalf("report %+v; want a requeue at once", res.r)
+	}
+	// Back in the queue: another consumer receives it.
+	ds, err := e.channel(t).Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-ds:
+		if d.MessageId != "o-3" || !d.Redelivered {
+			t.Fatalf("received %q (redelivered %v), want o-3 requeued", d.MessageId, d.Redelivered)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held delivery was not requeued")
+	}
+}
