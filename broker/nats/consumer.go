@@ -182,7 +182,8 @@ func Consume(ctx context.Context, cons jetstream.Consumer, g *idem.Guard, h Hand
 // Run pulls and handles messages until ctx ends, then shuts down gracefully:
 // it stops pulling, naks the messages buffered but not started (so other
 // consumers get them at once) and the held ones (with the delay until their
-// holder's lease ends), waits for the in-flight handlers (cancelling their
+// holder's lease ends; one on its last allowed delivery is held on until
+// ShutdownTimeout), waits for the in-flight handlers (cancelling their
 // contexts after ShutdownTimeout) and returns nil. It returns an error if
 // consuming cannot start or the iterator closes under it (connection
 // closed, consumer deleted); in-flight handlers are finished first.
