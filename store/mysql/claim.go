@@ -38,7 +38,9 @@ func (s *Store) insertIfAbsent(ctx context.Context, e execer, r idem.Record) (bo
 //
 // req is Prepare'd first: its times checked, its fingerprint stored as text,
 // its NewToken drawn, which a claim that inserts the record takes (a record
-// that still exists counts on from its own token). The common case, an unseen key, is one autocommit statement: an insert that
+// that still exists counts on from its own token).
+//
+// The common case, an unseen key, is one autocommit statement: an insert that
 // does nothing when the key exists. When it exists, a READ COMMITTED
 // transaction locks that one record (SELECT .. FOR UPDATE on the primary key),
 // applies idem.ApplyClaim and writes the result back. Concurrent claimers of a

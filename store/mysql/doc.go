@@ -19,7 +19,47 @@
 // New takes a *sql.DB you opened yourself; Open opens one with
 // interpolateParams=true (one round trip per statement instead of a prepare
 // and an execute). Either way the store works whatever the DSN's
-// clientFoundRows and parseTime say.
+// clientFoundRows and parseTime say; the conformance suite runs with
+// clientFoundRows off and on, with interpolated and prepared statements.
+//
+// # Records
+//
+// The store holds the record rules of the idem.Store contract:
+//
+//   - One clock, the caller's. Every time a record holds or is compared with
+//     comes from the request (Now, LeaseUntil, ExpiresAt; SweepRequest.Now);
+//     no statement reads the server's clock (no NOW()), so how far the
+//     servers' clocks are from the fleet's does not matter, only how far the
+//     fleet's clocks are from each other.
+//   - Lifetime. A claim writes expires_at = the request's ExpiresAt, which
+//     Prepare raises to the lease end. Renew sets lease_until and carries
+//     the expiry with it: expires_at = GREATEST(expires_at, lease end). A
+//     record counts as expired when expires_at has passed, unless it is in
+//     progress under a live lease; claims, markers, batches, sweeps and Stats
+//     all use that condition, so rows written by older versions, whose Renew
+//     did not carry the expiry, are safe too. expires_at 0 (older versions'
+//     "never") never expires; Prepare rejects a zero ExpiresAt now.
+//   - Tokens. A claim or marker that inserts the record takes the request's
+//     NewToken (Prepare draws it at random in [2^32, 2^52)); a claim of a
+//     record that still exists (expired, released, retaken) takes one more
+//     than its token. So after a sweep the key's next owner has a token no
+//     zombie of the swept record holds. Tokens are always >= 1.
+//   - Content. A claim, batch claim or marker of a released record keeps the
+//     stored fingerprint (taking the request's only when none is stored),
+//     and Release leaves it alone; only an expired record takes new content.
+//   - Any fingerprint. Prepare stores fingerprints that are long or not text
+//     (raw digest bytes) as "sha256:" + hex (idem.StoredFingerprint), on every
+//     path, batches included; the column keeps up to idem.MaxFingerprintLen
+//     bytes.
+//   - Data errors are permanent. A value the server refuses (SQLSTATE class
+//     22, such as 1264, 1292, 1366 and 1406, and the data errors filed under
+//     other classes, such as 1048 and 1265: a column narrowed by hand, a value
+//     out of range) is returned as an *idem.InvalidDataError, which the guard
+//     dead-letters instead of retrying; so is a result larger than the
+//     server's max_allowed_packet, checked before it is sent (results over
+//     1 MiB cost one query of the variable), and a request without its times
+//     (Prepare refuses it before any statement). Connection loss, timeouts,
+//     lock waits and deadlocks stay retryable.
 //
 // # Schema
 //
@@ -28,9 +68,11 @@
 // at once take turns under GET_LOCK. Keys are VARBINARY(200) columns, compared
 // byte for byte (no collation folds case, accents or trailing spaces), with
 // PRIMARY KEY (scope, id): 400 bytes at most, well inside InnoDB's index
-// limit. Longer ids are stored as their SHA-256 (idem.Key.StoredID), the
-// original kept in display_id. Results are LONGBLOB (the server's
-// max_allowed_packet bounds them). Times are BIGINT Unix milliseconds: no
+// limit. Longer ids, and ids that begin with "sha256:", are stored as their
+// SHA-256 (idem.Key.StoredID), the original kept in display_id; display_id is
+// NULL when the key's DisplayID() is its StoredID(), so the common short id is
+// not stored twice. Results are LONGBLOB (the server's max_allowed_packet
+// bounds them). Times are BIGINT Unix milliseconds: no
 // time zones, exact round trips of the caller's clock, a plain integer index
 // on expires_at for sweeps.
 //
@@ -41,9 +83,10 @@
 // consumers of unrelated keys never wait for each other:
 //
 //   - Claim of an unseen key is one autocommit INSERT .. ON DUPLICATE KEY
-//     UPDATE token = LAST_INSERT_ID(token): it inserts, or changes nothing and
-//     reports the existing token as the insert id (which tells the two apart
-//     whatever clientFoundRows does to the affected-rows count).
+//     UPDATE token = LAST_INSERT_ID(token): it inserts the record with the
+//     request's NewToken, or changes nothing and reports the existing token
+//     as the insert id (which tells the two apart whatever clientFoundRows
+//     does to the affected-rows count).
 //   - Claim of an existing key is a READ COMMITTED transaction: SELECT .. FOR
 //     UPDATE on the primary key (one record lock), idem.ApplyClaim, UPDATE.
 //     READ COMMITTED because under REPEATABLE READ a locking read that finds
@@ -53,7 +96,9 @@
 //     meeting a sweep of the same expired row), the store retries its own
 //     transaction, at most 5 times in all.
 //   - Complete, Release and Renew are one fenced UPDATE each (token and state
-//     in the WHERE clause); no matching row means idem.ErrLeaseLost.
+//     in the WHERE clause); no matching row means idem.ErrLeaseLost. A renewal
+//     to the very lease it has changes no row, which without clientFoundRows
+//     counts 0: one read of the fence then tells it from a lost lease.
 //   - Mark runs in the caller's transaction at whatever isolation it has. Its
 //     insert takes an exclusive lock on an existing record rather than the
 //     shared lock of INSERT IGNORE, which two transactions would both try to
@@ -75,8 +120,11 @@
 // The table holds one row per key for the retention window, so its size is
 // arrival rate × retention: 100M rows is about 165 messages/s kept for a
 // week. Sweep deletes expired rows oldest first through the expires_at index
-// (DELETE .. WHERE expires_at <= ? ORDER BY expires_at LIMIT n), so each batch
-// costs what it deletes, never a scan; it runs in a READ COMMITTED transaction
+// (DELETE .. WHERE expires_at <= ? AND NOT (state = 'in_progress' AND
+// lease_until > ?) ORDER BY expires_at LIMIT n: a range read of the index,
+// which only steps over the rare live leases whose expiry an older version
+// did not carry), so each batch costs what it deletes, never a scan. A Limit
+// of zero or less deletes nothing. It runs in a READ COMMITTED transaction
 // (no gap locks in front of inserts) from one instance at a time (GET_LOCK
 // named after the database and table; other instances return 0 at once).
 // Keep batches small and sweep often enough to keep up with the arrival

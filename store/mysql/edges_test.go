@@ -503,15 +503,7 @@ func TestDataErrors(t *testing.T) {
 	ctx := context.Background()
 	k := idem.Key{Scope: "d", ID: "locked"}
 	c := mustClaim(t, s, req(k, t0), idem.ClaimAcquired)
-	impatient, err := sql.Open("mysql", dsnWith(t, true, false)+"&innodb_lock_wait_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer impatient.Close()
-	s2, err := mysql.New(impatient, mysql.Options{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := sameTable(t, openImpatient(t), s)
 	holder, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

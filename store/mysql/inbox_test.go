@@ -122,15 +122,8 @@ func TestInboxBusinessTable(t *testing.T) {
 func TestMarkLocksNoGaps(t *testing.T) {
 	db := openDB(t, true, false)
 	s := newStore(t, db)
-	impatient, err := sql.Open("mysql", dsnWith(t, true, false)+"&innodb_lock_wait_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer impatient.Close()
-	s2, err := mysql.New(impatient, mysql.Options{Table: s.Table()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	impatient := openImpatient(t)
+	s2 := sameTable(t, impatient, s)
 	ctx := context.Background()
 	k := func(id string) idem.Key { return idem.Key{Scope: "inbox", ID: id} }
 	for _, id := range []string{"k-10", "k-30", "k-50"} {

@@ -37,6 +37,28 @@ func openDB(t testing.TB, interpolate, foundRows bool) *sql.DB {
 	return db
 }
 
+// openImpatient opens a pool whose sessions wait at most 1s for a row lock
+// (innodb_lock_wait_timeout), so a lock wait shows up as error 1205.
+func openImpatient(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsnWith(t, true, false)+"&innodb_lock_wait_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// sameTable returns a store on db over s's table.
+func sameTable(t testing.TB, db *sql.DB, s *mysql.Store) *mysql.Store {
+	t.Helper()
+	s2, err := mysql.New(db, mysql.Options{Table: s.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s2
+}
+
 // tableName is unique per call, so concurrent and repeated runs never share
 // a table.
 func tableName(t testing.TB) string {

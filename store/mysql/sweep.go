@@ -47,11 +47,10 @@ func (s *Store) withNamedLock(ctx context.Context, purpose string, wait time.Dur
 // retention ended by the caller's clock (req.Now), oldest first, through the
 // expires_at index; an in-progress record whose lease is live is never
 // deleted, whatever its expires_at. A Limit of zero or less deletes nothing
-// and returns 0. One instance
-// sweeps a table at a time (a GET_LOCK named after the database and table);
-// the others return 0 at once. The DELETE runs in a READ COMMITTED
-// transaction, so it locks the rows it deletes and no gaps: claims, which
-// touch live rows, do not wait for it.
+// and returns 0. One instance sweeps a table at a time (a GET_LOCK named
+// after the database and table); the others return 0 at once. The DELETE
+// runs in a READ COMMITTED transaction, so it locks the rows it deletes and
+// no gaps: claims, which touch live rows, do not wait for it.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil
