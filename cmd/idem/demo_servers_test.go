@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/idemgo/idem"
@@ -61,38 +63,38 @@ func ledgerTables(t *testing.T, h *dsn.Handle, runID string) []string {
 	t.Helper()
 	ctx := context.Background()
 	pattern := "idem_demo_%" + runID
-	var names []string
+	var (
+		names []string
+		err   error
+	)
 	switch {
 	case h.PG != nil:
-		rows, err := h.PG.Query(ctx, `SELECT tablename FROM pg_tables WHERE tablename LIKE $1`, pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			names = append(names, n)
+		var rows pgx.Rows
+		if rows, err = h.PG.Query(ctx, `SELECT tablename FROM pg_tables WHERE tablename LIKE $1`, pattern); err == nil {
+			names, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
 	case h.SQL != nil:
 		q := `SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE ?`
 		if h.Scheme == "sqlite" {
 			q = `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ?`
 		}
-		rows, err := h.SQL.QueryContext(ctx, q, pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				t.Fatal(err)
+		var rows *sql.Rows
+		if rows, err = h.SQL.QueryContext(ctx, q, pattern); err == nil {
+			defer rows.Close()
+			for rows.Next() {
+				var n string
+				if err = rows.Scan(&n); err != nil {
+					break
+				}
+				names = append(names, n)
 			}
-			names = append(names, n)
+			if err == nil {
+				err = rows.Err()
+			}
 		}
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return names
 }
