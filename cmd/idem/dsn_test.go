@@ -68,3 +68,12 @@ func TestStoreUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// A store command whose --timeout runs out says it was the timeout.
+func TestStoreCommandTimeout(t *testing.T) {
+	d := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "idem.db"))
+	code, _, errs := runCmd(t, "migrate", "--store", d, "--timeout", "1ns")
+	if code != exitFailure || !strings.Contains(errs, "--timeout 1ns ran out") {
+		t.Errorf("migrate --timeout 1ns: exit %d, want 1 saying the timeout ran out:\n%s", code, errs)
+	}
+}

@@ -10,9 +10,11 @@
 //	idem bench    --mode MODE       throughput and latency against the raw store
 //
 // Every store command takes --store DSN (or the IDEM_STORE environment
-// variable): memory://, sqlite://PATH, postgres://..., mysql://...,
-// redis://... as this build supports them. Exit status: 0 ok, 1 failure,
-// 2 usage error.
+// variable): memory://[NAME], sqlite://PATH, postgres://USER@HOST:PORT/DB,
+// mysql://USER@HOST:PORT/DB, redis://HOST:PORT, with the parameters
+// ?table=, ?prefix=, ?partitions= and ?sync=; idem --help lists every form.
+// Install it with go install github.com/idemgo/idem/cmd/idem@latest.
+// Exit status: 0 ok, 1 failure, 2 usage error.
 package main
 
 import (

@@ -18,6 +18,7 @@ type storeFlags struct {
 	dsn     string
 	json    bool
 	timeout time.Duration
+	ctx     context.Context // bounded by timeout, once withTimeout made it
 }
 
 func (f *storeFlags) add(c *cobra.Command) {
@@ -25,6 +26,19 @@ func (f *storeFlags) add(c *cobra.Command) {
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
 	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
 	c.Long = withDSNForms(c.Long)
+	if run := c.RunE; run != nil {
+		c.RunE = func(c *cobra.Command, a []string) error { return f.timedOut(run(c, a)) }
+	}
+}
+
+// timedOut says so when err came from the command's --timeout running out,
+// rather than leaving a bare "context deadline exceeded" to be read as a
+// broken store.
+func (f *storeFlags) timedOut(err error) error {
+	if err == nil || f.ctx == nil || !errors.Is(f.ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("--timeout %v ran out (pass a longer one): %w", f.timeout, err)
 }
 
 const dsnHelp = "memory://, sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB, redis://HOST:PORT"
@@ -66,11 +80,12 @@ func (f *storeFlags) open(ctx context.Context, probe bool) (*dsn.Handle, error) 
 
 // withTimeout bounds a store command.
 func (f *storeFlags) withTimeout(c *cobra.Command) (context.Context, context.CancelFunc) {
-	d := f.timeout
-	if d <= 0 {
-		d = 30 * time.Second
+	if f.timeout <= 0 {
+		f.timeout = 30 * time.Second
 	}
-	return context.WithTimeout(c.Context(), d)
+	ctx, cancel := context.WithTimeout(c.Context(), f.timeout)
+	f.ctx = ctx
+	return ctx, cancel
 }
 
 // inspector returns the store's Inspector or a clear error.
