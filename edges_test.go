@@ -242,3 +242,37 @@ func TestDeadLetterErrorHeaderIsOneLineOfText(t *testing.T) {
 		t.Fatalf("error header of %d bytes, valid UTF-8 %v: %q", len(v), utf8.ValidString(v), v[:40])
 	}
 }
+
+// refusingResult refuses any non-empty result as invalid data, once per call.
+type refusingResult struct {
+	idem.Store
+	calls int
+}
+
+func (r *refusingResult) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	r.calls++
+	if len(req.Result) > 0 {
+		return &idem.InvalidDataError{Op: "complete", Err: errors.New("value too long for column")}
+	}
+	return r.Store.Complete(ctx, req)
+}
+
+// A result the store cannot take does not leave a done effect in progress:
+// the key is completed without it and the delivery is acked.
+func TestCompleteRefusedResult(t *testing.T) {
+	rs := &refusingResult{Store: memory.New()}
+	g := guard(t, rs, idem.Options{})
+	res, err := g.Do(context.Background(), idem.Message{ID: "m", Payload: []byte("x")}, func(context.Context) ([]byte, error) {
+		return []byte("big"), nil
+	})
+	if !errors.Is(err, idem.ErrResultTooLarge) || res.Outcome != idem.OutcomeProcessed || idem.Decide(res, err) != idem.ActionAck {
+		t.Fatalf("refused result: %v, %v -> %v", res.Outcome, err, idem.Decide(res, err))
+	}
+	if rs.calls != 2 {
+		t.Fatalf("%d Complete calls, want the refused one and one without the result", rs.calls)
+	}
+	r, _ := rs.Get(context.Background(), res.Key)
+	if r.State != idem.StateCompleted {
+		t.Fatalf("record %+v, want completed", r)
+	}
+}

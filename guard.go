@@ -278,7 +278,15 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 		err = g.store.Complete(sctx, CompleteRequest{
 			Key: res.Key, Token: token, Result: value, Now: now, ExpiresAt: now.Add(g.opts.Retention),
 		})
-		if err == nil || errors.Is(err, ErrLeaseLost) || sctx.Err() != nil {
+		if errors.Is(err, ErrInvalidData) && value != nil {
+			// The store refuses the result (too large for its column, say):
+			// the effects are done and must not run again, so the key is
+			// completed without it, as with ErrResultTooLarge.
+			tooLarge = fmt.Errorf("%w: the store refused it (%v); the key is completed without a result", ErrResultTooLarge, err)
+			value = nil
+			continue
+		}
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidData) || sctx.Err() != nil {
 			break
 		}
 	}
