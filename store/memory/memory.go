@@ -127,6 +127,9 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if _, err := req.Prepare(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.owned(req.Key, req.Token)

@@ -30,6 +30,9 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 // lease ended at req.Now). The fingerprint stays: released means "may be
 // retried", and the next claim keeps the content the key was claimed with.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if _, err := req.Prepare(); err != nil {
+		return err
+	}
 	err := s.fenced(ctx, s.q.release, req.Key, req.Token, false, sqlrecord.MS(req.Now), sqlrecord.MS(req.Now))
 	return dataErr("release", err)
 }

@@ -222,6 +222,9 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if _, err := req.Prepare(); err != nil {
+		return err
+	}
 	return s.fenced(ctx, "release", s.sql.release, req.Key.Scope, req.Key.StoredID(), req.Token, micro(req.Now))
 }
 

@@ -290,8 +290,8 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 // retention end (the key's Redis expiry is set again from req.Now). A zero
 // Now is an *idem.InvalidDataError, as for the other transitions.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	if req.Now.IsZero() {
-		return invalid("release", "invalid request: zero Now")
+	if _, err := req.Prepare(); err != nil {
+		return err
 	}
 	if err := checkTimes("release", req.Now); err != nil {
 		return err

@@ -203,6 +203,9 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if _, err := req.Prepare(); err != nil {
+		return err
+	}
 	return s.owned(ctx, "release", req.Key, s.q.release,
 		sqlrecord.MS(req.Now), sqlrecord.MS(req.Now), req.Key.Scope, req.Key.StoredID(), req.Token)
 }

@@ -190,6 +190,12 @@ func testZeroTimes(t *testing.T, s idem.Store) {
 	if err := s.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: T0}); !errors.Is(err, idem.ErrInvalidData) {
 		t.Fatalf("Renew with zero LeaseUntil: %v; want ErrInvalidData", err)
 	}
+	if err := s.Release(ctx, idem.ReleaseRequest{Key: k, Token: c.Record.Token}); !errors.Is(err, idem.ErrInvalidData) {
+		t.Fatalf("Release with zero Now: %v; want ErrInvalidData", err)
+	}
+	if r := mustGet(t, s, k); r.State != idem.StateInProgress {
+		t.Fatalf("rejected Release changed the record: %+v", r)
+	}
 }
 
 // testTokenAcrossDeletion: a key swept and claimed again, many times over:
