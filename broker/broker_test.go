@@ -81,3 +81,23 @@ func TestHooksNilSafe(t *testing.T) {
 		t.Fatalf("hooks ran %v", got)
 	}
 }
+
+func TestRunTicket(t *testing.T) {
+	g, err := idem.New(memory.New(), idem.Options{Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickets, err := g.ClaimBatch(context.Background(), []idem.Message{{ID: "1"}, {ID: "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := broker.Handle(func(_ context.Context, m msg) ([]byte, error) { return []byte(m.id), nil })
+	res, err, ok := h.RunTicket(context.Background(), tickets[0], msg{"a"})
+	if !ok || err != nil || res.Outcome != idem.OutcomeProcessed || string(res.Value) != "a" {
+		t.Fatalf("RunTicket: %v %v %v", res, err, ok)
+	}
+	tx := broker.HandleTx(func(context.Context, *sql.Tx, msg) ([]byte, error) { return nil, nil })
+	if _, _, ok := tx.RunTicket(context.Background(), tickets[1], msg{"b"}); ok {
+		t.Fatal("a HandleTx handler ran under a ticket")
+	}
+}

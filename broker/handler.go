@@ -15,6 +15,7 @@ import (
 type Handler[M any] struct {
 	run   func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error)
 	check func(g *idem.Guard) error
+	fn    func(ctx context.Context, msg M) ([]byte, error) // Handle's function; nil for HandleTx
 }
 
 // ErrNoHandler is returned by Check for a zero Handler (or Handle(nil)).
@@ -26,7 +27,7 @@ func Handle[M any](fn func(ctx context.Context, msg M) ([]byte, error)) Handler[
 	if fn == nil {
 		return Handler[M]{}
 	}
-	return Handler[M]{run: func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
+	return Handler[M]{fn: fn, run: func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
 		return g.Do(ctx, im, func(ctx context.Context) ([]byte, error) { return fn(ctx, msg) })
 	}}
 }
@@ -68,4 +69,17 @@ func (h Handler[M]) Check(g *idem.Guard) error {
 // Run runs h for msg, whose guard view is im (the adapter's MessageOf).
 func (h Handler[M]) Run(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error) {
 	return h.run(ctx, g, im, msg)
+}
+
+// RunTicket runs a Handle handler for msg under a claim made ahead in a
+// batch (idem.Guard.ClaimBatch), so that adapters claiming a partition's
+// queued records in one round trip run each under its ticket. ok is false,
+// and nothing runs, for a HandleTx handler: the inbox marker is written in
+// the handler's own transaction, so it cannot be claimed ahead.
+func (h Handler[M]) RunTicket(ctx context.Context, t *idem.Ticket, msg M) (res idem.Result, err error, ok bool) {
+	if h.fn == nil {
+		return idem.Result{}, nil, false
+	}
+	res, err = t.Do(ctx, func(ctx context.Context) ([]byte, error) { return h.fn(ctx, msg) })
+	return res, err, true
 }
