@@ -38,6 +38,24 @@ func (c *stmts) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, e
 	return st, nil
 }
 
+// warm prepares the queries not cached yet, ignoring failures (a table
+// that does not exist before Migrate): the transaction then prepares them
+// itself.
+func (c *stmts) warm(ctx context.Context, db *sql.DB, queries ...string) {
+	for _, q := range queries {
+		if q != "" && c.cached(q) == nil {
+			_, _ = c.get(ctx, db, q)
+		}
+	}
+}
+
+// cached returns query's prepared statement if there is one.
+func (c *stmts) cached(query string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[query]
+}
+
 func (c *stmts) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -49,13 +67,21 @@ func (c *stmts) close() {
 
 // prepared returns query's statement for use on the database (tx nil) or
 // inside tx.
+//
+// Inside tx, a statement not cached yet is prepared on tx itself: preparing
+// it on the database would wait for a second connection, which never comes
+// when the pool has one (SetMaxOpenConns(1), common with SQLite) and tx holds
+// it. The next use outside a transaction caches it.
 func (s *Store) prepared(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if tx != nil {
+		if st := s.stmts.cached(query); st != nil {
+			return tx.StmtContext(ctx, st), nil
+		}
+		return tx.PrepareContext(ctx, query)
+	}
 	st, err := s.stmts.get(ctx, s.db, query)
 	if err != nil {
 		return nil, err
-	}
-	if tx != nil {
-		return tx.StmtContext(ctx, st), nil
 	}
 	return st, nil
 }

@@ -52,6 +52,9 @@ func (s *Store) writeTxLock(ctx context.Context, lockNoop string, fn func(ctx co
 		return err
 	}
 	defer unlock()
+	// Statements the transaction runs are prepared before it takes its
+	// connection (see prepared): a pool of one has none to spare after.
+	s.stmts.warm(ctx, s.db, lockNoop, s.q.mark, s.q.saveResult, s.q.put, s.q.get)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", err)
