@@ -154,8 +154,12 @@ func (j *Job) RunWindow(ctx context.Context, w Window, fn Func) (Result, error) 
 // the windows no trigger ran are run, and those done before cost one claim
 // each. It stops at the first window that returns an error (one in progress
 // elsewhere too), so windows never run out of order, and returns the results
-// so far with that error. Schedules whose windows have no end (Tick) cannot
-// be walked: ErrNoWindow.
+// so far with that error.
+//
+// The window after w is the schedule's window of w.End, as with Every,
+// Daily and Monthly, whose windows hold their ticks. Schedules whose
+// windows have no end (Tick) cannot be walked (ErrNoWindow), nor can a
+// ScheduleFunc whose window of w.End is not after w (an error).
 func (j *Job) Backfill(ctx context.Context, from, to time.Time, fn Func) ([]Result, error) {
 	var out []Result
 	w := j.sched.Window(from)
