@@ -3,15 +3,12 @@ package job_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/idemgo/idem/store/postgres"
 )
@@ -59,26 +56,12 @@ func eachStore(t *testing.T, test func(t *testing.T, store idem.Store)) {
 // pgStore returns a PostgreSQL store on a table in a schema of the test's own.
 func pgStore(t *testing.T) *postgres.Store {
 	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Postgres.Need(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("job_test_%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
+	pool, schema, _ := pgtest.Schema(t, "job_test")
 	s, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s

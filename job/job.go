@@ -10,7 +10,7 @@ import (
 )
 
 // ErrNoWindow means a run was asked for a window without a start (a
-// ScheduleFunc that returned the zero Window).
+// ScheduleFunc that returned the zero Window) or that ends before it starts.
 var ErrNoWindow = errors.New("job: window has no start")
 
 // Options configure a Job. Name and Schedule are required; the zero value of
@@ -114,6 +114,9 @@ type Func func(ctx context.Context, run *Run) ([]byte, error)
 type Result struct {
 	idem.Result
 	Window Window
+	// Skipped names the steps this trigger's run found done by an earlier
+	// run of the window (one that crashed or failed), in call order.
+	Skipped []string
 }
 
 // Run runs fn for the window of tick (the time the scheduler fired for,
@@ -139,14 +142,20 @@ func (j *Job) Run(ctx context.Context, tick time.Time, fn Func) (Result, error) 
 
 // RunWindow is Run for a window computed by the caller.
 func (j *Job) RunWindow(ctx context.Context, w Window, fn Func) (Result, error) {
-	if w.Start.IsZero() {
-		return Result{Window: w}, ErrNoWindow
+	if w.Start.IsZero() || (!w.End.IsZero() && !w.End.After(w.Start)) {
+		return Result{Window: w}, fmt.Errorf("%w: %s", ErrNoWindow, w)
 	}
 	key := j.Key(w)
+	var run *Run
 	res, err := j.g.DoKey(ctx, key, "", func(ctx context.Context) ([]byte, error) {
-		return fn(ctx, &Run{job: j, Window: w, Key: key, steps: map[string]bool{}})
+		run = &Run{job: j, Window: w, Key: key, steps: map[string]bool{}}
+		return fn(ctx, run)
 	})
-	return Result{Result: res, Window: w}, err
+	out := Result{Result: res, Window: w}
+	if run != nil {
+		out.Skipped = run.Skipped()
+	}
+	return out, err
 }
 
 // Backfill runs fn for every window of the schedule from the one holding

@@ -182,6 +182,9 @@ func TestCrashedRunResumes(t *testing.T) {
 		if string(res.Value) != "extract-done,render-done,publish-done" {
 			t.Errorf("result %q: the replayed steps' results are missing", res.Value)
 		}
+		if fmt.Sprint(res.Skipped) != "[extract render]" {
+			t.Errorf("skipped %v, want the steps the crashed run finished", res.Skipped)
+		}
 		for name, want := range map[string]int{"extract": 1, "render": 1, "publish": 2} {
 			if got := calls.get(name); got != want {
 				t.Errorf("step %s ran %d times, want %d", name, got, want)
@@ -424,6 +427,10 @@ func TestNoWindow(t *testing.T) {
 	j := newJob(t, memory.New(), job.Options{Schedule: job.ScheduleFunc(func(time.Time) job.Window { return job.Window{} })})
 	if _, err := j.Run(context.Background(), tick, nil); !errors.Is(err, job.ErrNoWindow) {
 		t.Errorf("zero window: %v", err)
+	}
+	backwards := job.Window{Start: tick, End: tick.Add(-time.Hour)}
+	if _, err := j.RunWindow(context.Background(), backwards, nil); !errors.Is(err, job.ErrNoWindow) {
+		t.Errorf("window ending before its start: %v", err)
 	}
 }
 

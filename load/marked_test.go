@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/load"
 	"github.com/idemgo/idem/store/postgres"
 	"github.com/idemgo/idem/store/sqlite"
@@ -73,31 +72,11 @@ func TestMarkedSQLite(t *testing.T) {
 	}
 }
 
-func pgPool(t *testing.T) (*pgxpool.Pool, string) {
-	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Postgres.Need(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("load_test_%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
-	return pool, schema
-}
-
 // The inbox on PostgreSQL: a batch's markers are one statement
 // (MarkBatch). Two loads of overlapping inputs at once write each row once.
 func TestMarkedPostgres(t *testing.T) {
 	ctx := context.Background()
-	pool, schema := pgPool(t)
+	pool, schema, _ := pgtest.Schema(t, "load_test")
 	store, err := postgres.New(pool, postgres.Options{Table: schema + ".idem_records"})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -78,6 +79,10 @@ func run(ctx context.Context, cfg config) (load.Summary, error) {
 		return load.Summary{}, err
 	}
 	defer f.Close()
+	total, err := countRows(f) // for the progress line's done/total
+	if err != nil {
+		return load.Summary{}, err
+	}
 	src, err := load.NewCSV(f, load.CSVOptions{Key: []string{"order_id"}})
 	if err != nil {
 		return load.Summary{}, err
@@ -85,6 +90,7 @@ func run(ctx context.Context, cfg config) (load.Summary, error) {
 	orders := &loadpgx.Table{Name: cfg.Table, KeyColumn: "order_id", FingerprintColumn: "load_fp", Columns: src.Header()}
 	opts := load.Options{
 		Scope: "orders-import",
+		Total: total,
 		OnConflict: func(c load.Conflict) {
 			fmt.Fprintln(cfg.Out, "conflict:", c)
 		},
@@ -99,4 +105,23 @@ func run(ctx context.Context, cfg config) (load.Summary, error) {
 	sum, err := l.Run(ctx, src)
 	fmt.Fprintf(cfg.Out, "%s: %s\n", cfg.File, sum)
 	return sum, err
+}
+
+// countRows counts the CSV rows of f after its header and rewinds it.
+func countRows(f *os.File) (int, error) {
+	r := csv.NewReader(f)
+	r.ReuseRecord = true
+	n := -1 // the header
+	for {
+		_, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			break // the load reports it, with its row
+		}
+		n++
+	}
+	_, err := f.Seek(0, io.SeekStart)
+	return max(n, 0), err
 }

@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/internal/pgtest"
 )
 
 // writeCSV writes orders [from, to) to a file, with the amounts of the
@@ -45,14 +43,14 @@ func writeCSV(t *testing.T, name string, from, to int, changed ...int) string {
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, schema := newSchema(t, ctx, testenv.Postgres.Need(t))
-	base := config{PostgresURL: testenv.Postgres.Addr(), Table: schema + ".orders"}
+	pool, schema, url := pgtest.Schema(t, "example_etl")
+	base := config{PostgresURL: url, Table: schema + ".orders"}
 	load := func(file string) (string, error) {
 		var out, progress strings.Builder
 		cfg := base
 		cfg.File, cfg.Out, cfg.Progress = file, &out, &progress
 		sum, err := run(ctx, cfg)
-		if !strings.Contains(progress.String(), fmt.Sprintf("%d rows", sum.Rows)) {
+		if !strings.Contains(progress.String(), fmt.Sprintf("%d/%d rows (100.0%%)", sum.Rows, sum.Rows)) {
 			t.Errorf("progress %q does not end at %d rows", progress.String(), sum.Rows)
 		}
 		return out.String(), err
@@ -87,24 +85,4 @@ func TestRun(t *testing.T) {
 	if rows != 4000 || amount2500 != 2600 {
 		t.Errorf("%d orders, order 2500 amount %d: want 4000 orders, each once, and the stored 2600 kept", rows, amount2500)
 	}
-}
-
-// newSchema creates a schema for the test and returns a pool and the name.
-func newSchema(t *testing.T, ctx context.Context, url string) (*pgxpool.Pool, string) {
-	t.Helper()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("example_etl_%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
-	return pool, schema
 }

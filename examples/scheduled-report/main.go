@@ -197,7 +197,7 @@ func (a *app) fire(ctx context.Context, tick time.Time) (job.Result, error) {
 	case res.Outcome == idem.OutcomeDuplicate:
 		a.logf("%s: done before: %d orders, %d cents", w, s.Orders, s.TotalCents)
 	default:
-		a.logf("%s: reported %d orders, %d cents (retaken %v)", w, s.Orders, s.TotalCents, res.Retaken)
+		a.logf("%s: reported %d orders, %d cents (retaken %v, steps done before: %v)", w, s.Orders, s.TotalCents, res.Retaken, res.Skipped)
 	}
 	return res, err
 }

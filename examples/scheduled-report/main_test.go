@@ -5,17 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/internal/pgtest"
 )
 
 // clock is the fleet's clock, moved by the test: leases end when the test
@@ -118,7 +115,7 @@ func (s *steps) list() []string {
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pgURL := schemaURL(t, ctx, testenv.Postgres.Need(t))
+	_, _, pgURL := pgtest.Schema(t, "example_report")
 	clk := &clock{now: time.Date(2030, 1, 2, 16, 0, 0, 3e6, time.UTC)}
 	const lease = 30 * time.Second
 	var out syncBuffer
@@ -228,7 +225,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("report %q", body)
 	}
 	log := out.String()
-	for _, line := range []string{"b: 2030-01-02 15:00: running elsewhere", "b: 2030-01-02 15:00: reported 2 orders, 2200 cents (retaken true)",
+	for _, line := range []string{"b: 2030-01-02 15:00: running elsewhere", "b: 2030-01-02 15:00: reported 2 orders, 2200 cents (retaken true, steps done before: [count render])",
 		"a2: 2030-01-02 15:00: done before: 2 orders, 2200 cents", "a2: 2030-01-02 16:00: done before: 2 orders, 1000 cents"} {
 		if !strings.Contains(log, line) {
 			t.Errorf("log lacks %q:\n%s", line, log)
@@ -241,7 +238,7 @@ func TestRun(t *testing.T) {
 func TestBackfillAndSchedule(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pgURL := schemaURL(t, ctx, testenv.Postgres.Need(t))
+	_, _, pgURL := pgtest.Schema(t, "example_report")
 	clk := &clock{now: time.Date(2030, 1, 2, 16, 20, 0, 0, time.UTC)}
 	var ran steps
 	early, err := newApp(ctx, config{PostgresURL: pgURL, Instance: "early", Clock: clk.Now, onStep: ran.hook("early", nil)})
@@ -316,32 +313,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// schemaURL creates a schema of its own for the test and returns a URL whose
-// connections use it.
-func schemaURL(t *testing.T, ctx context.Context, base string) string {
-	t.Helper()
-	pool, err := pgxpool.New(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("example_report_%d", time.Now().UnixNano())
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

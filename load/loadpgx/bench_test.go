@@ -174,8 +174,7 @@ func copyInsert(ctx context.Context, st *entitypgx.Store, table string, rows spa
 //	go test ./load/loadpgx -run '^$' -bench Load1M -benchtime 1x
 func BenchmarkLoad1M(b *testing.B) {
 	ctx := context.Background()
-	pool := testPool(b)
-	schema := newSchema(b, pool)
+	pool, schema := testDB(b)
 	st := entitypgx.NewStore(pool)
 	n := benchRows()
 	const batch = load.DefaultBatchSize

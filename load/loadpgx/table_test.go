@@ -27,8 +27,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts load.Options) *fixture {
 	t.Helper()
-	pool := testPool(t)
-	schema := newSchema(t, pool)
+	pool, schema := testDB(t)
 	if _, err := pool.Exec(context.Background(), "CREATE TABLE "+schema+".orders "+fmt.Sprintf(orderSchema, ", load_fp text")); err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +113,7 @@ func TestTableLoad(t *testing.T) {
 // as they were sent; a key column outside Columns is filled from Row.Key.
 func TestTableValues(t *testing.T) {
 	ctx := context.Background()
-	pool := testPool(t)
-	schema := newSchema(t, pool)
+	pool, schema := testDB(t)
 	_, err := pool.Exec(ctx, `CREATE TABLE `+schema+`.notes (load_key text PRIMARY KEY, body text, n int, at timestamptz, ok boolean, fp text)`)
 	if err != nil {
 		t.Fatal(err)
