@@ -1,0 +1,383 @@
+// Package servicebustest is an in-process Azure Service Bus for tests: a
+// small server on a loopback port that speaks enough AMQP 1.0, claims-based
+// security ($cbs) and the Service Bus management protocol
+// (<entity>/$management) for the real, unmodified azservicebus client to
+// send, receive and settle against it, as kfake is for Kafka. No Go
+// package offers one, and Microsoft's emulator is a container that needs
+// SQL Server.
+//
+//	srv, err := servicebustest.NewServer()
+//	defer srv.Close()
+//	srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: 5 * time.Second})
+//	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+//
+// Production code runs against Azure unchanged: only the connection string
+// differs (it carries UseDevelopmentEmulator=true, which turns TLS off).
+//
+// # What it models
+//
+// Queues, topics with subscriptions (every subscription gets every
+// message: no filters), and each entity's $DeadLetterQueue sub-queue.
+// PeekLock receives with lock tokens (the delivery tag, in .NET GUID byte
+// order as Service Bus sends it) and a lock duration; a lock that expires
+// makes the message available again with DeliveryCount + 1, as does
+// Abandon; a message abandoned or expired MaxDeliveryCount times moves to
+// the dead-letter queue with DeadLetterReason MaxDeliveryCountExceeded
+// (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
+// Complete, Abandon (with properties to modify), Defer (the message is
+// kept but no longer delivered) and DeadLetter (DeadLetterReason,
+// DeadLetterErrorDescription and the properties to modify become
+// application properties) on the receive link or through $management by
+// lock token; renew-lock; ReceiveAndDelete; duplicate detection by
+// MessageId within a window (a duplicate is accepted and dropped,
+// https://learn.microsoft.com/azure/service-bus-messaging/duplicate-detection);
+// sequence numbers, enqueued times and locked-until annotations. Any SASL
+// mechanism and any token are accepted.
+//
+// # What it does not model
+//
+// Sessions, partitioned entities, transactions, scheduled messages,
+// receive-by-sequence-number of deferred messages, peek, auto-forwarding,
+// subscription rules and filters, message TTL and expiry, Premium
+// features, quotas and throttling, TLS and WebSockets, and the
+// administration (ATOM) API: entities are made with CreateQueue,
+// CreateTopic and CreateSubscription. State lives in memory only.
+package servicebustest
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of Service Bus for a new entity.
+const (
+	DefaultLockDuration     = time.Minute
+	DefaultMaxDeliveryCount = 10
+	DefaultDuplicateWindow  = 10 * time.Minute
+)
+
+const maxMessageSize = 1 << 20
+
+// QueueOptions configure a queue or a subscription. The zero value takes
+// Service Bus's defaults.
+type QueueOptions struct {
+	LockDuration     time.Duration // default DefaultLockDuration
+	MaxDeliveryCount int           // default DefaultMaxDeliveryCount
+	// RequiresDuplicateDetection drops a message whose MessageId was sent
+	// to the entity within DuplicateDetectionWindow (queues and topics
+	// only; a subscription takes its topic's).
+	RequiresDuplicateDetection bool
+	DuplicateDetectionWindow   time.Duration // default DefaultDuplicateWindow
+}
+
+func (o QueueOptions) withDefaults() QueueOptions {
+	if o.LockDuration <= 0 {
+		o.LockDuration = DefaultLockDuration
+	}
+	if o.MaxDeliveryCount <= 0 {
+		o.MaxDeliveryCount = DefaultMaxDeliveryCount
+	}
+	if o.DuplicateDetectionWindow <= 0 {
+		o.DuplicateDetectionWindow = DefaultDuplicateWindow
+	}
+	return o
+}
+
+// Server is an in-process Service Bus namespace listening on a loopback
+// port. Its methods are safe for concurrent use.
+type Server struct {
+	ln net.Listener
+
+	mu       sync.Mutex
+	entities map[string]*entity // queues, subscriptions and their dead-letter queues, by lower-case path
+	topics   map[string]*topic
+	conns    map[*conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// NewServer starts a server on 127.0.0.1 on a free port.
+func NewServer() (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, entities: map[string]*entity{}, topics: map[string]*topic{}, conns: map[*conn]struct{}{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// ConnectionString is a connection string for
+// azservicebus.NewClientFromConnectionString. UseDevelopmentEmulator=true
+// makes the client speak plain AMQP on the given port.
+func (s *Server) ConnectionString() string {
+	return "Endpoint=sb://" + s.Addr() + ";SharedAccessKeyName=test;SharedAccessKey=test;UseDevelopmentEmulator=true"
+}
+
+// Close closes every connection and the listener, and stops every lock
+// timer.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.close()
+	}
+	for _, e := range s.entities {
+		for _, m := range e.msgs {
+			if m.timer != nil {
+				m.timer.Stop()
+			}
+		}
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+// DropConnections closes every client connection at once, as a network
+// failure would; clients reconnect on their next operation. Locks held
+// stay held until they expire.
+func (s *Server) DropConnections() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.close()
+	}
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+		}()
+	}
+}
+
+func (s *Server) dropConn(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ss := range c.sessions {
+		ss.end()
+	}
+	delete(s.conns, c)
+}
+
+// ErrExists is returned when an entity of that name exists already.
+var ErrExists = errors.New("servicebustest: entity exists")
+
+// CreateQueue creates a queue.
+func (s *Server) CreateQueue(name string, opts QueueOptions) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := strings.ToLower(name)
+	if s.entities[key] != nil || s.topics[key] != nil {
+		return fmt.Errorf("%w: %s", ErrExists, name)
+	}
+	e := s.newEntity(name, opts.withDefaults())
+	if opts.RequiresDuplicateDetection {
+		e.dedup = newDedup(e.opts.DuplicateDetectionWindow)
+	}
+	return nil
+}
+
+// CreateTopic creates a topic; give it subscriptions with
+// CreateSubscription (a message sent to a topic without any is dropped).
+func (s *Server) CreateTopic(name string, opts QueueOptions) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := strings.ToLower(name)
+	if s.entities[key] != nil || s.topics[key] != nil {
+		return fmt.Errorf("%w: %s", ErrExists, name)
+	}
+	t := &topic{name: name}
+	if opts.RequiresDuplicateDetection {
+		t.dedup = newDedup(opts.withDefaults().DuplicateDetectionWindow)
+	}
+	s.topics[key] = t
+	return nil
+}
+
+// CreateSubscription creates a subscription of topic, at the path
+// "<topic>/Subscriptions/<name>".
+func (s *Server) CreateSubscription(topicName, name string, opts QueueOptions) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[strings.ToLower(topicName)]
+	if t == nil {
+		return fmt.Errorf("servicebustest: no topic %s", topicName)
+	}
+	path := topicName + "/Subscriptions/" + name
+	if s.entities[strings.ToLower(path)] != nil {
+		return fmt.Errorf("%w: %s", ErrExists, path)
+	}
+	t.subs = append(t.subs, s.newEntity(path, opts.withDefaults()))
+	return nil
+}
+
+func (s *Server) newEntity(path string, opts QueueOptions) *entity {
+	e := &entity{s: s, path: path, opts: opts, locked: map[uuid]*message{}}
+	e.dlq = &entity{s: s, path: path + "/$DeadLetterQueue", opts: opts, locked: map[uuid]*message{}}
+	e.dlq.opts.MaxDeliveryCount = 1 << 30
+	s.entities[strings.ToLower(path)] = e
+	s.entities[strings.ToLower(e.dlq.path)] = e.dlq
+	return e
+}
+
+// Stats counts an entity's messages by state.
+type Stats struct {
+	Active       int // available to receivers
+	Locked       int // delivered in PeekLock, not settled
+	Deferred     int
+	DeadLettered int // in the entity's dead-letter queue
+}
+
+// Stats returns the counts of the queue or subscription at path.
+func (s *Server) Stats(path string) (Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(path)
+	if e == nil {
+		return Stats{}, fmt.Errorf("servicebustest: no entity %s", path)
+	}
+	var st Stats
+	for _, m := range e.msgs {
+		switch m.state {
+		case stateAvailable:
+			st.Active++
+		case stateLocked:
+			st.Locked++
+		case stateDeferred:
+			st.Deferred++
+		}
+	}
+	if e.dlq != nil {
+		st.DeadLettered = len(e.dlq.msgs)
+	}
+	return st, nil
+}
+
+func (s *Server) lookup(path string) *entity {
+	return s.entities[strings.ToLower(strings.TrimPrefix(path, "/"))]
+}
+
+// lookupSend returns what a sender to path writes to: a queue or a topic.
+func (s *Server) lookupSend(path string) any {
+	key := strings.ToLower(strings.TrimPrefix(path, "/"))
+	if t := s.topics[key]; t != nil {
+		return t
+	}
+	if e := s.entities[key]; e != nil && e.dlq != nil && !strings.Contains(key, "/subscriptions/") {
+		return e
+	}
+	return nil
+}
+
+type topic struct {
+	name  string
+	subs  []*entity
+	dedup *dedup
+}
+
+type dedup struct {
+	window time.Duration
+	seen   map[string]time.Time
+}
+
+func newDedup(w time.Duration) *dedup { return &dedup{window: w, seen: map[string]time.Time{}} }
+
+// duplicate reports whether id was sent within the window, and records it
+// otherwise. The window runs from the first message with the id.
+func (d *dedup) duplicate(id string, now time.Time) bool {
+	if d == nil || id == "" {
+		return false
+	}
+	if t, ok := d.seen[id]; ok && now.Sub(t) < d.window {
+		return true
+	}
+	if len(d.seen) > 1024 && len(d.seen)%1024 == 0 {
+		for k, t := range d.seen {
+			if now.Sub(t) >= d.window {
+				delete(d.seen, k)
+			}
+		}
+	}
+	d.seen[id] = now
+	return false
+}
+
+// receive stores what a client sent to path: one message, or a batch.
+// It returns the delivery state for the client.
+func (s *Server) receive(path string, format uint32, body []byte) described {
+	msgs, err := parseMessages(format, body)
+	if err != nil {
+		return perf(codeRejected, amqpError("amqp:decode-error", err.Error(), nil))
+	}
+	now := time.Now()
+	switch dst := s.lookupSend(path).(type) {
+	case *topic:
+		for _, m := range msgs {
+			if dst.dedup.duplicate(m.id, now) {
+				continue
+			}
+			for _, sub := range dst.subs {
+				sub.add(m.clone(), now)
+			}
+		}
+	case *entity:
+		for _, m := range msgs {
+			if dst.dedup.duplicate(m.id, now) {
+				continue
+			}
+			dst.add(m, now)
+		}
+	default:
+		return perf(codeRejected, amqpError("amqp:not-found", "no queue or topic "+path, nil))
+	}
+	return perf(codeAccepted)
+}
+
+func newToken() uuid {
+	var u uuid
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// tagOf is the delivery tag of a lock token: Service Bus sends the token's
+// bytes in .NET GUID order (the first three fields little-endian), which
+// the client turns back into RFC 4122 order.
+func tagOf(t uuid) []byte {
+	b := t
+	b[0], b[3] = b[3], b[0]
+	b[1], b[2] = b[2], b[1]
+	b[4], b[5] = b[5], b[4]
+	b[6], b[7] = b[7], b[6]
+	return b[:]
+}

@@ -1,0 +1,300 @@
+package servicebustest
+
+import (
+	"strings"
+)
+
+type linkKind int
+
+const (
+	kindSend    linkKind = iota // the client sends messages to an entity
+	kindReceive                 // the client receives an entity's messages
+	kindRPCIn                   // the client sends requests to $cbs or <entity>/$management
+	kindRPCOut                  // the client receives the replies
+)
+
+// session is one AMQP session of a connection. All its state is guarded
+// by the server's lock.
+type session struct {
+	c            *conn
+	ch           uint16
+	links        map[uint32]*link // by handle (the server answers with the client's handle)
+	unsettled    map[uint32]*delivery
+	nextIncoming uint32 // the next transfer id expected from the client
+	nextOutgoing uint32 // the next transfer id the server sends
+	nextDelivery uint32
+}
+
+// link is one attached link. The server uses the client's handle as its
+// own, which AMQP allows (handles are chosen per direction).
+type link struct {
+	s       *session
+	name    string
+	handle  uint32
+	kind    linkKind
+	address string // the entity's path as attached, or the node
+	target  string // for kindRPCOut: the client's reply address
+	entity  *entity
+	// settled: the client asked for settled transfers (ReceiveAndDelete
+	// for a receiver, replies on an RPC link).
+	settled bool
+
+	// The server as sender: AMQP 1.0 part 2, 2.6.7 flow control.
+	deliveryCount uint32
+	credit        uint32
+	pendingRPC    [][]byte // replies waiting for credit
+
+	// The server as receiver.
+	peerCount uint32 // the client's delivery-count as the server grants from it
+	granted   uint32
+	in        []byte // a transfer still arriving (more = true)
+	inID      uint32
+	inFormat  uint32
+	inSettled bool
+	inStarted bool
+}
+
+// delivery is a message the server sent on a PeekLock link, waiting for
+// the client's disposition.
+type delivery struct {
+	l     *link
+	m     *message
+	token uuid
+}
+
+const senderCredit = 1000
+
+func (s *session) end() {
+	for h, l := range s.links {
+		l.detached()
+		delete(s.links, h)
+	}
+}
+
+func (s *session) attach(f []any) {
+	name := asString(field(f, 0))
+	h := uint32(asUint(field(f, 1)))
+	clientReceives := asBool(field(f, 2))
+	sndSettle, rcvSettle := field(f, 3), field(f, 4)
+	source, target := field(f, 5), field(f, 6)
+	_, src := descCode(source)
+	_, tgt := descCode(target)
+	srcAddr, tgtAddr := asString(field(src, 0)), asString(field(tgt, 0))
+
+	l := &link{s: s, name: name, handle: h}
+	addr := tgtAddr
+	if clientReceives {
+		addr = srcAddr
+		l.settled = asUint(sndSettle) == 1
+	}
+	l.address = addr
+	srv := s.c.s
+	var condition, description string
+	switch {
+	case addr == "$cbs":
+		l.kind = kindRPCIn
+	case strings.HasSuffix(strings.ToLower(addr), "/$management"):
+		l.kind = kindRPCIn
+		l.entity = srv.lookup(addr[:len(addr)-len("/$management")])
+		if l.entity == nil && srv.topics[strings.ToLower(addr[:len(addr)-len("/$management")])] == nil {
+			condition, description = "amqp:not-found", "no entity "+addr
+		}
+	default:
+		if clientReceives {
+			l.kind = kindReceive
+			l.entity = srv.lookup(addr)
+			if l.entity == nil {
+				condition, description = "amqp:not-found", "no queue or subscription "+addr
+			}
+		} else {
+			l.kind = kindSend
+			if srv.lookupSend(addr) == nil {
+				condition, description = "amqp:not-found", "no queue or topic "+addr
+			}
+		}
+	}
+	if clientReceives && l.kind == kindRPCIn {
+		l.kind = kindRPCOut
+		l.target = tgtAddr
+	}
+	if condition != "" {
+		// A refused attach answers with no terminus, then detaches with
+		// the error (AMQP 1.0 part 2, 2.6.3).
+		s.c.frame(0, s.ch, perf(codeAttach, name, h, !clientReceives, sndSettle, rcvSettle), nil)
+		s.c.frame(0, s.ch, perf(codeDetach, h, true, amqpError(condition, description, nil)), nil)
+		return
+	}
+	var initial any
+	if clientReceives {
+		initial = uint32(0)
+	}
+	s.c.frame(0, s.ch, perf(codeAttach, name, h, !clientReceives, sndSettle, rcvSettle, source, target,
+		nil, nil, initial, uint64(maxMessageSize)), nil)
+	s.links[h] = l
+	if !clientReceives {
+		l.peerCount = uint32(asUint(field(f, 9)))
+		l.grant()
+	} else if l.kind == kindReceive {
+		l.entity.receivers = append(l.entity.receivers, l)
+	}
+}
+
+// grant tops the client's credit on a link the server receives on back up
+// to senderCredit.
+func (l *link) grant() {
+	if l.granted > senderCredit/2 {
+		return
+	}
+	l.granted = senderCredit
+	s := l.s
+	s.c.frame(0, s.ch, perf(codeFlow, s.nextIncoming, uint32(1<<20), s.nextOutgoing, uint32(1<<20),
+		l.handle, l.peerCount, l.granted), nil)
+}
+
+// detached forgets the link. Messages it holds locked stay locked until
+// their lock expires (then they are delivered again with DeliveryCount +
+// 1) or are settled on the entity's $management link by lock token, as on
+// Service Bus.
+func (l *link) detached() {
+	if l.entity != nil && l.kind == kindReceive {
+		rs := l.entity.receivers
+		for i, r := range rs {
+			if r == l {
+				l.entity.receivers = append(rs[:i:i], rs[i+1:]...)
+				break
+			}
+		}
+	}
+	for id, d := range l.s.unsettled {
+		if d.l == l {
+			delete(l.s.unsettled, id)
+		}
+	}
+	l.credit = 0
+}
+
+func (s *session) flow(f []any) {
+	hv := field(f, 4)
+	if hv == nil {
+		return // session flow: the server's windows are wide enough
+	}
+	l := s.links[uint32(asUint(hv))]
+	if l == nil || (l.kind != kindReceive && l.kind != kindRPCOut) {
+		return
+	}
+	count := l.deliveryCount
+	if dc := field(f, 5); dc != nil {
+		count = uint32(asUint(dc))
+	}
+	l.credit = count + uint32(asUint(field(f, 6))) - l.deliveryCount
+	if l.kind == kindRPCOut {
+		for len(l.pendingRPC) > 0 && l.credit > 0 {
+			b := l.pendingRPC[0]
+			l.pendingRPC = l.pendingRPC[1:]
+			l.transfer(nil, true, b)
+		}
+	} else if l.entity != nil {
+		l.entity.pump()
+	}
+	if asBool(field(f, 8)) && l.credit > 0 { // drain: nothing more to send
+		l.deliveryCount += l.credit
+		l.credit = 0
+		s.c.frame(0, s.ch, perf(codeFlow, s.nextIncoming, uint32(1<<20), s.nextOutgoing, uint32(1<<20),
+			l.handle, l.deliveryCount, uint32(0), nil, true), nil)
+	} else if asBool(field(f, 9)) {
+		s.c.frame(0, s.ch, perf(codeFlow, s.nextIncoming, uint32(1<<20), s.nextOutgoing, uint32(1<<20),
+			l.handle, l.deliveryCount, l.credit), nil)
+	}
+}
+
+// transfer sends one delivery on l, split into frames the client takes,
+// and returns its delivery id.
+func (l *link) transfer(tag []byte, settled bool, payload []byte) uint32 {
+	s := l.s
+	id := s.nextDelivery
+	s.nextDelivery++
+	l.deliveryCount++
+	if l.credit > 0 {
+		l.credit--
+	}
+	if tag == nil {
+		tag = []byte{byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}
+	}
+	chunk := s.c.peerMax - 128 - len(tag)
+	first := true
+	for {
+		n := min(chunk, len(payload))
+		more := n < len(payload)
+		var p described
+		if first {
+			p = perf(codeTransfer, l.handle, id, tag, uint32(0), settled, more)
+		} else {
+			p = perf(codeTransfer, l.handle, nil, nil, nil, nil, more)
+		}
+		s.nextOutgoing++
+		s.c.frame(0, s.ch, p, payload[:n])
+		payload = payload[n:]
+		first = false
+		if !more {
+			return id
+		}
+	}
+}
+
+func (s *session) transfer(f []any, payload []byte) {
+	l := s.links[uint32(asUint(field(f, 0)))]
+	if l == nil || (l.kind != kindSend && l.kind != kindRPCIn) {
+		return
+	}
+	if !l.inStarted {
+		l.inStarted = true
+		l.inID = uint32(asUint(field(f, 1)))
+		l.inFormat = uint32(asUint(field(f, 3)))
+		l.inSettled = asBool(field(f, 4))
+		l.in = l.in[:0]
+	}
+	l.in = append(l.in, payload...)
+	if asBool(field(f, 5)) { // more
+		return
+	}
+	l.inStarted = false
+	l.peerCount++
+	l.granted--
+	body := append([]byte(nil), l.in...)
+	var state described
+	if l.kind == kindSend {
+		state = s.c.s.receive(l.address, l.inFormat, body)
+	} else {
+		s.c.s.rpc(l, body)
+		state = perf(codeAccepted)
+	}
+	if !l.inSettled {
+		s.c.frame(0, s.ch, perf(codeDisposition, true, l.inID, nil, true, state), nil)
+	}
+	l.grant()
+}
+
+func (s *session) disposition(f []any) {
+	if !asBool(field(f, 0)) {
+		return // the client settling its own transfers
+	}
+	first := uint32(asUint(field(f, 1)))
+	last := first
+	if v := field(f, 2); v != nil {
+		last = uint32(asUint(v))
+	}
+	settled := asBool(field(f, 3))
+	state := field(f, 4)
+	for id := first; ; id++ {
+		if d := s.unsettled[id]; d != nil {
+			delete(s.unsettled, id)
+			res := s.c.s.settleDelivery(d, state)
+			if !settled {
+				s.c.frame(0, s.ch, perf(codeDisposition, false, id, nil, true, res), nil)
+			}
+		}
+		if id == last {
+			break
+		}
+	}
+}
