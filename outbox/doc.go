@@ -1,0 +1,63 @@
+// Package outbox is the producer side of idem: a transactional outbox and
+// the relay that publishes it, so that an outgoing message is sent if and
+// only if the business transaction that wrote it commits, at least once,
+// always with the same stable id, and the consumer's idem guard removes
+// the repeats.
+//
+// A handler writes its business rows and its outgoing messages in one
+// transaction (with the inbox marker, inside idem.DoTx):
+//
+//	ob, _ := outboxpostgres.New(pool, outboxpostgres.Options{}) // outbox/postgres
+//	_, err := idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//		if _, err := tx.Exec(ctx, `insert into charges ...`); err != nil {
+//			return nil, err
+//		}
+//		return nil, ob.Enqueue(ctx, tx, outbox.Message{
+//			Destination: "billing.charged",                  // topic, subject or exchange
+//			OrderingKey: order.ID,                           // per order, in commit order
+//			Payload:     body,
+//		})                                                   // ID derived from the inbound key
+//	})
+//
+// and every instance of the service runs a relay; one at a time holds the
+// outbox's lease and publishes:
+//
+//	pub, _ := outboxnats.New(js, outboxnats.Options{})       // outbox/nats
+//	relay, _ := outbox.NewRelay(ob, pub, outbox.RelayOptions{})
+//	go relay.Run(ctx)
+//
+// # What the relay guarantees
+//
+//   - A message goes out only after its transaction committed; a rolled
+//     back transaction publishes nothing.
+//   - Each message is published until the broker confirms it (Kafka's
+//     produce ack, JetStream's PubAck, RabbitMQ's publisher confirm), then
+//     marked published. A relay that dies between the two publishes it
+//     again, with the same id: at least once, never "maybe".
+//   - Per ordering key, messages go out in the order their transactions
+//     committed, each only after the one before it is confirmed. A message
+//     that fails holds back the later ones of its key, and nothing else:
+//     other keys flow.
+//   - Failures back off (RelayOptions.Backoff). A message the broker
+//     rejects as invalid (ErrRejected) is parked, reported (EventParked,
+//     Stats.Parked, idem outbox list --state parked) and not retried until
+//     an operator says so (idem outbox retry); it still holds back its key,
+//     because a key's order is a promise.
+//   - One relay publishes at a time, across instances: the lease (a row of
+//     the outbox's lease table, with a token that increases with every new
+//     holder). A relay that dies is replaced when its lease ends.
+//   - Published messages are deleted after RelayOptions.Retention, in small
+//     batches, by the lease holder only.
+//
+// # Stable ids
+//
+// The id is what makes the consumer side work: the publishers put it where
+// the consumer adapters read it by default (Kafka: the idempotency-key
+// header; NATS: Idem-Id, with Nats-Msg-Id set to idem.DedupID of the id and
+// the content, so the broker's duplicate window never drops a conflict;
+// RabbitMQ: MessageId). See Prepare for ids derived from the inbound key.
+//
+// This package imports the standard library and idem only. Stores
+// (outbox/sqlite, outbox/postgres, outbox/mysql) and publishers
+// (outbox/kafka, outbox/nats, outbox/amqp) are leaf packages.
+package outbox
