@@ -1,0 +1,180 @@
+package console
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/idemgo/idem"
+)
+
+// maxResultForm bounds the result an operator types when completing.
+const maxResultForm = 64 << 10
+
+// authorize runs the checks every action passes, in order: the console
+// allows actions, the form carries the browser's CSRF token, the embedding
+// server's hook allows this one. It answers the refusals itself.
+func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (who string, ok bool) {
+	if c.opts.Authorize == nil {
+		c.refuse(w, r, "", "this console is read-only: the server that mounts it supplies no authorisation hook",
+			http.StatusForbidden, slog.String("op", a.Op))
+		return "", false
+	}
+	if !c.csrf.valid(r) {
+		c.refuse(w, r, "", "the form's CSRF token is missing or wrong: reload the page and try again",
+			http.StatusForbidden, slog.String("op", a.Op))
+		return "", false
+	}
+	who, err := c.opts.Authorize(r, a)
+	if err != nil {
+		c.refuse(w, r, who, "not authorised: "+err.Error(), http.StatusForbidden,
+			slog.String("op", a.Op), slog.String("scope", a.Key.Scope), slog.String("key", a.Key.ID))
+		return "", false
+	}
+	return who, true
+}
+
+// parseForm reads the posted form, bounded.
+func (c *Console) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxResultForm+4096)
+	if err := r.ParseForm(); err != nil {
+		c.refuse(w, r, "", "unreadable form: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+// refuse logs a refused request and answers it.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, who, why string, status int, attrs ...slog.Attr) {
+	attrs = append(attrs, slog.String("who", who), slog.String("remote", r.RemoteAddr), slog.String("reason", why))
+	c.log.LogAttrs(r.Context(), slog.LevelWarn, "idem console: action refused", attrs...)
+	c.render(w, r, status, "message.html", &page{Title: "Refused", Error: why})
+}
+
+// resolve completes or releases an in-progress record with the token the
+// operator saw, so a record that changed since (taken over, completed by its
+// owner) is never overwritten.
+func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
+	if !c.parseForm(w, r) {
+		return
+	}
+	op := r.PostFormValue("op")
+	key := idem.Key{Scope: r.PostFormValue("scope"), ID: r.PostFormValue("id")}
+	who, ok := c.authorize(w, r, Action{Op: op, Key: key})
+	if !ok {
+		return
+	}
+	attrs := []slog.Attr{slog.String("op", op), slog.String("scope", key.Scope), slog.String("key", key.ID),
+		slog.String("who", who), slog.String("remote", r.RemoteAddr)}
+	fail := func(status int, msg string) {
+		c.log.LogAttrs(r.Context(), slog.LevelWarn, "idem console: action failed", append(attrs, slog.String("error", msg))...)
+		c.render(w, r, status, "message.html", &page{Title: "Not resolved", Error: msg, Data: key})
+	}
+	if op != OpComplete && op != OpRelease {
+		fail(http.StatusBadRequest, fmt.Sprintf("unknown operation %q: complete or release", op))
+		return
+	}
+	if err := key.Validate(); err != nil {
+		fail(http.StatusBadRequest, "bad key: "+err.Error())
+		return
+	}
+	token, err := strconv.ParseInt(r.PostFormValue("token"), 10, 64)
+	if err != nil {
+		fail(http.StatusBadRequest, "the form has no fencing token")
+		return
+	}
+	ctx, cancel := c.queryCtx(r)
+	defer cancel()
+	rec, err := c.st.Get(ctx, key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		fail(http.StatusConflict, "the record is gone (swept or expired): nothing to resolve")
+		return
+	case err != nil:
+		fail(http.StatusBadGateway, "reading the record failed: "+err.Error())
+		return
+	case rec.State != idem.StateInProgress:
+		fail(http.StatusConflict, fmt.Sprintf("the record is %s now, not in progress: nothing to resolve", rec.State))
+		return
+	case rec.Token != token:
+		fail(http.StatusConflict, fmt.Sprintf("the record changed since you looked (token %d, now %d): another owner holds it; look again and decide", token, rec.Token))
+		return
+	}
+	now := c.clock()
+	if op == OpComplete {
+		result := []byte(r.PostFormValue("result"))
+		err = c.st.Complete(ctx, idem.CompleteRequest{Key: key, Token: token, Result: result, Now: now, ExpiresAt: now.Add(c.opts.Retention)})
+	} else {
+		err = c.st.Release(ctx, idem.ReleaseRequest{Key: key, Token: token, Now: now})
+	}
+	if errors.Is(err, idem.ErrLeaseLost) {
+		fail(http.StatusConflict, fmt.Sprintf("the record changed while resolving (token %d no longer holds it); look again and decide", token))
+		return
+	}
+	if err != nil {
+		fail(http.StatusBadGateway, op+" failed: "+err.Error())
+		return
+	}
+	c.counts.forget()
+	attrs = append(attrs, slog.Int64("token", token))
+	c.log.LogAttrs(r.Context(), slog.LevelInfo, "idem console: record "+op+"d", attrs...)
+	done := "completed"
+	if op == OpRelease {
+		done = "released"
+	}
+	http.Redirect(w, r, recordURL(key)+"&"+c.flash(fmt.Sprintf("Record %s by %s (token %d).", done, who, token)), http.StatusSeeOther)
+}
+
+// sweep deletes expired records now, batch by batch.
+func (c *Console) sweep(w http.ResponseWriter, r *http.Request) {
+	if !c.parseForm(w, r) {
+		return
+	}
+	who, ok := c.authorize(w, r, Action{Op: OpSweep})
+	if !ok {
+		return
+	}
+	ctx, cancel := c.queryCtx(r)
+	defer cancel()
+	sw := idem.Sweeper{Store: c.st, BatchSize: c.opts.SweepBatch, Clock: c.clock}
+	n, err := sw.SweepOnce(ctx)
+	attrs := []slog.Attr{slog.String("op", OpSweep), slog.Int("deleted", n), slog.String("who", who), slog.String("remote", r.RemoteAddr)}
+	if n > 0 {
+		c.counts.forget()
+	}
+	if err != nil {
+		c.log.LogAttrs(r.Context(), slog.LevelWarn, "idem console: action failed", append(attrs, slog.String("error", err.Error()))...)
+		c.render(w, r, http.StatusBadGateway, "message.html", &page{Title: "Sweep failed",
+			Error: fmt.Sprintf("the sweep failed after deleting %d records: %v", n, err)})
+		return
+	}
+	c.log.LogAttrs(r.Context(), slog.LevelInfo, "idem console: swept", attrs...)
+	http.Redirect(w, r, "./?"+c.flash(fmt.Sprintf("Swept %d expired record%s (%s).", n, plural(n), who)), http.StatusSeeOther)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// flash encodes the message a redirect shows on the next page, signed so
+// that a link from elsewhere cannot make the console claim an action.
+func (c *Console) flash(msg string) string {
+	return url.Values{"done": {msg}, "sig": {c.csrf.sign("flash\x00" + msg)}}.Encode()
+}
+
+// flashOf returns the request's flash message when its signature holds.
+func (c *Console) flashOf(r *http.Request) string {
+	q := r.URL.Query()
+	msg, sig := q.Get("done"), q.Get("sig")
+	if msg == "" || subtle.ConstantTimeCompare([]byte(sig), []byte(c.csrf.sign("flash\x00"+msg))) != 1 {
+		return ""
+	}
+	return msg
+}

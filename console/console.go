@@ -1,0 +1,290 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Store is what the console reads and resolves: an idem.Store that
+// operators can list and count (memory, sqlite, postgres, mysql and redis
+// all are).
+type Store interface {
+	idem.Store
+	idem.Inspector
+}
+
+// Operations an Action names.
+const (
+	OpComplete = "complete" // mark an in-progress record completed: its side effect happened
+	OpRelease  = "release"  // give an in-progress record back: its side effect did not happen
+	OpSweep    = "sweep"    // delete expired records now
+)
+
+// Action is what an operator asks the console to do, passed to
+// Options.Authorize before it is done.
+type Action struct {
+	Op  string   // OpComplete, OpRelease or OpSweep
+	Key idem.Key // the record; zero for OpSweep
+}
+
+// Options configure a Console. The zero value is a read-only console.
+type Options struct {
+	// Authorize decides whether the request may take the action, and
+	// names who takes it: the name is logged with the action. Return an
+	// error to refuse (its text is shown to the operator). Nil: the
+	// console is read-only, shows no action and refuses every one. The
+	// embedding server authenticates; this hook only decides.
+	Authorize func(r *http.Request, a Action) (who string, err error)
+
+	// Recorder feeds the charts and the recent conflicts, parked keys and
+	// dead letters. Nil: the console shows the store alone.
+	Recorder *Recorder
+
+	// Logger receives one record per action taken or refused. Default
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Clock is the time records are judged at (stale, expired) and actions
+	// are written with. Default time.Now.
+	Clock func() time.Time
+
+	// PageSize is how many records a list page shows. Default 50, at most
+	// 500.
+	PageSize int
+
+	// CountsMaxAge is how old the counts by scope and state may be before
+	// they are counted again (in the background, the old ones shown
+	// meanwhile, marked with their time). Counting reads every record, so
+	// a console must not count per view of a large store. Default 15s;
+	// negative: count on every view.
+	CountsMaxAge time.Duration
+
+	// QueryTimeout bounds each store call a page or an action makes.
+	// Default 30s.
+	QueryTimeout time.Duration
+
+	// Retention is the retention of records completed from the console.
+	// Default idem.DefaultRetention: match the guards' Options.Retention.
+	Retention time.Duration
+
+	// SweepBatch is the batch size of a sweep started from the console.
+	// Default 1000.
+	SweepBatch int
+
+	// Secret keys the forms' CSRF tokens. Default: random per process,
+	// which is right for one instance; consoles behind one address on
+	// several instances share a Secret of at least 32 random bytes.
+	Secret []byte
+}
+
+// Console is the operator console: an http.Handler to mount in the
+// application's server. It renders every page on the server; its links
+// and forms are relative, so it works under any path ending in a slash,
+// with or without http.StripPrefix.
+type Console struct {
+	st     Store
+	opts   Options
+	log    *slog.Logger
+	clock  func() time.Time
+	csrf   csrf
+	counts *counts
+	pages  map[string]*template.Template
+	h      http.Handler
+
+	stop      context.CancelFunc
+	closeOnce sync.Once
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New returns the console for s.
+func New(s Store, opts Options) *Console {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	switch {
+	case opts.PageSize <= 0:
+		opts.PageSize = 50
+	case opts.PageSize > 500:
+		opts.PageSize = 500
+	}
+	if opts.CountsMaxAge == 0 {
+		opts.CountsMaxAge = 15 * time.Second
+	}
+	if opts.QueryTimeout <= 0 {
+		opts.QueryTimeout = 30 * time.Second
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = idem.DefaultRetention
+	}
+	if opts.SweepBatch <= 0 {
+		opts.SweepBatch = 1000
+	}
+	base, stop := context.WithCancel(context.Background())
+	c := &Console{st: s, opts: opts, log: opts.Logger, clock: opts.Clock, csrf: newCSRF(opts.Secret), stop: stop,
+		counts: &counts{in: s, maxAge: opts.CountsMaxAge, timeout: opts.QueryTimeout, clock: opts.Clock, base: base}}
+	c.pages = parsePages(c.funcs())
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.refuse(w, r, "", "cross-origin request refused", http.StatusForbidden)
+	}))
+	c.h = cop.Handler(http.HandlerFunc(c.route))
+	return c
+}
+
+// Close ends a recount of the records in progress and waits for it. Pages
+// served after Close count in the request.
+func (c *Console) Close() error {
+	c.closeOnce.Do(func() {
+		c.stop()
+		c.counts.mu.Lock() // a recount started before stop has been added to wg
+		c.counts.mu.Unlock()
+		c.counts.wg.Wait()
+	})
+	return nil
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing a record holds may run as script, whatever a template does:
+	// scripts come from the console's own files only, and no page may be
+	// framed (clickjacking the action buttons).
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	c.h.ServeHTTP(w, r)
+}
+
+// route dispatches on the last element of the path, so the console works
+// whatever path it is mounted under.
+func (c *Console) route(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if i := strings.LastIndex(p, "/static/"); i >= 0 {
+		c.static(w, r, p[i+len("/static/"):])
+		return
+	}
+	name := p[strings.LastIndex(p, "/")+1:]
+	switch name {
+	case "resolve", "sweep":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		if name == "resolve" {
+			c.resolve(w, r)
+		} else {
+			c.sweep(w, r)
+		}
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	switch name {
+	case "":
+		c.overview(w, r)
+	case "records":
+		c.records(w, r)
+	case "inprogress":
+		c.inProgress(w, r)
+	case "parked":
+		c.parked(w, r)
+	case "conflicts":
+		c.conflicts(w, r)
+	case "record":
+		c.record(w, r)
+	default:
+		c.render(w, r, http.StatusNotFound, "message.html", &page{Title: "Not found", Message: "No console page is called " + name + "."})
+	}
+}
+
+func (c *Console) static(w http.ResponseWriter, r *http.Request, name string) {
+	b, err := fs.ReadFile(staticFS, "static/"+name)
+	if err != nil || strings.Contains(name, "/") {
+		http.NotFound(w, r)
+		return
+	}
+	switch path.Ext(name) {
+	case ".js":
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	case ".css":
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	default:
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(b))
+}
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Nav     string // the active navigation entry
+	Actions bool   // actions are offered (Options.Authorize is set)
+	CSRF    string
+	Flash   string // the outcome of the action just taken
+	Error   string
+	Message string
+	Now     time.Time
+	Data    any
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
+	p.Actions = c.opts.Authorize != nil
+	if p.Actions {
+		p.CSRF = c.csrf.token(w, r)
+	}
+	if p.Now.IsZero() {
+		p.Now = c.clock()
+	}
+	if p.Flash == "" {
+		p.Flash = c.flashOf(r)
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+		c.log.ErrorContext(r.Context(), "idem console: render", "page", name, "error", err)
+		http.Error(w, "the console failed to render this page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *Console) queryCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.opts.QueryTimeout)
+}
+
+func (c *Console) storeError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	status := http.StatusBadGateway
+	if errors.Is(err, idem.ErrInvalidOptions) || errors.Is(err, idem.ErrInvalidKey) || errors.Is(err, idem.ErrNoKey) {
+		status = http.StatusBadRequest
+	}
+	c.render(w, r, status, "message.html", &page{Title: "Store error", Error: what + ": " + err.Error()})
+}

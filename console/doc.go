@@ -1,0 +1,49 @@
+// Package console is idem's operator console: an http.Handler, rendered on
+// the server with html/template and a small vendored script (htmx) from an
+// embedded file system, that mounts in the application's own server.
+//
+//	rec := console.NewRecorder(console.RecorderOptions{})       // charts; optional
+//	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: rec})
+//	mux.Handle("/idem/", console.New(store, console.Options{
+//		Recorder: rec,
+//		// Without Authorize the console is read-only.
+//		Authorize: func(r *http.Request, a console.Action) (string, error) {
+//			u := auth.User(r) // the server's own authentication
+//			if !u.IsOperator() {
+//				return u.Name, errors.New("operators only")
+//			}
+//			return u.Name, nil
+//		},
+//	}))
+//
+// `idem console --store DSN` serves it alone.
+//
+// Pages: the scopes with their records counted by state; the records of a
+// scope, paged by key; the in-progress records with how long each has been
+// held, the stale ones (lease ended) marked; the stale and parked records
+// waiting for an operator; the recent conflicts, parked keys and dead
+// letters (from a Recorder); one record with everything it holds and a
+// preview of its result; charts of processed messages, duplicates,
+// conflicts and in-progress retries per minute per scope, and of claim and
+// handler latency percentiles (from a Recorder: an in-process ring of the
+// last hour).
+//
+// Actions: complete or release an in-progress record (the answer to a
+// parked or stale one, with the fencing token the operator saw, so a record
+// taken over meanwhile is never overwritten) and sweep expired records.
+// There are none unless the embedding server supplies Options.Authorize;
+// every action is a POST from a form carrying a CSRF token bound to the
+// browser, cross-origin requests are refused (http.CrossOriginProtection),
+// and every action taken or refused is logged through slog with who asked.
+//
+// Everything a record holds comes from producers (keys, display ids,
+// fingerprints, results, dead-letter errors) and is only ever shown as
+// text: templates escape it in every context, and a Content-Security-Policy
+// lets no script run but the console's own files.
+//
+// Queries are paged by key (Inspector.List with After), so a list page
+// costs the same at a thousand records as at millions on the SQL stores.
+// Counting by scope and state (Inspector.Stats) reads every record in every
+// store, so the console serves counts from a snapshot at most
+// Options.CountsMaxAge old, counting again in the background.
+package console
