@@ -2,7 +2,9 @@ package kafka_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
+	"github.com/idemgo/idem/store/sqlite"
 )
 
 // countingStore is the memory store (a BatchStore) counting its round trips,
@@ -244,5 +247,53 @@ func TestShutdownReleasesBatch(t *testing.T) {
 		case i > 5 && err == nil && rec.State == idem.StateInProgress:
 			t.Errorf("%s: still claimed after shutdown", id)
 		}
+	}
+}
+
+// batchCounting is the SQLite store (a BatchStore with transactions)
+// counting its batch claims.
+type batchCounting struct {
+	*sqlite.Store
+	batches atomic.Int64
+}
+
+func (s *batchCounting) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	s.batches.Add(1)
+	return s.Store.ClaimBatch(ctx, reqs)
+}
+
+// TestHandleTxClaimsInTurn: a HandleTx handler over a store with batch
+// claims marks each record in its own transaction: the consumer claims
+// nothing ahead (RunTicket has no ticket to run it under).
+func TestHandleTxClaimsInTurn(t *testing.T) {
+	e := newEnv(t, "txinturn", 2)
+	w := buildWorkload(e.topic, 2, 20)
+	e.produce(w.recs...)
+	sq, err := sqlite.Open(filepath.Join(t.TempDir(), "idem.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Close() })
+	if err := sq.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := &batchCounting{Store: sq}
+	g, err := idem.New(st, idem.Options{Scope: e.group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	h := kafka.HandleTx(func(ctx context.Context, tx *sql.Tx, rec *kgo.Record) ([]byte, error) {
+		ran.Add(1)
+		return nil, nil
+	})
+	r := startConsumer(t, e, g, kafka.Options{CommitInterval: 20 * time.Millisecond}, h)
+	e.waitCommitted(t)
+	r.stop(nil)
+	if n := st.batches.Load(); n != 0 {
+		t.Errorf("%d batch claims for a HandleTx handler, want 0", n)
+	}
+	if n := ran.Load(); n != int64(len(w.ids)) {
+		t.Errorf("handler ran %d times, want once per original (%d)", n, len(w.ids))
 	}
 }

@@ -32,10 +32,10 @@ type Consumer struct {
 	// clock is the guard's clock: a held key's lease end is compared with
 	// it (idem.RetryAfter).
 	clock func() time.Time
-	// ahead, when not nil, is the guard that runs two-phase handlers over
-	// claims made ahead in batches (see batch.go); nil claims each record
-	// in its turn with g.
-	ahead *idem.Guard
+	// batch: partitions claim their queued records in batches and run
+	// each under its ticket (see batch.go); else each record is claimed
+	// in its turn.
+	batch bool
 
 	ran atomic.Bool
 
@@ -85,11 +85,11 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 	c := &Consumer{cl: cl, g: g, h: h, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
 		clock: g.Options().Clock,
 		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
-	ahead, err := claimsAhead(g, h, opts.MaxClaimBatch)
+	batch, err := claimsAhead(g, h, opts.MaxClaimBatch)
 	if err != nil {
 		return nil, err
 	}
-	c.ahead = ahead
+	c.batch = batch
 	if err := register(cl, c); err != nil {
 		return nil, err
 	}

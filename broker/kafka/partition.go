@@ -36,25 +36,18 @@ type partition struct {
 	// and how many of those tries the handler failed.
 	attempts, failures int
 	// Owned by the work goroutine, when the consumer claims in batches:
-	// how many records behind the head the current batch covers, the
-	// claims made for them and not run yet, and the context that carries
-	// those claims to the consumer's aheadStore (see batch.go).
-	batched int
-	claims  aheadClaims
-	actx    context.Context
+	// the tickets of the current batch not run yet, from the head on (see
+	// batch.go).
+	ahead []ahead
 }
 
 func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {
 	ctx, cancel := context.WithCancel(base)
-	p := &partition{
+	return &partition{
 		c: c, topic: topic, partition: n, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}),
-		commitOff: -1, claims: make(aheadClaims), actx: ctx,
+		commitOff: -1,
 	}
-	if c.ahead != nil {
-		p.actx = context.WithValue(ctx, aheadKey{}, p.claims)
-	}
-	return p
 }
 
 // push appends records, and pauses fetching from the partition once its

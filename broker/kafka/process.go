@@ -82,10 +82,11 @@ func (c *Consumer) process(p *partition, rec *kgo.Record) (broker.Report, bool) 
 	return r, done
 }
 
-// handle runs the consumer's handler for rec: over the partition's claims made
-// ahead when the consumer claims in batches, else claiming rec on its own.
+// handle runs the consumer's handler for rec: under the ticket of the
+// partition's batch when the consumer claims in batches, else claiming rec
+// on its own.
 func (c *Consumer) handle(p *partition, rec *kgo.Record) (idem.Result, error) {
-	if c.ahead != nil {
+	if c.batch {
 		return c.runAhead(p, rec)
 	}
 	return c.h.Run(p.ctx, c.g, MessageOf(rec), rec)
