@@ -318,6 +318,27 @@ func TestFailedStepRetried(t *testing.T) {
 	})
 }
 
+// A step result too large to record fails the step, rather than leave a
+// resumed run without it.
+func TestStepResultTooLarge(t *testing.T) {
+	j := newJob(t, memory.New(), job.Options{MaxResultSize: 4})
+	calls := 0
+	fn := func(ctx context.Context, run *job.Run) ([]byte, error) {
+		return run.Step(ctx, "extract", func(context.Context) ([]byte, error) {
+			calls++
+			return []byte("12345"), nil
+		})
+	}
+	for range 2 {
+		if _, err := j.Run(context.Background(), tick, fn); !errors.Is(err, idem.ErrResultTooLarge) {
+			t.Fatalf("large step result: %v", err)
+		}
+	}
+	if calls != 2 {
+		t.Errorf("step ran %d times: a failed step is retried", calls)
+	}
+}
+
 func TestStepNames(t *testing.T) {
 	j := newJob(t, memory.New(), job.Options{})
 	nop := func(context.Context) ([]byte, error) { return nil, nil }

@@ -44,7 +44,9 @@ type Run struct {
 // is renewed while fn runs.
 //
 // An error from fn gives the step back and is returned: return it from the
-// job's Func, and the next trigger runs this step again. A step still held
+// job's Func, and the next trigger runs this step again. So is a result
+// over Options.MaxResultSize (idem.ErrResultTooLarge): the result is what a
+// resumed run gets back, so keep it small (a count, a path, an id). A step still held
 // by another owner (the run this one took over, which renewed the step
 // after its last renewal of the window) is waited for until its lease
 // ends, up to two leases: the run holds the window, so that owner has
@@ -57,7 +59,7 @@ func (r *Run) Step(ctx context.Context, name string, fn idem.Handler) ([]byte, e
 	}
 	r.steps[name] = true
 	r.mu.Unlock()
-	res, err := r.do(ctx, r.StepKey(name), fn)
+	res, err := r.do(ctx, r.StepKey(name), r.bounded(fn))
 	if res.Outcome == idem.OutcomeDuplicate && err == nil {
 		r.mu.Lock()
 		r.skipped = append(r.skipped, name)
@@ -67,6 +69,21 @@ func (r *Run) Step(ctx context.Context, name string, fn idem.Handler) ([]byte, e
 		return res.Value, fmt.Errorf("job %q, window %s, step %q: %w", r.job.name, r.Window, name, err)
 	}
 	return res.Value, nil
+}
+
+// bounded refuses a step result too large to record before the step is
+// completed: a resumed run gets the recorded result back, and one recorded
+// without it would hand the steps after it nothing.
+func (r *Run) bounded(fn idem.Handler) idem.Handler {
+	limit := r.job.g.Options().MaxResultSize
+	return func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err == nil && limit >= 0 && len(v) > limit {
+			return nil, fmt.Errorf("%w: the step returned %d bytes, MaxResultSize is %d (return a reference to the data, not the data)",
+				idem.ErrResultTooLarge, len(v), limit)
+		}
+		return v, err
+	}
 }
 
 // StepKey is the key of the step called name: in the job's scope, with the

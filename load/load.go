@@ -78,8 +78,10 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// Transactor runs functions in transactions: every idem.TxStore
-// (store/postgres, store/sqlite, entitypgx.Store, ...) is one.
+// Transactor runs functions in transactions: InTx begins one, runs fn and
+// commits when fn returns nil, rolling back otherwise; each call is a
+// transaction of its own (Run relies on it: see Disposable). Every
+// idem.TxStore (store/postgres, store/sqlite, entitypgx.Store, ...) is one.
 type Transactor[Tx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 }
