@@ -3,11 +3,11 @@ package amqpidem_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -47,17 +47,10 @@ func BenchmarkConsume(b *testing.B) {
 					b.Fatal(err)
 				}
 				ctx, cancel := context.WithCancel(context.Background())
-				var n atomic.Int64
 				err = amqpidem.Consume(ctx, ch, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
 					return nil, nil
-				}), amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, OnResult: func(_ amqp.Delivery, r amqpidem.Report) {
-					if r.Action != idem.ActionAck {
-						b.Errorf("report %+v", r)
-					}
-					if n.Add(1) == int64(b.N) {
-						cancel()
-					}
-				}})
+				}), amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq,
+					Hooks: consumetest.CountAcks[amqp.Delivery](b, b.N, cancel)})
 				if err != nil {
 					b.Fatal(err)
 				}

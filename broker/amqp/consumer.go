@@ -8,14 +8,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/internal/consume"
 )
 
 // Options configure a Consumer. Queue and a dead-letter destination
 // (DeadLetterExchange, DeadLetterRoutingKey or both) are required; the zero
-// value of every other field is a sensible default.
+// value of every other field is a sensible default. The scope and the key
+// are the guard's (idem.Options.Scope, filled by NewGuard, and
+// idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
 	// Queue is the queue to consume.
 	Queue string
@@ -74,12 +78,17 @@ type Options struct {
 	// its context ends before cancelling their contexts (it still waits for
 	// them to return). Default 30s.
 	ShutdownTimeout time.Duration
-	// OnResult, if set, is called after each delivery's broker action, from
-	// the goroutine that handled it.
-	OnResult func(d amqp.Delivery, r Report)
-	// Message maps a delivery to the idem.Message the guard sees. Default
-	// MessageOf.
-	Message func(amqp.Delivery) idem.Message
+	// Hooks are the user's places in the flow of each delivery (see
+	// broker.Hooks): BeforeSettle once the outcome is known and before the
+	// ack, the requeue (and the back-off hold before it) or the dead
+	// letter; OnDeadLetter once a dead letter is confirmed by the broker
+	// (alert on conflicts there); AfterSettle after the action, with
+	// BrokerErr set when it failed; OnError for the errors the consumer
+	// handles by itself (failed dead-letter publishes, which are retried,
+	// and requeues on shutdown). A held delivery yields one Report, when it
+	// is settled. Hooks run on the goroutine that handled the delivery and
+	// must be safe for concurrent use.
+	Hooks broker.Hooks[amqp.Delivery]
 }
 
 // Default back-off bounds for requeueing a retried delivery (Options.Backoff).
@@ -91,23 +100,10 @@ const (
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 5 * time.Minute
 
-// ReasonMaxDeliver is the dead-letter reason of a delivery that would be
-// retried once more than Options.MaxDeliveries allows.
-const ReasonMaxDeliver = "max_deliver"
-
-// Report is what happened to one delivery.
-type Report struct {
-	Result idem.Result   // the guard's result
-	Err    error         // the guard's error; nil when processed or duplicate
-	Action idem.Action   // the action taken: ack, retry or dead-letter
-	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
-	Delay  time.Duration // how long a retry was held before the requeue
-	Held   time.Duration // how long it was held, in progress elsewhere, before the action
-	// BrokerErr is the failure of the action itself (ack, nack, dead-letter
-	// publish). The broker then redelivers the message when the channel
-	// closes, which is safe: its record decides again.
-	BrokerErr error
-}
+// ReasonMaxDeliver is broker.ReasonMaxDeliver, the dead-letter reason of a
+// delivery that would be retried once more than Options.MaxDeliveries
+// allows.
+const ReasonMaxDeliver = broker.ReasonMaxDeliver
 
 // ErrDeliveriesClosed is returned by Run when the broker or the connection
 // stops the deliveries (channel or connection closed, queue deleted,
@@ -124,25 +120,34 @@ type Consumer struct {
 	drv  consume.Driver[amqp.Delivery]
 }
 
-// NewConsumer validates opts and returns a consumer of ch. Errors wrap
-// idem.ErrInvalidOptions.
+// NewConsumer returns a consumer of ch running h for each delivery of
+// opts.Queue under g. Build g with NewGuard, whose scope defaults to the
+// queue, the consumer's identity, and leave idem.Options.Key at its default
+// (idem.MessageID, which reads the message-id property through MessageOf)
+// or set it there.
+//
+// Everything is checked once, here: a nil channel, guard or handler, a
+// HandleTx handler whose Tx the guard's store has no transactions for, a
+// missing Queue or dead-letter destination, negative options, and dead
+// letters routed back into Queue itself (the default exchange with Queue
+// as DeadLetterRoutingKey) are refused with an error wrapping
+// idem.ErrInvalidOptions (and idem.ErrNoTx for the Tx mismatch).
 func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
-	switch {
-	case ch == nil:
+	if ch == nil {
 		return nil, fmt.Errorf("%w: amqpidem: nil channel", idem.ErrInvalidOptions)
-	case g == nil:
-		return nil, fmt.Errorf("%w: amqpidem: nil guard", idem.ErrInvalidOptions)
-	case h == nil:
-		return nil, fmt.Errorf("%w: amqpidem: nil handler (use Handle or HandleTx)", idem.ErrInvalidOptions)
+	}
+	if err := h.Check(g); err != nil {
+		return nil, err
+	}
+	switch {
 	case opts.Queue == "":
 		return nil, fmt.Errorf("%w: amqpidem: Options.Queue is required", idem.ErrInvalidOptions)
 	case opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == "":
 		return nil, fmt.Errorf("%w: amqpidem: a dead-letter destination is required (DeadLetterExchange and/or DeadLetterRoutingKey): conflicts are never dropped silently", idem.ErrInvalidOptions)
+	case opts.DeadLetterExchange == "" && opts.DeadLetterRoutingKey == opts.Queue:
+		return nil, fmt.Errorf("%w: amqpidem: DeadLetterRoutingKey %q through the default exchange is the consumed queue itself: dead letters would come back to it", idem.ErrInvalidOptions, opts.Queue)
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0 || opts.MaxDeliveries < 0:
 		return nil, fmt.Errorf("%w: amqpidem: negative Concurrency, Prefetch, MaxDeliveries or ShutdownTimeout", idem.ErrInvalidOptions)
-	}
-	if err := consume.Check(h, g); err != nil {
-		return nil, err
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
@@ -158,9 +163,6 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 30 * time.Second
-	}
-	if opts.Message == nil {
-		opts.Message = MessageOf
 	}
 	if opts.MaxHold == 0 {
 		opts.MaxHold = DefaultMaxHold
@@ -219,11 +221,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancelWork()
 	flush := make(chan struct{})
 	var wg sync.WaitGroup
-	done := func(d amqp.Delivery, r Report) {
-		if c.opts.OnResult != nil {
-			c.opts.OnResult(d, r)
-		}
-	}
+	done := func(broker.Report) {}
 	// A held retry waits in a goroutine of its own, so its worker moves on;
 	// the prefetch still bounds how many deliveries are out.
 	hold := func(delay time.Duration, then func()) {
@@ -280,7 +278,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 						// Shutdown began as d was handed over (a ready worker
 						// and a cancelled ctx race in the select below): it
 						// goes back untouched, like the prefetched ones.
-						_ = d.Nack(false, true)
+						c.requeue(d)
 						continue
 					}
 					claim(c.pending(d))
@@ -305,13 +303,13 @@ loop:
 				break loop
 			}
 			if ctx.Err() != nil {
-				_ = d.Nack(false, true) // not started
+				c.requeue(d) // not started
 				break loop
 			}
 			select {
 			case work <- d:
 			case <-ctx.Done():
-				_ = d.Nack(false, true) // not started
+				c.requeue(d) // not started
 				break loop
 			}
 		case <-ctx.Done():
@@ -323,9 +321,11 @@ loop:
 
 	if runErr == nil {
 		// Stop the broker sending; what it sent already is requeued untouched.
-		_ = c.ch.Cancel(c.opts.ConsumerTag, false)
+		if err := c.ch.Cancel(c.opts.ConsumerTag, false); err != nil {
+			c.reportErr(fmt.Errorf("amqpidem: cancel consumer %s: %w", c.opts.ConsumerTag, err))
+		}
 		for d := range deliveries {
-			_ = d.Nack(false, true)
+			c.requeue(d)
 		}
 	}
 	close(flush)
@@ -334,6 +334,15 @@ loop:
 	t.Stop()
 	return runErr
 }
+
+// requeue hands d back untouched, on shutdown.
+func (c *Consumer) requeue(d amqp.Delivery) {
+	if err := d.Nack(false, true); err != nil {
+		c.reportErr(fmt.Errorf("amqpidem: requeue on shutdown: %w", err))
+	}
+}
+
+func (c *Consumer) reportErr(err error) { c.opts.Hooks.CallOnError(err) }
 
 func (c *Consumer) closedErr(closed <-chan *amqp.Error) error {
 	select {

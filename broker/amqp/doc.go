@@ -4,8 +4,12 @@
 //	import amqpidem "github.com/idemgo/idem/broker/amqp"
 //
 // A [Consumer] consumes a queue with manual acknowledgements and a QoS
-// prefetch, runs the user's handler under an [idem.Guard] and maps each
-// outcome to an AMQP action with [idem.Decide]:
+// prefetch, runs the user's [Handler] under an [idem.Guard] and maps each
+// outcome to an AMQP action with [broker.Decide]. It has the shape every
+// idem broker adapter has (see package github.com/idemgo/idem/broker):
+// [NewGuard], [Handle] or [HandleTx], [NewConsumer] and [Consumer.Run] (or
+// [Consume]), [MessageOf], one [broker.Report] per delivery passed to
+// [Options.Hooks], and [Replay] for dead letters.
 //
 //   - processed or duplicate: Ack, only after the record is durable;
 //   - in progress elsewhere (a producer retry during a long handler, a
@@ -17,7 +21,7 @@
 //     processed). Past [Options.MaxHold], or when Run shuts down, it is
 //     requeued at once; on its [Options.MaxDeliveries]-th delivery it is
 //     held without bound, so a live duplicate is not dead-lettered as
-//     max_deliver (only a shutdown that outlasts [Options.ShutdownTimeout]
+//     max_deliver ([broker.ReasonMaxDeliver]) (only a shutdown that outlasts [Options.ShutdownTimeout]
 //     during that hold does);
 //   - a transient handler error, a store failure: the delivery is held for
 //     the back-off of [Options.Backoff], then Nack(requeue=true). Held
@@ -39,9 +43,11 @@
 // Idem-Stored-Fingerprint, Idem-Stored-State, Idem-Stored-Created-At,
 // Idem-Stored-Token and Idem-Stored-Attempts for a conflict or a parked
 // record, see [idem.DeadLetterHeaders]); where from (x-idem-queue,
-// x-idem-exchange, x-idem-routing-key, x-idem-attempt). RabbitMQ numbers no
-// message in a classic or quorum queue (the delivery tag is per channel);
-// a stream queue's x-stream-offset header is kept with the others. The
+// x-idem-exchange, x-idem-routing-key, x-idem-attempt, and
+// x-idem-delivery-tag with x-idem-consumer-tag, which name the delivery in
+// the consumer's logs). RabbitMQ numbers no message in a classic or quorum
+// queue (the delivery tag is per channel and changes on redelivery); a
+// stream queue's x-stream-offset header is kept with the others. The
 // timestamp property, which [Publish] sets, says when the message was sent
 // (to the second): a conflict whose Idem-Stored-Created-At is later means
 // its key's content was first claimed after this message existed (after
@@ -65,32 +71,50 @@
 //
 //	ch, _ := conn.Channel()
 //	g, _ := amqpidem.NewGuard(store, "orders", idem.Options{}) // scope "orders"
-//	err := amqpidem.Consume(ctx, ch, g, amqpidem.Handle(
-//		func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
-//			return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
-//		}), amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq", Concurrency: 8})
+//	h := amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+//		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
+//	})
+//	c, _ := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq", Concurrency: 8})
+//	err := c.Run(ctx)
 //
-// With a store that has a transactional inbox (store/sqlite, store/postgres),
-// [HandleTx] runs the handler inside the store's transaction together with
-// the dedup marker (idem.DoTx):
+// With a store that has a transactional inbox (store/sqlite,
+// store/postgres, store/mysql), [HandleTx] runs the handler inside the
+// store's transaction together with the dedup marker (idem.DoTx):
 //
 //	h := amqpidem.HandleTx(func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) ([]byte, error) {
 //		_, err := tx.Exec(ctx, `insert into charges(order_id, amount) values ($1, $2)`, ...)
 //		return nil, err
 //	})
+//	err := amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq"})
 //
-// [Options.OnResult] sees every delivery's [Report] (outcome, action,
-// reason, broker error) for metrics; the guard's idem.Observer sees the
-// outcomes. A program with its own consume loop calls [Consumer.Process] per
-// delivery. Run returns [ErrDeliveriesClosed] when the channel or connection
-// goes away: reconnect and run a new Consumer.
+// NewConsumer checks everything once: the options, and that a HandleTx
+// handler's store has transactions of its type. Run returns
+// [ErrDeliveriesClosed] when the channel or connection goes away:
+// reconnect and run a new Consumer.
+//
+// # Hooks
+//
+// Each delivery yields one [broker.Report] (the guard's result and error,
+// the action, the dead-letter reason, the hold before a requeue, the
+// attempt), passed to [Options.Hooks]: BeforeSettle once the outcome is
+// known and before the ack, the requeue or the dead letter (the worst
+// moment to crash, and the place for work that must happen first);
+// OnDeadLetter once a dead letter is confirmed (alert on conflicts there);
+// AfterSettle after the action, with BrokerErr set when it failed; OnError
+// for the errors the consumer handles by itself (failed dead-letter
+// publishes, requeues on shutdown). A held delivery yields its Report when
+// it is settled. The guard's idem.Observer sees every outcome as well. A
+// program with its own consume loop calls [Consumer.Process] per delivery.
 //
 // # Keys
 //
-// The key comes from the guard's [idem.Options.Key] applied to the
-// [idem.Message] built by [MessageOf]: Message.ID is the AMQP message-id
-// property (the default extractor, idem.MessageID, uses it), Headers are the
-// AMQP headers rendered as text, ContentType the content-type property.
+// The guard is the one place for the key, as for the scope: its key
+// function ([idem.Options.Key]) is applied to the [idem.Message] built by
+// [MessageOf]: Message.ID is the AMQP message-id property (the default
+// extractor, idem.MessageID, uses it), Headers are the AMQP headers rendered
+// as text, ContentType the content-type property, CorrelationID the
+// correlation-id property (never a key: the guard's observer events and
+// logs carry it beside the key).
 // idem.CloudEventsKey reads the CloudEvents AMQP binding's headers
 // (cloudEvents:id / cloudEvents_id and the source) and structured-mode
 // payloads. The delivery tag is never used: it numbers deliveries on one
@@ -98,9 +122,23 @@
 //
 // # Scope
 //
-// The scope is the consumer identity, normally the queue name: [NewGuard]
-// fills it in. Two services consuming copies of one message from their own
-// queues then never block each other.
+// The scope is the consumer identity, held by the guard: [NewGuard] sets an
+// empty idem.Options.Scope to the queue name and keeps a set one. Two
+// services consuming copies of one message from their own queues then never
+// block each other.
+//
+// # Replaying dead letters
+//
+// [Replay] publishes a dead letter back to the exchange and routing key of
+// its original (x-idem-exchange, x-idem-routing-key) with its body, its
+// original properties (message-id among them) and headers, without the
+// headers idem added. The consumer's record then decides, as for any
+// redelivery: a key completed meanwhile is a duplicate (acknowledged, the
+// handler does not run), a key never completed is processed, a conflict is
+// dead-lettered again. Replays often come long after the redelivery
+// window: the guard's Retention must outlive the longest time a dead letter
+// may wait before it is replayed, or a replay of a processed message runs
+// again.
 //
 // # Producer side
 //

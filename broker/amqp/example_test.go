@@ -6,10 +6,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/store/memory"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // A billing service charges each order of the "orders" queue once, however
@@ -30,23 +32,33 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The scope is the consumer identity: the queue name.
+	// The guard holds the scope, the consumer identity (the queue name),
+	// and the key: the message-id, else the CloudEvent's source and id.
 	g, err := amqpidem.NewGuard(memory.New(), "orders", idem.Options{
-		Key: idem.FirstOf(idem.MessageID, idem.CloudEventsKey), // message-id, else the CloudEvent's source|id
+		Key: idem.FirstOf(idem.MessageID, idem.CloudEventsKey),
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = amqpidem.Consume(ctx, ch, g, amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
+	h := amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
 		return []byte(receipt), err
-	}), amqpidem.Options{
+	})
+	c, err := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{
 		Queue:                "orders",
 		DeadLetterRoutingKey: "orders.dlq", // through the default exchange
 		Publisher:            dlq,
 		Concurrency:          8,
+		Hooks: broker.Hooks[amqp.Delivery]{
+			OnDeadLetter: func(_ context.Context, d amqp.Delivery, r broker.Report) {
+				log.Printf("dead letter %s: %s (%v)", d.MessageId, r.Reason, r.Err)
+			},
+		},
 	})
 	if err != nil {
+		log.Fatal(err) // a misconfiguration, found before any delivery is taken
+	}
+	if err := c.Run(ctx); err != nil {
 		log.Fatal(err) // ErrDeliveriesClosed: reconnect and run again
 	}
 }
@@ -62,6 +74,28 @@ func ExamplePublish() {
 		amqpidem.WithCloudEvent("/shop/orders", "order.created"))
 	if err != nil {
 		log.Fatal(err) // retry with the same id
+	}
+}
+
+// An operator replays the dead letters of orders.dlq once the cause is
+// fixed: the consumer's record decides what runs again.
+func ExampleReplay() {
+	ctx := context.Background()
+	conn, _ := amqp.Dial("amqp://guest:guest@localhost:5672/")
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	_ = ch.Confirm(false) // Replay then waits for the broker's confirm
+	for {
+		dl, ok, err := ch.Get("orders.dlq", false)
+		if err != nil || !ok {
+			return
+		}
+		if err := amqpidem.Replay(ctx, ch, dl); err != nil {
+			log.Printf("not replayed: %v", err)
+			_ = dl.Nack(false, true)
+			return
+		}
+		_ = dl.Ack(false)
 	}
 }
 

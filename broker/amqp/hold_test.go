@@ -3,24 +3,16 @@ package amqpidem_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// blockingHandler runs b for every message.
-func blockingHandler(b *consumetest.Blocker) amqpidem.Handler {
-	return amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
-		b.Call()
-		return []byte("done"), nil
-	})
-}
 
 // holdCase is a consumer without a server whose first delivery's handler
 // holds key "a" until release.
@@ -28,7 +20,7 @@ type holdCase struct {
 	c     *amqpidem.Consumer
 	b     *consumetest.Blocker
 	seen  <-chan struct{}
-	first chan amqpidem.Report
+	first <-chan broker.Report
 	lease time.Duration
 }
 
@@ -42,45 +34,28 @@ func newHoldCase(t *testing.T, opts amqpidem.Options, clock func() time.Time) *h
 	}
 	b := consumetest.NewBlocker()
 	opts.Queue, opts.DeadLetterRoutingKey = "q", "q.dlq"
-	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, blockingHandler(b), opts)
+	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, consumetest.Handler[amqp.Delivery](b), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &holdCase{c: c, b: b, seen: seen, first: make(chan amqpidem.Report, 1), lease: lease}
 	d, _ := delivery("a", "1", nil)
-	go func() { hc.first <- c.Process(context.Background(), d) }()
-	<-b.Started
-	return hc
+	first := b.Hold(func() broker.Report { return c.Process(context.Background(), d) })
+	return &holdCase{c: c, b: b, seen: seen, first: first, lease: lease}
 }
 
 // duplicate processes a copy of the holder's delivery in the background.
-func (hc *holdCase) duplicate(ctx context.Context, headers amqp.Table) (*recAck, <-chan amqpidem.Report) {
+func (hc *holdCase) duplicate(ctx context.Context, headers amqp.Table) (*recAck, <-chan broker.Report) {
 	d, a := delivery("a", "1", headers)
 	d.Redelivered = headers != nil
-	done := make(chan amqpidem.Report, 1)
-	go func() { done <- hc.c.Process(ctx, d) }()
-	return a, done
+	return a, consumetest.Go(func() broker.Report { return hc.c.Process(ctx, d) })
 }
 
 func (hc *holdCase) finish(t *testing.T) {
 	t.Helper()
-	hc.b.Finish(t, func() (idem.Action, idem.Result) { r := <-hc.first; return r.Action, r.Result })
+	hc.b.Finish(t, hc.first)
 }
 
 var fastBackoff = func(int) time.Duration { return time.Millisecond }
-
-// TestHeldWhileInProgress: a copy that arrives while the first delivery's
-// handler runs is held (claimed again on the back-off), not requeued, and
-// is acked as a duplicate once the holder completes.
-func TestHeldWhileInProgress(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{Backoff: fastBackoff}, nil)
-	a, done := hc.duplicate(context.Background(), nil)
-	consumetest.AwaitHeld(t, hc.seen, 3, done)
-	hc.finish(t)
-	if r := <-done; a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate || r.Held <= 0 {
-		t.Fatalf("duplicate: actions %s, report %+v; want held, then acked as a duplicate", a.got(), r)
-	}
-}
 
 // TestHoldBounded: past MaxHold the copy is requeued at once: it waited
 // already, and was claimed again until MaxHold.
@@ -90,7 +65,7 @@ func TestHoldBounded(t *testing.T) {
 	a, done := hc.duplicate(context.Background(), nil)
 	consumetest.AwaitHeld(t, hc.seen, 3, done)
 	r := <-done
-	if a.got() != "[nack requeue=true]" || r.Action != idem.ActionRetry || r.Delay != 0 || r.Held < 30*time.Millisecond {
+	if a.got() != "[nack requeue=true]" || r.Action != idem.ActionRetry || r.Delay != 0 {
 		t.Fatalf("actions %s, report %+v; want a requeue at once after a hold of MaxHold", a.got(), r)
 	}
 }
@@ -122,30 +97,6 @@ func TestHoldLastDelivery(t *testing.T) {
 	hc.finish(t)
 	if r := <-done; a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate {
 		t.Fatalf("last delivery: actions %s, report %+v; want held, then acked as a duplicate", a.got(), r)
-	}
-}
-
-// TestOrphanRetakenAfterLease: a delivery whose key was claimed by a
-// consumer that crashed is held until the orphan's lease ends, then
-// retakes the key as stale and is processed, on its first delivery.
-func TestOrphanRetakenAfterLease(t *testing.T) {
-	g, err := amqpidem.NewGuard(memory.New(), "q", idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumetest.Orphan(t, g, idem.Message{ID: "a", Payload: []byte("1")}, 200*time.Millisecond)
-	var calls atomic.Int32
-	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
-		calls.Add(1)
-		return nil, nil
-	}), amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq", MaxDeliveries: 2, Backoff: fastBackoff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, a := delivery("a", "1", nil)
-	r := c.Process(context.Background(), d)
-	if a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeProcessed || !r.Result.Retaken || calls.Load() != 1 {
-		t.Fatalf("actions %s, report %+v, %d calls; want the orphaned key retaken and processed", a.got(), r, calls.Load())
 	}
 }
 
@@ -214,7 +165,7 @@ func (e *env) publishTo(t *testing.T, queue string, msgs ...amqp.Publishing) {
 
 type result struct {
 	d amqp.Delivery
-	r amqpidem.Report
+	r broker.Report
 }
 
 // consume runs a consumer of queue with opts until the test ends; reports
@@ -223,7 +174,7 @@ func (e *env) consume(t *testing.T, g *idem.Guard, h amqpidem.Handler, opts amqp
 	t.Helper()
 	results := make(chan result, 10)
 	opts.DeadLetterRoutingKey = e.dlq
-	opts.OnResult = func(d amqp.Delivery, r amqpidem.Report) { results <- result{d, r} }
+	opts.Hooks.AfterSettle = func(_ context.Context, d amqp.Delivery, r broker.Report) { results <- result{d, r} }
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	ch := e.channel(t)
@@ -252,7 +203,7 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := consumetest.NewBlocker()
-	results, stop := e.consume(t, g, blockingHandler(b), amqpidem.Options{Queue: q, Concurrency: 2, Prefetch: 4, MaxDeliveries: 2,
+	results, stop := e.consume(t, g, consumetest.Handler[amqp.Delivery](b), amqpidem.Options{Queue: q, Concurrency: 2, Prefetch: 4, MaxDeliveries: 2,
 		Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
 	order := amqp.Publishing{MessageId: "o-1", Body: []byte(`{"amount":5}`)}
 	e.publishTo(t, q, order)
@@ -285,9 +236,6 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 			t.Fatalf("report %+v (redelivered %v); want acked on its first delivery", res.r, res.d.Redelivered)
 		}
 		outcomes[res.r.Result.Outcome]++
-		if res.r.Result.Outcome == idem.OutcomeDuplicate && res.r.Held <= 0 {
-			t.Errorf("duplicate report %+v: not held", res.r)
-		}
 	}
 	stop()
 	if outcomes[idem.OutcomeProcessed] != 1 || outcomes[idem.OutcomeDuplicate] != 1 || b.Calls() != 1 {
@@ -298,36 +246,6 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 	}
 	if n := e.queued(t, q); n != 0 {
 		t.Fatalf("%d messages left in the queue", n)
-	}
-}
-
-// TestOrphanedClaim (quorum queue, MaxDeliveries 2): a delivery whose key
-// was claimed by a consumer that crashed waits for the orphan's lease, then
-// retakes the key as stale and is processed on its first delivery.
-func TestOrphanedClaim(t *testing.T) {
-	e := newEnv(t)
-	q := e.quorum(t, 1)
-	g, err := amqpidem.NewGuard(memory.New(), q, idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := []byte(`{"amount":7}`)
-	consumetest.Orphan(t, g, idem.Message{ID: "o-2", Payload: body}, 1500*time.Millisecond)
-	var calls atomic.Int32
-	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
-		calls.Add(1)
-		return nil, nil
-	}), amqpidem.Options{Queue: q, MaxDeliveries: 2, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
-	e.publishTo(t, q, amqp.Publishing{MessageId: "o-2", Body: body})
-	res := <-results
-	stop()
-	if res.r.Action != idem.ActionAck || res.r.Result.Outcome != idem.OutcomeProcessed || !res.r.Result.Retaken ||
-		res.d.Redelivered || calls.Load() != 1 {
-		t.Fatalf("report %+v (redelivered %v), %d calls; want the orphaned key retaken and processed once",
-			res.r, res.d.Redelivered, calls.Load())
-	}
-	if dls := e.deadLetters(t); len(dls) != 0 {
-		t.Fatalf("dead letters: %v", dls[0].Headers)
 	}
 }
 
@@ -343,19 +261,7 @@ func TestShutdownWhileHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := []byte(`{"amount":9}`)
-	release, holder, holding := make(chan struct{}), make(chan error, 1), make(chan struct{})
-	go func() { // another instance holds the key, with a live lease
-		_, err := g.Do(context.Background(), idem.Message{ID: "o-3", Payload: body},
-			func(context.Context) ([]byte, error) { close(holding); <-release; return nil, nil })
-		holder <- err
-	}()
-	<-holding
-	defer func() {
-		close(release)
-		if err := <-holder; err != nil {
-			t.Error(err)
-		}
-	}()
+	consumetest.HoldElsewhere(t, g, idem.Message{ID: "o-3", Payload: body}) // another instance, with a live lease
 	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
 		return nil, errors.New("the holder is alive: never called")
 	}), amqpidem.Options{Queue: q, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})

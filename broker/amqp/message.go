@@ -11,11 +11,13 @@ import (
 
 // MessageOf builds the idem.Message the guard sees: ID from the message-id
 // property, Headers from the AMQP headers rendered as text (see
-// HeaderString), Payload from the body and ContentType from the content-type
-// property. The delivery tag, the redelivered flag and x-delivery-count are
+// HeaderString), Payload from the body, ContentType from the content-type
+// property and CorrelationID from the correlation-id property (which ties
+// the message to a flow in the observer's events and logs; it is never a
+// key). The delivery tag, the redelivered flag and x-delivery-count are
 // deliberately left out: they change on redelivery.
 func MessageOf(d amqp.Delivery) idem.Message {
-	im := idem.Message{ID: d.MessageId, Payload: d.Body, ContentType: d.ContentType}
+	im := idem.Message{ID: d.MessageId, Payload: d.Body, ContentType: d.ContentType, CorrelationID: d.CorrelationId}
 	if len(d.Headers) > 0 {
 		im.Headers = make(map[string]string, len(d.Headers))
 		for k, v := range d.Headers {
@@ -67,10 +69,18 @@ func HeaderString(v any) string {
 	return fmt.Sprint(v)
 }
 
-// NewGuard is idem.New with opts.Scope defaulting to the queue name, the
-// consumer's identity.
+// NewGuard returns a guard over store for a consumer of queue. The guard is
+// the one place for the scope and the key: an empty opts.Scope becomes the
+// queue name, the consumer's identity, so two services consuming copies of
+// one message from their own queues never block each other; a set one is
+// kept. opts.Key is kept too: its default, idem.MessageID, reads the
+// message-id property, which MessageOf puts in idem.Message.ID. Without a
+// scope, an empty queue name is an error wrapping idem.ErrInvalidOptions.
 func NewGuard(store idem.Store, queue string, opts idem.Options) (*idem.Guard, error) {
 	if opts.Scope == "" {
+		if queue == "" {
+			return nil, fmt.Errorf("%w: amqpidem: no queue to name the scope by; give the queue or set idem.Options.Scope", idem.ErrInvalidOptions)
+		}
 		opts.Scope = queue
 	}
 	return idem.New(store, opts)

@@ -2,13 +2,13 @@ package amqpidem_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
-	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -76,9 +76,10 @@ func TestHeaderString(t *testing.T) {
 }
 
 func TestMessageOfFields(t *testing.T) {
-	m := amqpidem.MessageOf(amqp.Delivery{MessageId: "id-1", ContentType: "application/json",
+	m := amqpidem.MessageOf(amqp.Delivery{MessageId: "id-1", ContentType: "application/json", CorrelationId: "flow-7",
 		Headers: amqp.Table{"n": int32(3)}, Body: []byte(`{"a":1}`)})
-	if m.ID != "id-1" || m.ContentType != "application/json" || m.Headers["n"] != "3" || string(m.Payload) != `{"a":1}` {
+	if m.ID != "id-1" || m.ContentType != "application/json" || m.Headers["n"] != "3" || string(m.Payload) != `{"a":1}` ||
+		m.CorrelationID != "flow-7" {
 		t.Fatalf("MessageOf = %+v", m)
 	}
 }
@@ -101,10 +102,11 @@ func TestNewConsumerValidation(t *testing.T) {
 		{"nil channel", nil, g, h, ok},
 		{"nil guard", ch, nil, h, ok},
 		{"nil handler", ch, g, amqpidem.Handle(nil), ok},
-		{"nil tx handler", ch, g, amqpidem.HandleTx[*consumetest.Tx](nil), ok},
+		{"nil tx handler", ch, g, amqpidem.HandleTx[*sql.Tx](nil), ok},
 		{"no queue", ch, g, h, amqpidem.Options{DeadLetterRoutingKey: "q.dlq"}},
 		{"no dead-letter destination", ch, g, h, amqpidem.Options{Queue: "q"}},
 		{"negative prefetch", ch, g, h, amqpidem.Options{Queue: "q", DeadLetterExchange: "dlx", Prefetch: -1}},
+		{"dead letters into the consumed queue", ch, g, h, amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +114,17 @@ func TestNewConsumerValidation(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidOptions", err)
 			}
 		})
+	}
+}
+
+// TestNewGuardScope: the scope is the queue unless set; with neither there
+// is none to take.
+func TestNewGuardScope(t *testing.T) {
+	if g, err := amqpidem.NewGuard(memory.New(), "orders", idem.Options{Scope: "billing"}); err != nil || g.Options().Scope != "billing" {
+		t.Fatalf("set scope: %v, %v; want it kept", g, err)
+	}
+	if _, err := amqpidem.NewGuard(memory.New(), "", idem.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("no queue, no scope: %v, want ErrInvalidOptions", err)
 	}
 }
 
@@ -126,7 +139,7 @@ func TestHandleTxNeedsTxStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := amqpidem.HandleTx(func(context.Context, *consumetest.Tx, amqp.Delivery) ([]byte, error) { return nil, nil })
+	h := amqpidem.HandleTx(func(context.Context, *sql.Tx, amqp.Delivery) ([]byte, error) { return nil, nil })
 	_, err = amqpidem.NewConsumer(new(amqp.Channel), g, h, amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq"})
 	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)

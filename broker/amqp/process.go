@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/consume"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/internal/consume"
 )
 
 // Dead-letter headers set by the consumer, beside idem's own
@@ -24,6 +26,14 @@ const (
 	HeaderExchange   = "x-idem-exchange"    // the exchange it was published to
 	HeaderRoutingKey = "x-idem-routing-key" // its routing key
 	HeaderAttempt    = "x-idem-attempt"     // its delivery attempt (x-delivery-count + 1 on quorum queues; 1 or 2 on classic)
+	// HeaderDeliveryTag and HeaderConsumerTag name the delivery that was
+	// dead-lettered: its tag on its consumer's channel and that consumer.
+	// They tie the dead letter to the consumer's logs; they are not the
+	// message's place in the queue, which RabbitMQ does not number in
+	// classic and quorum queues (a stream queue's x-stream-offset is kept
+	// among the original headers).
+	HeaderDeliveryTag = "x-idem-delivery-tag"
+	HeaderConsumerTag = "x-idem-consumer-tag"
 )
 
 // ackTimeout bounds a dead-letter publish and its confirm when the
@@ -36,54 +46,56 @@ type pending = consume.Pending[amqp.Delivery]
 // pending starts the way of d: its guard view and its attempt.
 func (c *Consumer) pending(d amqp.Delivery) *pending {
 	attempt := deliveries(d)
-	return &pending{Msg: d, Message: c.opts.Message(d), Attempt: attempt,
+	return &pending{Msg: d, Message: MessageOf(d), Attempt: attempt,
 		Last: c.opts.MaxDeliveries > 0 && attempt >= c.opts.MaxDeliveries}
 }
 
-// Process handles one delivery and takes its broker action; Run calls it
-// for every delivery. It is exported for programs that run their own
-// consume loop: call it once per delivery of a channel with manual acks,
-// and put the dead-letter channel in confirm mode (Confirm(false)) first so
-// a dead letter is confirmed before the original is acked.
-// A retried delivery is held for its back-off (or until ctx ends) before
-// the Nack, and a delivery whose key is in progress elsewhere is held
-// while its key is claimed again (see Options.MaxHold), so Process blocks
-// that long.
-func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) Report {
+// Process handles one delivery and takes its broker action, with the hooks
+// of Options.Hooks; Run calls it for every delivery. It is exported for
+// programs that run their own consume loop: call it once per delivery of a
+// channel with manual acks, and put the dead-letter channel in confirm mode
+// (Confirm(false)) first so a dead letter is confirmed before the original
+// is acked. A retried delivery is held for its back-off (or until ctx ends)
+// before the Nack, and a delivery whose key is in progress elsewhere is
+// held while its key is claimed again (see Options.MaxHold), so Process
+// blocks that long.
+func (c *Consumer) Process(ctx context.Context, d amqp.Delivery) broker.Report {
 	p := c.pending(d)
 	c.drv.Drive(ctx, ctx.Done(), p)
-	var out Report
+	var out broker.Report
 	c.act(ctx, p, func(delay time.Duration, then func()) {
 		consume.Sleep(delay, ctx.Done())
 		then()
-	}, func(_ amqp.Delivery, r Report) { out = r })
+	}, func(r broker.Report) { out = r })
 	return out
 }
 
-// act takes the broker action for p's latest outcome and calls done with
-// its report. A retry's requeue is left to hold, which runs then after the
-// back-off (Run holds in a separate goroutine, Process inline).
-func (c *Consumer) act(ctx context.Context, p *pending, hold func(delay time.Duration, then func()), done func(amqp.Delivery, Report)) {
+// act takes the broker action for p's latest outcome, with the hooks around
+// it, and calls done with its report. A retry's requeue is left to hold,
+// which runs then after the back-off (Run holds in a separate goroutine,
+// Process inline).
+func (c *Consumer) act(ctx context.Context, p *pending, hold func(delay time.Duration, then func()), done func(broker.Report)) {
 	d := p.Msg
-	r := Report{Result: p.Result, Err: p.Err, Action: idem.Decide(p.Result, p.Err), Held: p.Held()}
-	if r.Action == idem.ActionRetry && p.Last {
-		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver
+	r := c.drv.Decide(p)
+	if r.Action == idem.ActionRetry && errors.Is(p.Err, idem.ErrInProgress) && p.WasHeld() {
+		// Held until MaxHold or the shutdown, claimed again meanwhile: it
+		// waited already, and goes back at once. Never held (MaxHold
+		// negative), it waits for the holder's lease before the requeue.
+		r.Delay = 0
+	}
+	hooks := c.opts.Hooks
+	hooks.CallBeforeSettle(ctx, d, r)
+	settled := func(r broker.Report) {
+		hooks.CallAfterSettle(ctx, d, r)
+		done(r)
 	}
 	switch r.Action {
 	case idem.ActionAck:
 		r.BrokerErr = d.Ack(false)
 	case idem.ActionRetry:
-		switch {
-		case !errors.Is(p.Err, idem.ErrInProgress):
-			r.Delay = c.opts.Backoff(p.Attempt)
-		case !p.WasHeld():
-			// Never held (MaxHold negative): wait for the holder's lease
-			// before the requeue. A delivery that was held waited already.
-			r.Delay = c.drv.RetryDelay(p)
-		}
 		hold(r.Delay, func() {
 			r.BrokerErr = d.Nack(false, true)
-			done(d, r)
+			settled(r)
 		})
 		return
 	case idem.ActionDeadLetter:
@@ -95,19 +107,21 @@ func (c *Consumer) act(ctx context.Context, p *pending, hold func(delay time.Dur
 		if perr != nil {
 			// Not acked: requeued after a back-off, and dead-lettered again
 			// once the destination accepts it.
+			c.reportErr(perr)
 			r.Delay = c.opts.Backoff(p.Attempt)
 			hold(r.Delay, func() {
 				r.BrokerErr = perr
 				if nerr := d.Nack(false, true); nerr != nil {
 					r.BrokerErr = fmt.Errorf("%w; nack: %w", perr, nerr)
 				}
-				done(d, r)
+				settled(r)
 			})
 			return
 		}
+		hooks.CallOnDeadLetter(ctx, d, r)
 		r.BrokerErr = d.Ack(false)
 	}
-	done(d, r)
+	settled(r)
 }
 
 // deadLetter publishes a copy of p's delivery, with the idem headers h and
@@ -127,6 +141,8 @@ func (c *Consumer) deadLetter(ctx context.Context, p *pending, h map[string]stri
 	headers[HeaderExchange] = d.Exchange
 	headers[HeaderRoutingKey] = d.RoutingKey
 	headers[HeaderAttempt] = int64(p.Attempt)
+	headers[HeaderDeliveryTag] = int64(d.DeliveryTag)
+	headers[HeaderConsumerTag] = d.ConsumerTag
 	key := c.opts.DeadLetterRoutingKey
 	if key == "" {
 		key = d.RoutingKey
@@ -148,19 +164,8 @@ func (c *Consumer) deadLetter(ctx context.Context, p *pending, h map[string]stri
 		AppId:           d.AppId,
 		Body:            d.Body,
 	}
-	dc, err := c.pub.PublishWithDeferredConfirmWithContext(ctx, c.opts.DeadLetterExchange, key, false, false, msg)
-	if err != nil {
+	if err := publishConfirmed(ctx, c.pub, c.opts.DeadLetterExchange, key, msg); err != nil {
 		return fmt.Errorf("amqpidem: publish dead letter: %w", err)
-	}
-	if dc == nil {
-		return nil // the channel is not in confirm mode (Process outside Run)
-	}
-	ok, err := dc.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return fmt.Errorf("amqpidem: dead letter confirm: %w", err)
-	case !ok:
-		return fmt.Errorf("amqpidem: dead letter nacked by the broker")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package amqpidem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -93,19 +94,28 @@ func Publish(ctx context.Context, ch *amqp.Channel, exchange, routingKey, id str
 		return fmt.Errorf("amqpidem: publish to %q/%q: fingerprint: %w", exchange, routingKey, err)
 	}
 	h[HeaderDedup] = idem.DedupID(id, fp)
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, false, false, msg)
-	if err != nil {
+	if err := publishConfirmed(ctx, ch, exchange, routingKey, msg); err != nil {
 		return fmt.Errorf("amqpidem: publish to %q/%q: %w", exchange, routingKey, err)
 	}
+	return nil
+}
+
+// publishConfirmed publishes msg and, when ch is in confirm mode, waits for
+// the broker's confirm, reporting a nack as an error.
+func publishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key string, msg amqp.Publishing) error {
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg)
+	if err != nil {
+		return err
+	}
 	if dc == nil {
-		return nil
+		return nil // not in confirm mode
 	}
 	ok, err := dc.WaitContext(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("amqpidem: publish to %q/%q: confirm: %w", exchange, routingKey, err)
+		return fmt.Errorf("confirm: %w", err)
 	case !ok:
-		return fmt.Errorf("amqpidem: publish to %q/%q: nacked by the broker", exchange, routingKey)
+		return errors.New("nacked by the broker")
 	}
 	return nil
 }

@@ -2,18 +2,14 @@ package amqpidem_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
-	amqpidem "github.com/idemgo/idem/broker/amqp"
-	"github.com/idemgo/idem/internal/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // env is one test's isolated RabbitMQ world: a work queue and a dead-letter
@@ -101,95 +97,4 @@ func (e *env) deadLetters(t testing.TB) []amqp.Delivery {
 		}
 		out = append(out, d)
 	}
-}
-
-// tracker records the published copies whose fate is sealed (acked, or
-// dead-lettered and acked) and closes done when all of them are.
-type tracker struct {
-	mu     sync.Mutex
-	want   int
-	sealed map[string]bool
-	counts map[idem.Outcome]int
-	done   chan struct{}
-}
-
-func newTracker(want int) *tracker {
-	return &tracker{want: want, sealed: map[string]bool{}, counts: map[idem.Outcome]int{}, done: make(chan struct{})}
-}
-
-func (tr *tracker) onResult(d amqp.Delivery, r amqpidem.Report) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.counts[r.Result.Outcome]++
-	if r.BrokerErr == nil && r.Action != idem.ActionRetry {
-		tr.sealed[amqpidem.HeaderString(d.Headers["x-test-copy"])] = true
-		if len(tr.sealed) == tr.want {
-			select {
-			case <-tr.done:
-			default:
-				close(tr.done)
-			}
-		}
-	}
-}
-
-func (tr *tracker) count(o idem.Outcome) int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.counts[o]
-}
-
-func (tr *tracker) settled() int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return len(tr.sealed)
-}
-
-// awaitCrashed waits for the consumer whose connection a handler closed
-// (handled counts its handler calls): it must stop by itself, long before
-// the others finish, with ErrDeliveriesClosed.
-func awaitCrashed(t *testing.T, errX <-chan error, handled *atomic.Int64) {
-	t.Helper()
-	select {
-	case err := <-errX:
-		if !errors.Is(err, amqpidem.ErrDeliveriesClosed) {
-			t.Errorf("the crashed consumer's Consume returned %v, want ErrDeliveriesClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the crashing consumer handled %d messages and did not stop", handled.Load())
-	}
-}
-
-// dial opens a connection of its own for a consumer whose connection the
-// test closes from inside a handler; it is closed at the end in any case.
-func (e *env) dial(t testing.TB) (*amqp.Connection, *amqp.Channel) {
-	t.Helper()
-	conn, err := amqp.Dial(e.url)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("channel: %v", err)
-	}
-	return conn, ch
-}
-
-// withRetries returns the unique messages mk builds, every fourth one twice
-// (a producer retry: RabbitMQ enqueues it again), each copy tagged with an
-// x-test-copy header so that the tracker tells copies apart.
-func withRetries(unique int, mk func(i int) amqp.Publishing) []amqp.Publishing {
-	var msgs []amqp.Publishing
-	for i := range unique {
-		m := mk(i)
-		msgs = append(msgs, m)
-		if i%4 == 0 {
-			msgs = append(msgs, m)
-		}
-	}
-	for i := range msgs {
-		msgs[i].Headers = amqp.Table{"x-test-copy": int64(i)}
-	}
-	return msgs
 }

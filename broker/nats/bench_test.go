@@ -3,12 +3,12 @@ package natsidem_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,17 +53,10 @@ func BenchmarkConsume(b *testing.B) {
 					b.Fatal(err)
 				}
 				ctx, cancel := context.WithCancel(context.Background())
-				var n atomic.Int64
 				err = natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 					return nil, nil
-				}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: 4, OnResult: func(_ jetstream.Msg, r natsidem.Report) {
-					if r.Action != idem.ActionAck {
-						b.Errorf("report %+v", r)
-					}
-					if n.Add(1) == int64(b.N) {
-						cancel()
-					}
-				}})
+				}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: 4,
+					Hooks: consumetest.CountAcks[jetstream.Msg](b, b.N, cancel)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -4,23 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/consume"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/internal/consume"
 )
 
 // Options configure a Consumer. JetStream and DeadLetterSubject are
-// required; the zero value of every other field is a sensible default.
+// required; the zero value of every other field is a sensible default. The
+// scope and the key are the guard's (idem.Options.Scope, filled by
+// NewGuard, and idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
 	// JetStream publishes dead letters (and waits for the stream's ack, so a
 	// dead letter is durable before the original is terminated).
 	JetStream jetstream.JetStream
 	// DeadLetterSubject receives conflicts, permanent failures, messages
-	// without a usable key and parked records. Bind it to a stream: a dead
-	// letter whose publish is not acknowledged is retried, not dropped.
+	// without a usable key, parked records and messages that would be
+	// retried past the consumer's MaxDeliver (reason max_deliver). Bind it
+	// to a stream of its own: a dead letter whose publish is not
+	// acknowledged is retried, not dropped. A subject the consumer itself
+	// consumes (its filter subjects match it) is refused: dead letters
+	// would come back to it.
 	DeadLetterSubject string
 	// Concurrency is how many messages are handled at once. Default 1.
 	Concurrency int
@@ -53,21 +62,23 @@ type Options struct {
 	// DoubleAck acknowledges with DoubleAck, waiting for the server to
 	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
 	// acked without running the handler); DoubleAck trades a round trip per
-	// message for fewer such redeliveries and ack failures in Report.
+	// message for fewer such redeliveries and ack failures in the Report.
 	DoubleAck bool
 	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
 	// its context ends before cancelling their contexts (it still waits for
 	// them to return). Default 30s.
 	ShutdownTimeout time.Duration
-	// OnResult, if set, is called after each message's broker action, from
-	// the goroutine that handled it.
-	OnResult func(msg jetstream.Msg, r Report)
-	// OnError, if set, receives errors of the fetch loop that do not stop it
-	// (missing heartbeats, reconnections).
-	OnError func(err error)
-	// Message maps a delivery to the idem.Message the guard sees. Default
-	// MessageOf.
-	Message func(jetstream.Msg) idem.Message
+	// Hooks are the user's places in the flow of each message (see
+	// broker.Hooks): BeforeSettle once the outcome is known and before the
+	// ack, nak or dead letter; OnDeadLetter once a dead letter is stored by
+	// its stream (alert on conflicts there); AfterSettle after the action,
+	// with BrokerErr set when it failed; OnError for the errors the
+	// consumer handles by itself (fetch errors and reconnections, failed
+	// dead-letter publishes, which are retried, and naks on shutdown).
+	// A held message yields one Report, when it is settled. Hooks run on
+	// the goroutine that handled the message and must be safe for
+	// concurrent use.
+	Hooks broker.Hooks[jetstream.Msg]
 }
 
 // Default back-off bounds for NakWithDelay (Options.Backoff).
@@ -79,26 +90,13 @@ const (
 // DefaultMaxHold is the default of Options.MaxHold.
 const DefaultMaxHold = 5 * time.Minute
 
-// ReasonMaxDeliver is the dead-letter reason of a message that would be
-// retried on its last allowed delivery (the consumer's MaxDeliver): JetStream
-// would otherwise drop it silently. A key in progress elsewhere never gets
-// there while it is held; only a shutdown that outlasts ShutdownTimeout
-// during such a hold dead-letters it (with Idem-Stored-State in_progress).
-const ReasonMaxDeliver = "max_deliver"
-
-// Report is what happened to one message.
-type Report struct {
-	Result idem.Result   // the guard's result
-	Err    error         // the guard's error; nil when processed or duplicate
-	Action idem.Action   // the action taken: ack, retry or dead-letter
-	Reason string        // the dead-letter reason (idem.DeadLetterReason or ReasonMaxDeliver)
-	Delay  time.Duration // the NakWithDelay delay of a retry
-	Held   time.Duration // how long it was held, in progress elsewhere, before the action
-	// BrokerErr is the failure of the action itself (ack, nak, dead-letter
-	// publish, term). The message is then redelivered after AckWait, which
-	// is safe: its record decides again.
-	BrokerErr error
-}
+// ReasonMaxDeliver is broker.ReasonMaxDeliver, the dead-letter reason of a
+// message that would be retried on its last allowed delivery (the
+// consumer's MaxDeliver): JetStream would otherwise drop it silently. A key
+// in progress elsewhere never gets there while it is held; only a shutdown
+// that outlasts ShutdownTimeout during such a hold dead-letters it (with
+// Idem-Stored-State in_progress).
+const ReasonMaxDeliver = broker.ReasonMaxDeliver
 
 // pullExpiry bounds each pull request. Short requests bound the stall when
 // a request is lost or left unanswered (seen with small batches: the client
@@ -117,25 +115,34 @@ type Consumer struct {
 	name       string
 }
 
-// NewConsumer validates opts and returns a consumer. Errors wrap
-// idem.ErrInvalidOptions.
+// NewConsumer returns a consumer of cons running h for each message under
+// g. Build g with NewGuard, whose scope defaults to the consumer's
+// identity ("<stream>/<consumer>"), and leave idem.Options.Key at its
+// default (idem.MessageID, which reads the id MessageOf puts in
+// idem.Message.ID) or set it there.
+//
+// Everything is checked once, here: a nil consumer, guard or handler, a
+// HandleTx handler whose Tx the guard's store has no transactions for, a
+// missing JetStream or DeadLetterSubject, negative options and a
+// DeadLetterSubject the consumer itself consumes are refused with an
+// error wrapping idem.ErrInvalidOptions (and idem.ErrNoTx for the Tx
+// mismatch).
 func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
-	switch {
-	case cons == nil:
+	if cons == nil {
 		return nil, fmt.Errorf("%w: natsidem: nil jetstream.Consumer", idem.ErrInvalidOptions)
-	case g == nil:
-		return nil, fmt.Errorf("%w: natsidem: nil guard", idem.ErrInvalidOptions)
-	case h == nil:
-		return nil, fmt.Errorf("%w: natsidem: nil handler (use Handle or HandleTx)", idem.ErrInvalidOptions)
+	}
+	if err := h.Check(g); err != nil {
+		return nil, err
+	}
+	switch {
 	case opts.JetStream == nil:
 		return nil, fmt.Errorf("%w: natsidem: Options.JetStream is required to publish dead letters", idem.ErrInvalidOptions)
 	case opts.DeadLetterSubject == "":
 		return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject is required (conflicts are never dropped silently)", idem.ErrInvalidOptions)
+	case strings.ContainsAny(opts.DeadLetterSubject, "*> \t"):
+		return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject %q is not a subject to publish to", idem.ErrInvalidOptions, opts.DeadLetterSubject)
 	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: natsidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
-	}
-	if err := consume.Check(h, g); err != nil {
-		return nil, err
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
@@ -149,15 +156,18 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
-	if opts.Message == nil {
-		opts.Message = MessageOf
-	}
 	if opts.MaxHold == 0 {
 		opts.MaxHold = DefaultMaxHold
 	}
 	c := &Consumer{cons: cons, g: g, opts: opts,
 		drv: consume.Driver[jetstream.Msg]{Handler: h, Guard: g, Backoff: opts.Backoff, MaxHold: opts.MaxHold}}
 	if info := cons.CachedInfo(); info != nil {
+		for _, f := range filterSubjects(info.Config) {
+			if subjectMatches(f, opts.DeadLetterSubject) {
+				return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject %q is consumed by the consumer itself (filter %q): dead letters would come back to it",
+					idem.ErrInvalidOptions, opts.DeadLetterSubject, f)
+			}
+		}
 		c.ackWait = info.Config.AckWait
 		for _, b := range info.Config.BackOff {
 			if b > 0 && (c.ackWait <= 0 || b < c.ackWait) {
@@ -168,6 +178,33 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 		c.name = info.Stream + "/" + info.Name
 	}
 	return c, nil
+}
+
+// filterSubjects are the subjects a consumer filters its stream by (none:
+// the whole stream).
+func filterSubjects(cfg jetstream.ConsumerConfig) []string {
+	fs := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		fs = append([]string{cfg.FilterSubject}, fs...)
+	}
+	return fs
+}
+
+// subjectMatches reports whether subject falls under filter: "*" matches
+// one token, a final ">" one or more.
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 // Consume is NewConsumer followed by Run.
@@ -316,8 +353,4 @@ loop:
 	return runErr
 }
 
-func (c *Consumer) reportErr(err error) {
-	if c.opts.OnError != nil {
-		c.opts.OnError(err)
-	}
-}
+func (c *Consumer) reportErr(err error) { c.opts.Hooks.CallOnError(err) }

@@ -4,8 +4,12 @@
 //	import natsidem "github.com/idemgo/idem/broker/nats"
 //
 // A [Consumer] pulls messages from a jetstream.Consumer, runs the user's
-// handler under an [idem.Guard] and maps each outcome to a JetStream action
-// with [idem.Decide]:
+// [Handler] under an [idem.Guard] and maps each outcome to a JetStream
+// action with [broker.Decide]. It has the shape every idem broker adapter
+// has (see package github.com/idemgo/idem/broker): [NewGuard], [Handle] or
+// [HandleTx], [NewConsumer] and [Consumer.Run] (or [Consume]),
+// [MessageOf], one [broker.Report] per message passed to [Options.Hooks],
+// and [Replay] for dead letters.
 //
 //   - processed or duplicate: Ack (DoubleAck with [Options.DoubleAck]), only
 //     after the record is durable;
@@ -24,8 +28,8 @@
 //     JetStream drop it);
 //   - a transient handler error, a store failure: NakWithDelay with the
 //     back-off of [Options.Backoff] (redelivered later); on the consumer's
-//     last allowed delivery, dead-lettered with reason max_deliver instead,
-//     which JetStream would drop;
+//     last allowed delivery, dead-lettered with reason max_deliver
+//     ([broker.ReasonMaxDeliver]) instead, which JetStream would drop;
 //   - conflict, permanent error, missing or invalid key, parked record:
 //     published to [Options.DeadLetterSubject], then Term. If the dead-letter
 //     publish fails the message is not terminated but retried, so nothing
@@ -35,28 +39,44 @@
 //
 //	cons, _ := js.Consumer(ctx, "ORDERS", "billing")
 //	g, _ := natsidem.NewGuard(store, cons, idem.Options{}) // scope "ORDERS/billing"
-//	err := natsidem.Consume(ctx, cons, g, natsidem.Handle(
-//		func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
-//			return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
-//		}), natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Concurrency: 8})
+//	h := natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+//		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
+//	})
+//	c, _ := natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Concurrency: 8})
+//	err := c.Run(ctx)
 //
-// With a store that has a transactional inbox (store/sqlite, store/postgres),
-// [HandleTx] runs the handler inside the store's transaction together with
-// the dedup marker (idem.DoTx):
+// With a store that has a transactional inbox (store/sqlite, store/postgres,
+// store/mysql), [HandleTx] runs the handler inside the store's transaction
+// together with the dedup marker (idem.DoTx):
 //
 //	h := natsidem.HandleTx(func(ctx context.Context, tx *sql.Tx, msg jetstream.Msg) ([]byte, error) {
 //		_, err := tx.ExecContext(ctx, `insert into charges(order_id, amount) values (?, ?)`, ...)
 //		return nil, err
 //	})
+//	err := natsidem.Consume(ctx, cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq"})
 //
-// [Options.OnResult] sees every message's [Report] (outcome, action, reason,
-// broker error) for metrics; the guard's idem.Observer sees the outcomes. A
-// program with its own fetch loop calls [Consumer.Process] per message.
+// NewConsumer checks everything once: the options, and that a HandleTx
+// handler's store has transactions of its type.
+//
+// # Hooks
+//
+// Each message yields one [broker.Report] (the guard's result and error,
+// the action, the dead-letter reason, the nak delay, the delivery count),
+// passed to [Options.Hooks]: BeforeSettle once the outcome is known and
+// before the ack, nak or dead letter (the worst moment to crash, and the
+// place for work that must happen first); OnDeadLetter once a dead letter
+// is stored by its stream (alert on conflicts there); AfterSettle after the
+// action, with BrokerErr set when it failed; OnError for the errors the
+// consumer handles by itself (fetch errors, failed dead-letter publishes).
+// A held message yields its Report when it is settled. The guard's
+// idem.Observer sees every outcome as well. A program with its own fetch
+// loop calls [Consumer.Process] per message.
 //
 // # Keys, and which NATS ids survive what
 //
-// The key comes from the guard's [idem.Options.Key] applied to the
-// [idem.Message] built by [MessageOf]: Message.ID is the Idem-Id header set
+// The guard is the one place for the key, as for the scope: its key
+// function ([idem.Options.Key]) is applied to the [idem.Message] built by
+// [MessageOf]: Message.ID is the Idem-Id header set
 // by [Publish], else the Nats-Msg-Id header (the default extractor,
 // idem.MessageID, uses it), Headers are the NATS headers (first value of
 // each), ContentType is the Content-Type header. idem.CloudEventsKey reads
@@ -75,10 +95,13 @@
 //
 // # Scope
 //
-// The guard's scope is the consumer identity and is fixed when the guard is
-// made: use the durable consumer's name, qualified by its stream because
-// consumer names are unique per stream only. [ScopeFor] returns it and
-// [NewGuard] fills it in.
+// The scope is the consumer identity, held by the guard: [NewGuard] sets an
+// empty idem.Options.Scope to the durable consumer's name, qualified by its
+// stream because consumer names are unique per stream only
+// ("<stream>/<consumer>", [ScopeFor]), and keeps a set one. Two durable
+// consumers of one stream then never block each other; several Runs, in
+// one process or many, on one durable consumer share its scope and compete
+// for its messages.
 //
 // # Dead letters
 //
@@ -111,6 +134,20 @@
 // it was. A dead letter's own Nats-Msg-Id is
 // "idem-dlq:<stream>/<consumer>:<sequence>", so a repeat after a lost Term
 // is dropped by the dead-letter stream's duplicate window.
+//
+// # Replaying dead letters
+//
+// [Replay] publishes a dead letter back to its Idem-Subject with its data
+// and the original's headers as they were (Nats-Msg-Id restored from
+// Idem-Original-Nats-Msg-Id, Idem-Id among its own), without the headers
+// idem added. The consumer's record then decides, as for any redelivery: a
+// key completed meanwhile is a duplicate (acknowledged, the handler does
+// not run), a key never completed is processed, a conflict is
+// dead-lettered again. Replays often come long after the redelivery
+// window: the guard's Retention must outlive the longest time a dead letter
+// may wait before it is replayed, or a replay of a processed message runs
+// again. Inside the stream's duplicate window the server drops the replay
+// as the original's duplicate ([ErrReplayDuplicate]).
 //
 // # Producer side
 //

@@ -5,12 +5,15 @@ import (
 	"log"
 	"os/signal"
 	"syscall"
+	"time"
 
-	"github.com/idemgo/idem"
-	natsidem "github.com/idemgo/idem/broker/nats"
-	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/store/memory"
 )
 
 // A billing service charges each order once, however often JetStream
@@ -31,20 +34,35 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The scope is the consumer identity: "ORDERS/billing".
+	// The guard holds the scope, the consumer identity "ORDERS/billing",
+	// and the key: the id MessageOf reads (Idem-Id, else Nats-Msg-Id),
+	// else the CloudEvent's source and id.
 	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{
-		Key: idem.FirstOf(idem.MessageID, idem.CloudEventsKey), // Nats-Msg-Id, else the CloudEvent's source|id
+		Key: idem.FirstOf(idem.MessageID, idem.CloudEventsKey),
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
+	h := natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 		// Downstream calls carry a key derived from the message's, so a
 		// retaken key (the previous owner crashed) is not charged twice.
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 		return []byte(receipt), err
-	}), natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Concurrency: 8})
+	})
+	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{
+		JetStream:         js,
+		DeadLetterSubject: "orders.dlq",
+		Concurrency:       8,
+		Hooks: broker.Hooks[jetstream.Msg]{
+			OnDeadLetter: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
+				log.Printf("dead letter %s: %s (%v)", natsidem.MessageOf(msg).ID, r.Reason, r.Err)
+			},
+		},
+	})
 	if err != nil {
+		log.Fatal(err) // a misconfiguration, found before any message is taken
+	}
+	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -62,6 +80,28 @@ func ExamplePublish() {
 	}
 	if ack.Duplicate {
 		log.Print("already stored: a retry inside the duplicate window")
+	}
+}
+
+// An operator replays the dead letters of orders.dlq (stream ORDERS_DLQ)
+// once the cause is fixed: the consumer's record decides what runs again.
+func ExampleReplay() {
+	ctx := context.Background()
+	nc, _ := nats.Connect(nats.DefaultURL)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	dlq, err := js.OrderedConsumer(ctx, "ORDERS_DLQ", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	batch, err := dlq.Fetch(100, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for dl := range batch.Messages() {
+		if err := natsidem.Replay(ctx, js, dl); err != nil {
+			log.Printf("not replayed: %v", err)
+		}
 	}
 }
 

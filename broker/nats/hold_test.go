@@ -4,25 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// blockingHandler runs b for every message.
-func blockingHandler(b *consumetest.Blocker) natsidem.Handler {
-	return natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-		b.Call()
-		return []byte("done"), nil
-	})
-}
 
 // holdCase is a consumer without a server whose first message's handler
 // holds key "a" until release.
@@ -31,7 +23,7 @@ type holdCase struct {
 	js    *recJS
 	b     *consumetest.Blocker
 	seen  <-chan struct{}
-	first chan natsidem.Report
+	first <-chan broker.Report
 	lease time.Duration
 }
 
@@ -49,43 +41,27 @@ func newHoldCase(t *testing.T, maxDeliver int, opts natsidem.Options, clock func
 	b := consumetest.NewBlocker()
 	js := &recJS{}
 	opts.JetStream, opts.DeadLetterSubject = js, "dlq"
-	c, err := natsidem.NewConsumer(cons, g, blockingHandler(b), opts)
+	c, err := natsidem.NewConsumer(cons, g, consumetest.Handler[jetstream.Msg](b), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &holdCase{c: c, js: js, b: b, seen: seen, first: make(chan natsidem.Report, 1), lease: lease}
-	go func() { hc.first <- c.Process(context.Background(), &recMsg{id: "a", data: []byte("1"), delivered: 1}) }()
-	<-b.Started
-	return hc
+	first := b.Hold(func() broker.Report {
+		return c.Process(context.Background(), &recMsg{id: "a", data: []byte("1"), delivered: 1})
+	})
+	return &holdCase{c: c, js: js, b: b, seen: seen, first: first, lease: lease}
 }
 
 // duplicate processes a copy of the holder's message, delivered delivered
 // times, in the background.
-func (hc *holdCase) duplicate(ctx context.Context, delivered uint64) (*recMsg, <-chan natsidem.Report) {
+func (hc *holdCase) duplicate(ctx context.Context, delivered uint64) (*recMsg, <-chan broker.Report) {
 	m := &recMsg{id: "a", data: []byte("1"), delivered: delivered, subject: "orders.x"}
-	done := make(chan natsidem.Report, 1)
-	go func() { done <- hc.c.Process(ctx, m) }()
-	return m, done
+	return m, consumetest.Go(func() broker.Report { return hc.c.Process(ctx, m) })
 }
 
 // finish releases the holder and checks that it was processed once.
 func (hc *holdCase) finish(t *testing.T) {
 	t.Helper()
-	hc.b.Finish(t, func() (idem.Action, idem.Result) { r := <-hc.first; return r.Action, r.Result })
-}
-
-// TestHeldWhileInProgress: a copy that arrives while the first delivery's
-// handler runs is held (claimed again on the back-off), not nak'ed, and is
-// acked as a duplicate once the holder completes: no delivery is spent.
-func TestHeldWhileInProgress(t *testing.T) {
-	hc := newHoldCase(t, 0, natsidem.Options{Backoff: func(int) time.Duration { return time.Millisecond }}, nil)
-	m, done := hc.duplicate(context.Background(), 1)
-	consumetest.AwaitHeld(t, hc.seen, 3, done)
-	hc.finish(t)
-	r := <-done
-	if m.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate || r.Held <= 0 {
-		t.Fatalf("duplicate: actions %s, report %+v; want held, then acked as a duplicate", m.got(), r)
-	}
+	hc.b.Finish(t, hc.first)
 }
 
 // TestHoldBounded: past MaxHold the copy is nak'ed with the delay until
@@ -154,34 +130,6 @@ func TestHoldShutdown(t *testing.T) {
 				t.Fatalf("dead letter headers %v; want reason max_deliver and the stored record in progress", dl.Header)
 			}
 		})
-	}
-}
-
-// TestOrphanRetakenAfterLease: a key whose claim was orphaned (a consumer
-// claimed it and crashed before completing or releasing) holds the message
-// until the orphan's lease ends; then the key is retaken as stale and the
-// message processed, on its first delivery.
-func TestOrphanRetakenAfterLease(t *testing.T) {
-	cons := infoConsumer{info: &jetstream.ConsumerInfo{Stream: "S", Name: "c",
-		Config: jetstream.ConsumerConfig{MaxDeliver: 2}}}
-	store := memory.New()
-	g, err := natsidem.NewGuard(store, cons, idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumetest.Orphan(t, g, idem.Message{ID: "a", Payload: []byte("1")}, 200*time.Millisecond)
-	var calls atomic.Int32
-	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-		calls.Add(1)
-		return nil, nil
-	}), natsidem.Options{JetStream: &recJS{}, DeadLetterSubject: "dlq", Backoff: func(int) time.Duration { return time.Millisecond }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &recMsg{id: "a", data: []byte("1"), delivered: 1}
-	r := c.Process(context.Background(), m)
-	if m.got() != "[ack]" || r.Result.Outcome != idem.OutcomeProcessed || !r.Result.Retaken || calls.Load() != 1 {
-		t.Fatalf("actions %s, report %+v, %d calls; want the orphaned key retaken and processed", m.got(), r, calls.Load())
 	}
 }
 
@@ -284,22 +232,22 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 			}
 		}
 	}
-	reports := make(chan natsidem.Report, 10)
-	dupReport := make(chan natsidem.Report, 10)
+	reports := make(chan broker.Report, 10)
+	dupReport := make(chan broker.Report, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() {
-		runDone <- natsidem.Consume(ctx, tickConsumer{cons, tick}, g, blockingHandler(b), natsidem.Options{
+		runDone <- natsidem.Consume(ctx, tickConsumer{cons, tick}, g, consumetest.Handler[jetstream.Msg](b), natsidem.Options{
 			JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 2, DoubleAck: true,
 			Backoff: func(int) time.Duration { return 10 * time.Millisecond },
-			OnResult: func(m jetstream.Msg, r natsidem.Report) {
+			Hooks: broker.Hooks[jetstream.Msg]{AfterSettle: func(_ context.Context, m jetstream.Msg, r broker.Report) {
 				if seqOf(t, m) == 2 {
 					dupReport <- r
 				} else {
 					reports <- r
 				}
-			}})
+			}}})
 	}()
 	<-b.Started
 	e.publishOrder(t, "o-1", []byte(`{"amount":5}`)) // the producer's retry
@@ -313,60 +261,19 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 			t.Fatalf("the retry was settled while the original ran: %+v", r)
 		}
 	}
-	b.Finish(t, func() (idem.Action, idem.Result) { r := <-reports; return r.Action, r.Result })
+	b.Finish(t, reports)
 	r := <-dupReport
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	if r.Action != idem.ActionAck || r.Result.Outcome != idem.OutcomeDuplicate || r.BrokerErr != nil || r.Held <= 0 {
+	if r.Action != idem.ActionAck || r.Result.Outcome != idem.OutcomeDuplicate || r.BrokerErr != nil {
 		t.Fatalf("retry: %+v; want held, then acked as a duplicate", r)
 	}
 	if dls := e.deadLetters(t); len(dls) != 0 {
 		t.Fatalf("dead letters: %v", dls[0].Header)
 	}
 	noRedelivery(t, cons, 2)
-}
-
-// TestOrphanedClaim (JetStream, MaxDeliver 2): a message whose key was
-// claimed by a consumer that crashed (its claim reply lost) waits for the
-// orphan's lease on its first delivery, then retakes the key as stale and
-// is processed, never dead-lettered as max_deliver.
-func TestOrphanedClaim(t *testing.T) {
-	e := newEnv(t)
-	cons := e.limitedConsumer(t, "orphan")
-	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{Key: idem.HeaderKey("Order-Id")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := []byte(`{"amount":7}`)
-	consumetest.Orphan(t, g, idem.Message{Headers: map[string]string{"Order-Id": "o-2"}, Payload: body}, 1500*time.Millisecond)
-	e.publishOrder(t, "o-2", body)
-	var calls atomic.Int32
-	reports := make(chan natsidem.Report, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-			calls.Add(1)
-			return nil, nil
-		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true,
-			Backoff:  func(int) time.Duration { return 10 * time.Millisecond },
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
-	}()
-	r := <-reports
-	cancel()
-	if err := <-runDone; err != nil {
-		t.Fatal(err)
-	}
-	if r.Action != idem.ActionAck || r.Result.Outcome != idem.OutcomeProcessed || !r.Result.Retaken || calls.Load() != 1 {
-		t.Fatalf("report %+v, %d calls; want the orphaned key retaken and processed once", r, calls.Load())
-	}
-	if dls := e.deadLetters(t); len(dls) != 0 {
-		t.Fatalf("dead letters: %v", dls[0].Header)
-	}
-	noRedelivery(t, cons, 1)
 }
 
 // TestShutdownWhileHeld: Run's shutdown naks a held message at once, with
@@ -384,31 +291,17 @@ func TestShutdownWhileHeld(t *testing.T) {
 	}
 	body := []byte(`{"amount":9}`)
 	// Another instance holds the key, with a live lease.
-	release := make(chan struct{})
-	holder := make(chan error, 1)
-	holding := make(chan struct{})
-	go func() {
-		_, err := g.Do(context.Background(), idem.Message{Headers: map[string]string{"Order-Id": "o-3"}, Payload: body},
-			func(context.Context) ([]byte, error) { close(holding); <-release; return nil, nil })
-		holder <- err
-	}()
-	<-holding
-	defer func() {
-		close(release)
-		if err := <-holder; err != nil {
-			t.Error(err)
-		}
-	}()
+	consumetest.HoldElsewhere(t, g, idem.Message{Headers: map[string]string{"Order-Id": "o-3"}, Payload: body})
 	e.publishOrder(t, "o-3", body)
-	reports := make(chan natsidem.Report, 1)
+	reports := make(chan broker.Report, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 			return nil, errors.New("the holder is alive: never called")
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
-			Backoff:  func(int) time.Duration { return 10 * time.Millisecond },
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Backoff: func(int) time.Duration { return 10 * time.Millisecond },
+			Hooks:   consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	consumetest.AwaitHeld(t, seen, 2, reports)
 	cancel()

@@ -3,11 +3,11 @@ package natsidem_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
@@ -38,7 +38,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	started, release := make(chan struct{}), make(chan struct{})
-	reports := make(chan natsidem.Report, 1)
+	reports := make(chan broker.Report, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() {
@@ -47,7 +47,7 @@ func TestGracefulShutdown(t *testing.T) {
 			<-release
 			return nil, ctx.Err() // the handler's context outlives Run's
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true,
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	<-started
 	consumetest.ShutdownWaits(t, cancel, runDone, release)
@@ -75,7 +75,7 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	reports := make(chan natsidem.Report, 1)
+	reports := make(chan broker.Report, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() {
@@ -84,8 +84,8 @@ func TestShutdownTimeout(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, ShutdownTimeout: 10 * time.Millisecond,
-			Backoff:  func(int) time.Duration { return time.Hour },
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Backoff: func(int) time.Duration { return time.Hour },
+			Hooks:   consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	<-started
 	cancel()
@@ -119,7 +119,7 @@ func TestDeadLetterUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := make(chan natsidem.Report, 100)
+	reports := make(chan broker.Report, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runDone := make(chan error, 1)
@@ -127,8 +127,8 @@ func TestDeadLetterUnavailable(t *testing.T) {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 			return nil, nil
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
-			Backoff:  func(int) time.Duration { return 20 * time.Millisecond },
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Backoff: func(int) time.Duration { return 20 * time.Millisecond },
+			Hooks:   consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	r := <-reports
 	if r.Action != idem.ActionDeadLetter || r.BrokerErr == nil || r.Reason != "no_key" {
@@ -156,57 +156,6 @@ func TestDeadLetterUnavailable(t *testing.T) {
 	}
 }
 
-// TestHandleTx runs the transactional inbox through the consumer: business
-// rows and markers commit together, a failed handler's rows roll back, and
-// producer retries and lost acks are skipped.
-func TestHandleTx(t *testing.T) {
-	e := newEnv(t)
-	const unique = 300
-	total := e.publishWithRetries(t, ".tx", unique, func(i int) (string, []byte) {
-		return fmt.Sprintf("tx-%d", i), fmt.Appendf(nil, `{"n":%d}`, i)
-	})
-
-	store := consumetest.NewTxStore()
-	cons := e.consumer(t, "tx", time.Second)
-	lossy := loseFirstAck(cons, 7, 0)
-	g, err := natsidem.NewGuard(store, cons, idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := newTracker(t)
-	tr.expect(total)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- natsidem.Consume(ctx, lossy, g, natsidem.HandleTx(func(ctx context.Context, tx *consumetest.Tx, msg jetstream.Msg) ([]byte, error) {
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			id := msg.Headers().Get(jetstream.MsgIDHeader)
-			tx.Charge(id)
-			if md.NumDelivered == 1 && md.Sequence.Stream%5 == 1 {
-				return nil, errors.New("deadlock detected, try again") // rolls the charge back
-			}
-			return []byte("ok"), nil
-		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Concurrency: 4,
-			Backoff: idem.ExponentialBackoff(10*time.Millisecond, 50*time.Millisecond), OnResult: tr.onResult})
-	}()
-	consumetest.AwaitSettled(t, tr.done, runDone, tr.settled, total)
-	cancel()
-	if err := <-runDone; err != nil {
-		t.Fatal(err)
-	}
-	consumetest.AppliedOnce(t, "committed", store.CommittedOrders(), unique)
-	if d, want := tr.count(idem.OutcomeDuplicate), total-unique; d < want {
-		t.Errorf("%d duplicates, want at least %d", d, want)
-	}
-	if f := tr.count(idem.OutcomeFailed); f == 0 {
-		t.Error("no handler failed: the rollback path was not exercised")
-	}
-}
-
 // TestPublishCloudEvent: Publish sets Nats-Msg-Id (a retry inside the
 // window is dropped by the server) and CloudEvents headers that a guard
 // keyed with idem.CloudEventsKey reads.
@@ -228,7 +177,7 @@ func TestPublishCloudEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := make(chan natsidem.Report, 1)
+	reports := make(chan broker.Report, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runDone := make(chan error, 1)
@@ -237,7 +186,7 @@ func TestPublishCloudEvent(t *testing.T) {
 			k, _ := idem.KeyFromContext(ctx)
 			return []byte(k.ID), nil
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	r := <-reports
 	cancel()
@@ -246,56 +195,6 @@ func TestPublishCloudEvent(t *testing.T) {
 	}
 	if r.Action != idem.ActionAck || string(r.Result.Value) != "/orders|evt-1" || g.Options().Scope != e.stream+"/ce" {
 		t.Fatalf("report = %+v (scope %q), want the CloudEvents key processed", r, g.Options().Scope)
-	}
-}
-
-// TestMaxDeliver: a message that keeps failing is dead-lettered with reason
-// max_deliver on the consumer's last allowed delivery, instead of being
-// dropped by JetStream.
-func TestMaxDeliver(t *testing.T) {
-	e := newEnv(t)
-	if _, err := natsidem.Publish(context.Background(), e.js, e.subject+".x", "flaky-1", []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := e.js.CreateOrUpdateConsumer(context.Background(), e.stream, jetstream.ConsumerConfig{
-		Durable: "maxdeliver", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reports := make(chan natsidem.Report, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
-			return nil, errors.New("still down")
-		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
-			Backoff:  func(int) time.Duration { return time.Millisecond },
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
-	}()
-	var actions []idem.Action
-	for len(actions) < 3 {
-		r := <-reports
-		actions = append(actions, r.Action)
-		if r.Action == idem.ActionDeadLetter && (r.Reason != natsidem.ReasonMaxDeliver || r.BrokerErr != nil) {
-			t.Fatalf("dead letter report %+v", r)
-		}
-	}
-	cancel()
-	if err := <-runDone; err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(actions) != "[retry retry dead_letter]" {
-		t.Fatalf("actions = %v, want two retries then the dead letter", actions)
-	}
-	dls := e.deadLetters(t)
-	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != "max_deliver" || hdr(dls[0], natsidem.HeaderID) != "flaky-1" {
-		t.Fatalf("dead letters = %v", dls)
 	}
 }
 
@@ -312,7 +211,7 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	ticks := make(chan struct{})
-	reports := make(chan natsidem.Report, 10)
+	reports := make(chan broker.Report, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runDone := make(chan error, 1)
@@ -328,7 +227,7 @@ func TestKeepAlive(t *testing.T) {
 			}
 			return nil, nil
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true, Concurrency: 2,
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	r := <-reports
 	cancel()
@@ -372,13 +271,13 @@ func TestConnectionClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := make(chan natsidem.Report, 1)
+	reports := make(chan broker.Report, 1)
 	runDone := make(chan error, 1)
 	go func() {
 		runDone <- natsidem.Consume(context.Background(), cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 			return nil, nil
 		}), natsidem.Options{JetStream: js, DeadLetterSubject: e.dlq,
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	<-reports
 	nc.Close()

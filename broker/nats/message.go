@@ -19,7 +19,9 @@ const HeaderID = "Idem-Id"
 // Headers from the NATS headers (the first value of each); Payload from the
 // data and ContentType from the Content-Type header (any case). Transport
 // values that change on redelivery (sequences, delivery count) are
-// deliberately left out.
+// deliberately left out. NATS has no correlation id of its own:
+// CorrelationID stays empty, and the guard's default correlation
+// (idem.DefaultCorrelation) reads the producer's W3C traceparent header.
 //
 // For a message sent by Publish, Headers["Nats-Msg-Id"] is the plain id too
 // (msg.Headers() keeps the dedup id), so a key read from that header
@@ -81,13 +83,21 @@ func ScopeFor(cons jetstream.Consumer) string {
 	return info.Stream + "/" + info.Name
 }
 
-// NewGuard is idem.New with opts.Scope defaulting to ScopeFor(cons).
+// NewGuard returns a guard over store for a consumer of cons. The guard is
+// the one place for the scope and the key: an empty opts.Scope becomes
+// ScopeFor(cons), the consumer's identity, so two durable consumers of one
+// stream never block each other; a set one is kept. opts.Key is kept too:
+// its default, idem.MessageID, reads the id MessageOf puts in
+// idem.Message.ID. Without a scope, a consumer without cached info (not
+// obtained from the server) is an error wrapping idem.ErrInvalidOptions.
 func NewGuard(store idem.Store, cons jetstream.Consumer, opts idem.Options) (*idem.Guard, error) {
 	if opts.Scope == "" {
 		if cons == nil {
 			return nil, fmt.Errorf("%w: natsidem: nil consumer", idem.ErrInvalidOptions)
 		}
-		opts.Scope = ScopeFor(cons)
+		if opts.Scope = ScopeFor(cons); opts.Scope == "" {
+			return nil, fmt.Errorf("%w: natsidem: the consumer has no cached info to name the scope by; get it from the server (js.Consumer) or set idem.Options.Scope", idem.ErrInvalidOptions)
+		}
 	}
 	return idem.New(store, opts)
 }

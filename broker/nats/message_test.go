@@ -2,12 +2,12 @@ package natsidem_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
-	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,10 +94,13 @@ func TestNewConsumerValidation(t *testing.T) {
 		{"nil consumer", nil, g, h, ok},
 		{"nil guard", cons, nil, h, ok},
 		{"nil handler", cons, g, natsidem.Handle(nil), ok},
-		{"nil tx handler", cons, g, natsidem.HandleTx[*consumetest.Tx](nil), ok},
+		{"nil tx handler", cons, g, natsidem.HandleTx[*sql.Tx](nil), ok},
 		{"no JetStream", cons, g, h, natsidem.Options{DeadLetterSubject: "dlq"}},
 		{"no dead-letter subject", cons, g, h, natsidem.Options{JetStream: js}},
 		{"negative concurrency", cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq", Concurrency: -1}},
+		{"wildcard dead-letter subject", cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq.>"}},
+		{"dead letters into the consumer's own filter", filtered("orders.>"), g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq"}},
+		{"dead letters into one of its filters", filtered("a.b", "orders.*.dlq"), g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.x.dlq"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +108,45 @@ func TestNewConsumerValidation(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidOptions", err)
 			}
 		})
+	}
+}
+
+// filtered is a consumer filtering its stream by subjects.
+func filtered(subjects ...string) jetstream.Consumer {
+	return infoConsumer{info: &jetstream.ConsumerInfo{Stream: "S", Name: "c",
+		Config: jetstream.ConsumerConfig{FilterSubjects: subjects}}}
+}
+
+// TestDeadLetterSubjectOutsideFilter: a dead-letter subject the consumer's
+// filters do not match is accepted.
+func TestDeadLetterSubjectOutsideFilter(t *testing.T) {
+	g, err := idem.New(memory.New(), idem.Options{Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) { return nil, nil })
+	var js jetstream.JetStream = struct{ jetstream.JetStream }{}
+	for _, dlq := range []string{"orders", "orders.x.y.dlq", "dlq.orders.x"} {
+		if _, err := natsidem.NewConsumer(filtered("orders.*.dlq.>", "orders.*"), g, h, natsidem.Options{JetStream: js, DeadLetterSubject: dlq}); err != nil {
+			t.Errorf("dead letters to %s: %v", dlq, err)
+		}
+	}
+}
+
+// TestNewGuardScope: the scope is the consumer's identity unless set; a
+// consumer without cached info cannot name it.
+func TestNewGuardScope(t *testing.T) {
+	g, err := natsidem.NewGuard(memory.New(), filtered(), idem.Options{})
+	if err != nil || g.Options().Scope != "S/c" {
+		t.Fatalf("scope %v, %v; want S/c", g, err)
+	}
+	g, err = natsidem.NewGuard(memory.New(), filtered(), idem.Options{Scope: "billing"})
+	if err != nil || g.Options().Scope != "billing" {
+		t.Fatalf("set scope: %v, %v; want it kept", g, err)
+	}
+	var bare jetstream.Consumer = infoConsumer{}
+	if _, err := natsidem.NewGuard(memory.New(), bare, idem.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("no cached info: %v, want ErrInvalidOptions", err)
 	}
 }
 
@@ -121,7 +163,7 @@ func TestHandleTxNeedsTxStore(t *testing.T) {
 	}
 	var js jetstream.JetStream = struct{ jetstream.JetStream }{}
 	var cons jetstream.Consumer = struct{ jetstream.Consumer }{}
-	h := natsidem.HandleTx(func(context.Context, *consumetest.Tx, jetstream.Msg) ([]byte, error) { return nil, nil })
+	h := natsidem.HandleTx(func(context.Context, *sql.Tx, jetstream.Msg) ([]byte, error) { return nil, nil })
 	_, err = natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq"})
 	if !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Fatalf("err = %v, want ErrNoTx and ErrInvalidOptions", err)

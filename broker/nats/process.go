@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/consume"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/internal/consume"
 )
 
 // Dead-letter headers set by the consumer, beside idem's own
@@ -56,43 +58,39 @@ type delivery struct {
 func (c *Consumer) start(msg jetstream.Msg) *delivery {
 	attempt := deliveries(msg)
 	return &delivery{
-		p: &consume.Pending[jetstream.Msg]{Msg: msg, Message: c.opts.Message(msg), Attempt: attempt,
+		p: &consume.Pending[jetstream.Msg]{Msg: msg, Message: MessageOf(msg), Attempt: attempt,
 			Last: c.maxDeliver > 0 && attempt >= c.maxDeliver},
 		stop: c.keepAlive(msg),
 	}
 }
 
-// finish takes d's broker action and reports it.
-func (c *Consumer) finish(ctx context.Context, d *delivery) {
-	d.stop()
-	r := c.act(ctx, d.p)
-	if c.opts.OnResult != nil {
-		c.opts.OnResult(d.p.Msg, r)
-	}
-}
-
-// Process handles one message and takes its broker action; Run calls it for
-// every message. It is exported for programs that run their own fetch loop
-// (cons.Consume, Fetch): call it once per message, from any goroutine. A
-// message whose key is in progress elsewhere is held inline (see
-// Options.MaxHold), so Process may block that long; when ctx ends it is
-// nak'ed.
-func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) Report {
-	d := c.start(msg)
-	c.drv.Drive(ctx, ctx.Done(), d.p)
+// finish takes d's broker action.
+func (c *Consumer) finish(ctx context.Context, d *delivery) broker.Report {
 	d.stop()
 	return c.act(ctx, d.p)
 }
 
-// act takes the broker action for p's latest outcome.
-func (c *Consumer) act(ctx context.Context, p *consume.Pending[jetstream.Msg]) Report {
+// Process handles one message and takes its broker action, with the hooks
+// of Options.Hooks; Run calls it for every message. It is exported for
+// programs that run their own fetch loop (cons.Consume, Fetch): call it
+// once per message, from any goroutine. A message whose key is in progress
+// elsewhere is held inline (see Options.MaxHold), so Process may block that
+// long; when ctx ends it is nak'ed.
+func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) broker.Report {
+	d := c.start(msg)
+	c.drv.Drive(ctx, ctx.Done(), d.p)
+	return c.finish(ctx, d)
+}
+
+// act takes the broker action for p's latest outcome, calling the hooks
+// around it, and returns its report.
+func (c *Consumer) act(ctx context.Context, p *consume.Pending[jetstream.Msg]) broker.Report {
 	msg := p.Msg
-	r := Report{Result: p.Result, Err: p.Err, Action: idem.Decide(p.Result, p.Err), Held: p.Held()}
+	r := c.drv.Decide(p)
+	hooks := c.opts.Hooks
+	hooks.CallBeforeSettle(ctx, msg, r)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	if r.Action == idem.ActionRetry && p.Last {
-		r.Action, r.Reason = idem.ActionDeadLetter, ReasonMaxDeliver
-	}
 	switch r.Action {
 	case idem.ActionAck:
 		if c.opts.DoubleAck {
@@ -101,7 +99,6 @@ func (c *Consumer) act(ctx context.Context, p *consume.Pending[jetstream.Msg]) R
 			r.BrokerErr = msg.Ack()
 		}
 	case idem.ActionRetry:
-		r.Delay = c.drv.RetryDelay(p)
 		r.BrokerErr = msg.NakWithDelay(r.Delay)
 	case idem.ActionDeadLetter:
 		h := consume.DeadLetterHeaders(c.g, p.Message, p.Result, p.Err, r.Reason)
@@ -114,10 +111,13 @@ func (c *Consumer) act(ctx context.Context, p *consume.Pending[jetstream.Msg]) R
 			if nerr := msg.NakWithDelay(r.Delay); nerr != nil {
 				r.BrokerErr = fmt.Errorf("%w; nak: %w", perr, nerr)
 			}
+			c.reportErr(r.BrokerErr)
 			break
 		}
+		hooks.CallOnDeadLetter(ctx, msg, r)
 		r.BrokerErr = msg.Term()
 	}
+	hooks.CallAfterSettle(ctx, msg, r)
 	return r
 }
 

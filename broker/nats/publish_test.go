@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,9 +38,9 @@ func (e *env) longWindow(t *testing.T) {
 
 // run consumes cons with guard g until the test ends, reporting on a
 // channel.
-func (e *env) run(t *testing.T, cons jetstream.Consumer, g *idem.Guard) <-chan natsidem.Report {
+func (e *env) run(t *testing.T, cons jetstream.Consumer, g *idem.Guard) <-chan broker.Report {
 	t.Helper()
-	reports := make(chan natsidem.Report, 10)
+	reports := make(chan broker.Report, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() {
@@ -46,7 +48,7 @@ func (e *env) run(t *testing.T, cons jetstream.Consumer, g *idem.Guard) <-chan n
 			k, _ := idem.KeyFromContext(ctx)
 			return []byte(k.ID), nil
 		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true,
-			OnResult: func(_ jetstream.Msg, r natsidem.Report) { reports <- r }})
+			Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -78,7 +80,7 @@ func TestPublishConflictReachesConsumer(t *testing.T) {
 		}
 	}
 	keys := map[string]idem.KeyFunc{"billing": nil, "audit": idem.HeaderKey(jetstream.MsgIDHeader)}
-	reports := map[string]<-chan natsidem.Report{}
+	reports := map[string]<-chan broker.Report{}
 	for name, key := range keys {
 		cons := e.consumer(t, name, 30*time.Second)
 		g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{Key: key})

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // dupWindow is the input stream's duplicate window.
@@ -94,20 +94,6 @@ func (e *env) consumer(t testing.TB, durable string, ackWait time.Duration) jets
 	return cons
 }
 
-// streamMsgs is the number of messages the input stream holds.
-func (e *env) streamMsgs(t testing.TB) uint64 {
-	t.Helper()
-	s, err := e.js.Stream(context.Background(), e.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // deadLetters reads every message of the dead-letter stream.
 func (e *env) deadLetters(t testing.TB) []*nats.Msg {
 	t.Helper()
@@ -147,66 +133,6 @@ func (e *env) publishAll(t testing.TB, msgs []*nats.Msg) {
 	}
 }
 
-// lossyConsumer wraps a consumer so that the acks of chosen first
-// deliveries are lost: Ack reports success but never reaches the server,
-// as when a consumer crashes right after its handler, and AckWait expiry
-// redelivers the message.
-type lossyConsumer struct {
-	jetstream.Consumer
-	lose func(msg jetstream.Msg) bool
-}
-
-func (c lossyConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
-	it, err := c.Consumer.Messages(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return lossyIter{it, c.lose}, nil
-}
-
-type lossyIter struct {
-	jetstream.MessagesContext
-	lose func(msg jetstream.Msg) bool
-}
-
-func (it lossyIter) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
-	m, err := it.MessagesContext.Next(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &lossyMsg{Msg: m, lose: it.lose(m)}, nil
-}
-
-type lossyMsg struct {
-	jetstream.Msg
-	lose bool
-	mu   sync.Mutex
-	lost bool
-}
-
-func (m *lossyMsg) Ack() error {
-	if m.lose {
-		m.mu.Lock()
-		m.lost = true
-		m.mu.Unlock()
-		return nil
-	}
-	return m.Msg.Ack()
-}
-
-func (m *lossyMsg) DoubleAck(ctx context.Context) error {
-	if m.lose {
-		return m.Ack()
-	}
-	return m.Msg.DoubleAck(ctx)
-}
-
-func (m *lossyMsg) ackLost() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lost
-}
-
 func seqOf(t *testing.T, m jetstream.Msg) uint64 {
 	md, err := m.Metadata()
 	if err != nil {
@@ -229,36 +155,4 @@ func hdr(m *nats.Msg, k string) string {
 		}
 	}
 	return ""
-}
-
-// loseFirstAck loses the ack of the first delivery of every stream sequence
-// equal to rem modulo every.
-func loseFirstAck(cons jetstream.Consumer, every, rem uint64) lossyConsumer {
-	return lossyConsumer{Consumer: cons, lose: func(m jetstream.Msg) bool {
-		md, err := m.Metadata()
-		return err == nil && md.NumDelivered == 1 && md.Sequence.Stream%every == rem
-	}}
-}
-
-// publishWithRetries publishes unique messages to e.subject+suffix, mk
-// giving each one's Nats-Msg-Id and data, then, once the stream's duplicate
-// window has passed, every fourth one again (a producer retry the server
-// cannot drop). It returns how many messages the stream holds.
-func (e *env) publishWithRetries(t testing.TB, suffix string, unique int, mk func(i int) (id string, data []byte)) int {
-	t.Helper()
-	var originals, retries []*nats.Msg
-	for i := range unique {
-		m := nats.NewMsg(e.subject + suffix)
-		id, data := mk(i)
-		m.Header.Set(jetstream.MsgIDHeader, id)
-		m.Data = data
-		originals = append(originals, m)
-		if i%4 == 0 {
-			retries = append(retries, m)
-		}
-	}
-	e.publishAll(t, originals)
-	time.Sleep(3 * dupWindow) // see TestEffectivelyOnce
-	e.publishAll(t, retries)
-	return int(e.streamMsgs(t))
 }

@@ -50,3 +50,21 @@ func HeaderText(s string) string {
 	}
 	return s[:cut] + "…"
 }
+
+// IsDeadLetterHeader reports whether name is one of the headers
+// idem.DeadLetterHeaders puts on a dead letter (matched
+// case-insensitively): the headers a replay removes.
+func IsDeadLetterHeader(name string) bool {
+	for _, h := range deadLetterNames {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+var deadLetterNames = []string{
+	idem.HeaderReason, idem.HeaderError, idem.HeaderDeadLetterKey, idem.HeaderFingerprint,
+	idem.HeaderStoredFingerprint, idem.HeaderStoredState, idem.HeaderStoredToken,
+	idem.HeaderStoredCreatedAt, idem.HeaderStoredAttempts,
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
 // Driver runs deliveries of type M through a guard and decides, for a key
@@ -15,7 +16,7 @@ import (
 // every redelivery toward a limit (JetStream MaxDeliver, quorum queues'
 // delivery-limit).
 type Driver[M any] struct {
-	Handler Handler[M]
+	Handler broker.Handler[M]
 	Guard   *idem.Guard
 	// Backoff is the broker integration's back-off by attempt. A held
 	// delivery is claimed again after Backoff(round), at the latest when
@@ -67,7 +68,7 @@ const minPoll = 10 * time.Millisecond
 // key is in progress elsewhere and that p should be kept: claimed again
 // after wait. Otherwise p carries its outcome for the broker action.
 func (d *Driver[M]) Claim(ctx context.Context, p *Pending[M]) (wait time.Duration, held bool) {
-	p.Result, p.Err = Run(ctx, d.Handler, d.Guard, p.Message, p.Msg)
+	p.Result, p.Err = d.Handler.Run(ctx, d.Guard, p.Message, p.Msg)
 	if (d.MaxHold <= 0 && !p.Last) || ctx.Err() != nil || !errors.Is(p.Err, idem.ErrInProgress) {
 		return 0, false
 	}
@@ -110,6 +111,20 @@ func (d *Driver[M]) Resume(ctx context.Context, stop <-chan struct{}, p *Pending
 		}
 		wait, held = d.Claim(ctx, p)
 	}
+}
+
+// Decide is the broker.Report of p's latest claim (broker.Decide: the
+// action, the dead-letter reason, a retry's delay until the holder's lease
+// ends or on the back-off of p's attempt), except that a retry on the
+// broker's last allowed delivery becomes a dead letter with reason
+// broker.ReasonMaxDeliver: the broker would drop it, or dead-letter it
+// without idem's headers.
+func (d *Driver[M]) Decide(p *Pending[M]) broker.Report {
+	r := broker.Decide(p.Result, p.Err, d.Guard.Options().Clock(), p.Attempt, d.Backoff)
+	if r.Action == idem.ActionRetry && p.Last {
+		r.Action, r.Reason, r.Delay = idem.ActionDeadLetter, broker.ReasonMaxDeliver, 0
+	}
+	return r
 }
 
 // RetryDelay is how long the broker should wait before it delivers p

@@ -9,9 +9,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/internal/consume"
 	"github.com/idemgo/idem/store/memory"
 )
+
+func guard(t *testing.T, s idem.Store) *idem.Guard {
+	t.Helper()
+	g, err := idem.New(s, idem.Options{Scope: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 // heldKey returns a guard whose store holds key "k" in progress with a
 // live lease of lease, at a standing clock.
@@ -32,7 +42,7 @@ func heldKey(t *testing.T, lease time.Duration) *idem.Guard {
 func TestDriverClaim(t *testing.T) {
 	g := heldKey(t, time.Minute)
 	ran := 0
-	h := consume.Handle(func(context.Context, string) ([]byte, error) { ran++; return nil, nil })
+	h := broker.Handle(func(context.Context, string) ([]byte, error) { ran++; return nil, nil })
 	backoff := func(round int) time.Duration { return time.Duration(round) * time.Second }
 	tests := []struct {
 		name     string
@@ -68,7 +78,7 @@ func TestDriverClaim(t *testing.T) {
 // other retry on the attempt's back-off.
 func TestDriverRetryDelay(t *testing.T) {
 	g := heldKey(t, time.Minute)
-	d := consume.Driver[string]{Handler: consume.Handle(func(context.Context, string) ([]byte, error) {
+	d := consume.Driver[string]{Handler: broker.Handle(func(context.Context, string) ([]byte, error) {
 		return nil, errors.New("down")
 	}), Guard: g, Backoff: func(a int) time.Duration { return time.Duration(a) * time.Millisecond }, MaxHold: -1}
 	p := &consume.Pending[string]{Message: idem.Message{ID: "k"}, Attempt: 3}
@@ -83,11 +93,30 @@ func TestDriverRetryDelay(t *testing.T) {
 	}
 }
 
+// TestDriverDecide: a retry on the broker's last delivery is a max_deliver
+// dead letter; before it, a retry with the attempt's back-off.
+func TestDriverDecide(t *testing.T) {
+	d := consume.Driver[string]{Handler: broker.Handle(func(context.Context, string) ([]byte, error) {
+		return nil, errors.New("down")
+	}), Guard: guard(t, memory.New()), Backoff: func(a int) time.Duration { return time.Duration(a) * time.Second }, MaxHold: -1}
+	for _, last := range []bool{false, true} {
+		p := &consume.Pending[string]{Message: idem.Message{ID: "k"}, Attempt: 2, Last: last}
+		d.Drive(context.Background(), nil, p)
+		r := d.Decide(p)
+		switch {
+		case !last && (r.Action != idem.ActionRetry || r.Delay != 2*time.Second || r.Attempt != 2):
+			t.Fatalf("not last: %+v, want a retry after 2s", r)
+		case last && (r.Action != idem.ActionDeadLetter || r.Reason != broker.ReasonMaxDeliver || r.Delay != 0):
+			t.Fatalf("last: %+v, want a max_deliver dead letter", r)
+		}
+	}
+}
+
 // TestDriverStop: a closed stop ends a hold at once; on the last delivery
 // only the context does.
 func TestDriverStop(t *testing.T) {
 	g := heldKey(t, time.Minute)
-	d := consume.Driver[string]{Handler: consume.Handle(func(context.Context, string) ([]byte, error) { return nil, nil }),
+	d := consume.Driver[string]{Handler: broker.Handle(func(context.Context, string) ([]byte, error) { return nil, nil }),
 		Guard: g, Backoff: func(int) time.Duration { return time.Millisecond }, MaxHold: time.Hour}
 	stop := make(chan struct{})
 	close(stop)
@@ -131,5 +160,19 @@ func TestDeadLetterHeaders(t *testing.T) {
 	h = consume.DeadLetterHeaders(g, im, idem.Result{}, idem.Permanent(errors.New("no")), "")
 	if h[idem.HeaderReason] != "permanent" {
 		t.Fatalf("headers %v, want reason permanent", h)
+	}
+}
+
+func TestIsDeadLetterHeader(t *testing.T) {
+	h := consume.DeadLetterHeaders(guard(t, memory.New()), idem.Message{ID: "k", Payload: []byte("x")},
+		idem.Result{Key: idem.Key{Scope: "s", ID: "k"}, Record: idem.Record{State: idem.StateCompleted, CreatedAt: time.Now()}},
+		&idem.ConflictError{Fingerprint: "f"}, "")
+	for name := range h {
+		if !consume.IsDeadLetterHeader(name) || !consume.IsDeadLetterHeader(strings.ToLower(name)) {
+			t.Errorf("%s is put on dead letters but not known as one of theirs", name)
+		}
+	}
+	if consume.IsDeadLetterHeader("Idem-Id") || consume.IsDeadLetterHeader("tenant") {
+		t.Error("a message's own header taken for a dead-letter header")
 	}
 }

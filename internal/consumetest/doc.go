@@ -1,14 +1,13 @@
-// Package consumetest holds test helpers shared by the broker integrations'
-// tests (broker/nats, broker/amqp, broker/kafka): a transactional inbox
-// fake, a counter of business effects, a SQLite charges table, and the checks
-// that every order was applied once and that consumers settle and shut down
-// as they should. It is imported by tests only.
+// Package consumetest holds the test helpers that the tests of the broker
+// adapters built on internal/consume (broker/nats, broker/amqp) share for
+// what broker/brokertest does not cover: holding a delivery whose key is in
+// progress elsewhere (InProgressSeen, AwaitHeld, Blocker, Orphan,
+// HoldElsewhere), a graceful shutdown with a handler in flight
+// (ShutdownWaits), and reports taken from the hooks (ReportTo, CountAcks).
+// It is imported by tests only.
 //
-//	store := consumetest.NewTxStore()
-//	h := natsidem.HandleTx(func(ctx context.Context, tx *consumetest.Tx, msg jetstream.Msg) ([]byte, error) {
-//		tx.Charge(msg.Headers().Get(jetstream.MsgIDHeader))
-//		return nil, nil
-//	})
-//	// ... consume ...
-//	consumetest.AppliedOnce(t, "committed", store.CommittedOrders(), unique)
+//	obs, seen := consumetest.InProgressSeen()
+//	g, _ := natsidem.NewGuard(store, cons, idem.Options{Observer: obs})
+//	// ... a consumer holds a duplicate of a message whose handler blocks ...
+//	consumetest.AwaitHeld(t, seen, 3, reports)
 package consumetest

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
 // InProgressSeen returns an observer for a guard that signals each
@@ -61,6 +62,29 @@ func Orphan(t testing.TB, g *idem.Guard, msg idem.Message, lease time.Duration) 
 	}
 }
 
+// HoldElsewhere claims msg's key through g and keeps it in progress, its
+// lease renewed, as another instance running a long handler does, until
+// the test ends; then it completes the key.
+func HoldElsewhere(t testing.TB, g *idem.Guard, msg idem.Message) {
+	t.Helper()
+	release, holding, holder := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := g.Do(context.Background(), msg, func(context.Context) ([]byte, error) {
+			close(holding)
+			<-release
+			return nil, nil
+		})
+		holder <- err
+	}()
+	<-holding
+	t.Cleanup(func() {
+		close(release)
+		if err := <-holder; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // Blocker makes a handler's first call wait: Started is closed when it
 // begins, and it returns once Release is closed. Later calls return at
 // once. It counts the calls.
@@ -86,16 +110,42 @@ func (b *Blocker) Call() {
 // Calls is how many times Call ran.
 func (b *Blocker) Calls() int { return int(b.calls.Load()) }
 
+// Handler returns a two-phase handler whose every call is b.Call.
+func Handler[M any](b *Blocker) broker.Handler[M] {
+	return broker.Handle(func(context.Context, M) ([]byte, error) {
+		b.Call()
+		return []byte("done"), nil
+	})
+}
+
 // Finish closes Release and fails t unless the blocked call's message was
-// processed and acked (report waits for its broker report) and the handler
-// ran once.
-func (b *Blocker) Finish(t testing.TB, report func() (idem.Action, idem.Result)) {
+// processed and acked (its report arrives on report) and the handler ran
+// once.
+func (b *Blocker) Finish(t testing.TB, report <-chan broker.Report) {
 	t.Helper()
 	close(b.Release)
-	if a, res := report(); a != idem.ActionAck || res.Outcome != idem.OutcomeProcessed {
-		t.Fatalf("holder: %v, %+v; want processed and acked", a, res)
+	if r := <-report; r.Action != idem.ActionAck || r.Result.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("holder: %+v; want processed and acked", r)
 	}
 	if n := b.Calls(); n != 1 {
 		t.Fatalf("%d handler calls, want 1", n)
 	}
+}
+
+// Hold runs process, a consumer's Process of the first delivery of a key
+// whose handler is Handler(b), in the background and returns once the
+// handler started: the key is then in progress until Release is closed.
+// Its report arrives on the returned channel (see Finish).
+func (b *Blocker) Hold(process func() broker.Report) <-chan broker.Report {
+	first := Go(process)
+	<-b.Started
+	return first
+}
+
+// Go runs process in the background; its report arrives on the returned
+// channel.
+func Go(process func() broker.Report) <-chan broker.Report {
+	done := make(chan broker.Report, 1)
+	go func() { done <- process() }()
+	return done
 }
