@@ -1,0 +1,163 @@
+package natsidem_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgo/idem/broker/brokertest"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/internal/consumetest"
+)
+
+// TestConformance runs broker/brokertest on the JetStream server: each
+// subtest gets a stream of its own, its dead-letter stream and one durable
+// consumer, which every consumer the case starts shares (each on its own
+// connection).
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newSuiteBroker(t) })
+}
+
+// suiteAckWait is the durable consumer's AckWait: how long a message
+// whose consumer crashed waits before it is redelivered.
+const suiteAckWait = 2 * time.Second
+
+// suiteBroker is the adapter on one stream, as brokertest sees it.
+type suiteBroker struct {
+	e    *env
+	mu   sync.Mutex
+	dls  []brokertest.DeadLetter
+	next uint64         // next dead-letter stream sequence to read
+	down sync.WaitGroup // consumers winding down after Stop or Kill
+}
+
+func newSuiteBroker(t *testing.T) *suiteBroker {
+	b := &suiteBroker{e: newEnv(t), next: 1}
+	t.Cleanup(b.down.Wait) // before newEnv's cleanup deletes the streams
+	return b
+}
+
+// Features: JetStream counts deliveries toward the consumer's MaxDeliver,
+// which Start sets from MaxDeliveries. It keeps no order the adapter
+// preserves: a retried message is nak'ed and redelivered after the ones
+// behind it, and Concurrency handlers run at once.
+func (b *suiteBroker) Features() brokertest.Features {
+	return brokertest.Features{DeliveryLimit: true}
+}
+
+// Publish sends each message with its id in Idem-Id only, as MessageOf
+// reads it: without Nats-Msg-Id the stream deduplicates nothing, and the
+// suite's producer retries are all stored.
+func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
+	acks := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		msg := nats.NewMsg(b.e.subject + ".orders")
+		if m.OrderKey != "" {
+			msg.Subject = b.e.subject + ".key." + m.OrderKey
+		}
+		msg.Data = m.Payload
+		for k, v := range m.Headers {
+			msg.Header.Set(k, v)
+		}
+		if m.ID != "" {
+			msg.Header.Set(natsidem.HeaderID, m.ID)
+		}
+		f, err := b.e.js.PublishMsgAsync(msg)
+		if err != nil {
+			return err
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// DeadLetters reads the dead-letter stream up to its last message.
+func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.e.js.Stream(ctx, b.e.stream+"_DLQ")
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for ; info.State.Msgs > 0 && b.next <= info.State.LastSeq; b.next++ {
+		raw, err := s.GetMsg(ctx, b.next)
+		if err != nil {
+			return nil, fmt.Errorf("dead letter %d: %w", b.next, err)
+		}
+		h := map[string]string{}
+		for k, v := range raw.Header {
+			if len(v) > 0 {
+				h[k] = v[0]
+			}
+		}
+		id := raw.Header.Get(natsidem.HeaderID)
+		if id == "" {
+			id = raw.Header.Get(natsidem.HeaderOriginalPrefix + jetstream.MsgIDHeader)
+		}
+		b.dls = append(b.dls, brokertest.DeadLetter{ID: id, Payload: raw.Data, Headers: h})
+	}
+	return slices.Clone(b.dls), nil
+}
+
+// Start runs a consumer on a connection of its own, on the case's durable
+// consumer, whose MaxDeliver is MaxDeliveries (unlimited for 0). Kill
+// closes the connection: JetStream redelivers what it had not acked after
+// AckWait.
+func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.Running, error) {
+	nc, err := nats.Connect(b.e.nc.ConnectedUrl(), nats.Name("brokertest"))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	maxDeliver := -1
+	if sc.MaxDeliveries > 0 {
+		maxDeliver = sc.MaxDeliveries
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, b.e.stream, jetstream.ConsumerConfig{
+		Durable: "suite", AckPolicy: jetstream.AckExplicitPolicy, AckWait: suiteAckWait, MaxDeliver: maxDeliver,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c, err := natsidem.NewConsumer(cons, sc.Guard, consumetest.SuiteHandler(sc, natsidem.MessageOf), natsidem.Options{
+		JetStream:         js,
+		DeadLetterSubject: b.e.dlq,
+		Concurrency:       sc.Concurrency,
+		Backoff:           consumetest.Backoff(sc),
+		Hooks:             consumetest.Hooks(sc.Hooks, natsidem.MessageOf),
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return consumetest.Start(&b.down, c.Run,
+		func() error { // the acks reach the server before the connection closes
+			defer nc.Close()
+			return nc.Flush()
+		},
+		nc.Close), nil
+}
