@@ -1,0 +1,79 @@
+package outboxpostgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemgo/idem/internal/pgtest"
+	"github.com/idemgo/idem/outbox"
+	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
+	"github.com/idemgo/idem/outbox/outboxtest"
+)
+
+// newStore returns a migrated store in a schema of the test's own.
+func newStore(t testing.TB, opts outboxpostgres.Options) (*outboxpostgres.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool, _, _ := pgtest.Schema(t, "outbox")
+	s, err := outboxpostgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, pool
+}
+
+// inTx is outboxtest's InTx on a plain pgx transaction.
+func inTx(s *outboxpostgres.Store, pool *pgxpool.Pool) func(context.Context, func(context.Context, outboxtest.Enqueue) error) error {
+	return func(ctx context.Context, fn func(context.Context, outboxtest.Enqueue) error) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return fn(ctx, func(ctx context.Context, msgs ...outbox.Message) error { return s.Enqueue(ctx, tx, msgs...) })
+		})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	outboxtest.Run(t, func(t *testing.T, clock func() time.Time) outboxtest.Subject {
+		s, pool := newStore(t, outboxpostgres.Options{Clock: clock})
+		return outboxtest.Subject{Store: s, InTx: inTx(s, pool)}
+	})
+}
+
+// TestConformanceNotifyEveryTime runs the suite with a NOTIFY in every
+// Enqueue, so every message goes through the statement that also answers
+// for conflicts (the default sends one NOTIFY per 20 ms, and single
+// messages without a key otherwise take a plain INSERT).
+func TestConformanceNotifyEveryTime(t *testing.T) {
+	outboxtest.Run(t, func(t *testing.T, clock func() time.Time) outboxtest.Subject {
+		s, pool := newStore(t, outboxpostgres.Options{Clock: clock, NotifyInterval: time.Nanosecond})
+		return outboxtest.Subject{Store: s, InTx: inTx(s, pool)}
+	})
+}
+
+// TestConformanceQueue runs the suite with the messages queued in a batch
+// sent with a business statement.
+func TestConformanceQueue(t *testing.T) {
+	outboxtest.Run(t, func(t *testing.T, clock func() time.Time) outboxtest.Subject {
+		s, pool := newStore(t, outboxpostgres.Options{Clock: clock, NoNotify: true})
+		if _, err := pool.Exec(context.Background(), `CREATE TABLE business (n int)`); err != nil {
+			t.Fatal(err)
+		}
+		return outboxtest.Subject{Store: s, InTx: func(ctx context.Context, fn func(context.Context, outboxtest.Enqueue) error) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return fn(ctx, func(ctx context.Context, msgs ...outbox.Message) error {
+					b := &pgx.Batch{}
+					b.Queue(`INSERT INTO business VALUES (1)`)
+					if err := s.Queue(ctx, b, msgs...); err != nil {
+						return err
+					}
+					return tx.SendBatch(ctx, b).Close()
+				})
+			})
+		}}
+	})
+}
