@@ -6,7 +6,7 @@ import "strings"
 type statements struct {
 	insertOne, insertMany, enqueueOne, enqueueMany            string
 	fetch, markPublished, markFailed, lease, release, cleanup string
-	stats, list, retry                                       string
+	stats, list, retry                                        string
 }
 
 // columns of a record as Fetch and List read them (scanRecord).

@@ -10,8 +10,8 @@ import (
 
 	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/outbox"
-	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
 )
 
 // newStore returns a migrated store in a schema of the test's own.
