@@ -1,0 +1,276 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/idemgo/idem"
+	mongostore "github.com/idemgo/idem/store/mongo"
+)
+
+// entityColl returns a fresh collection, dropped at the end of the test.
+func entityColl(t *testing.T, c *mongo.Client) *mongo.Collection {
+	t.Helper()
+	coll := testDB(c).Collection(uniqueCollection())
+	t.Cleanup(func() { coll.Drop(context.Background()) })
+	return coll
+}
+
+func count(t *testing.T, coll *mongo.Collection) int64 {
+	t.Helper()
+	n, err := coll.CountDocuments(context.Background(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestEntityInsert: 24 deliveries of each order at once: one document is
+// inserted, the others are duplicates; other content under a taken key is a
+// conflict carrying the stored fingerprint.
+func TestEntityInsert(t *testing.T) {
+	c := newClient(t)
+	orders := &mongostore.Entities{Collection: entityColl(t, c), Scope: "orders"}
+	ctx := context.Background()
+	const goroutines = 24
+	for k := range 5 {
+		id := fmt.Sprintf("o-%d", k)
+		var (
+			wg             sync.WaitGroup
+			start          = make(chan struct{})
+			mu             sync.Mutex
+			inserted, dups int
+			errs           []error
+		)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				err := orders.Insert(ctx, id, "fp-A", bson.D{{Key: "amount", Value: 10}})
+				mu.Lock()
+				defer mu.Unlock()
+				var de *idem.DuplicateError
+				switch {
+				case err == nil:
+					inserted++
+				case errors.As(err, &de):
+					dups++
+				default:
+					errs = append(errs, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 || inserted != 1 || dups != goroutines-1 {
+			t.Fatalf("%s: inserted %d, duplicates %d, errors %v", id, inserted, dups, errs)
+		}
+	}
+	if n := count(t, orders.Collection); n != 5 {
+		t.Fatalf("%d documents, want 5", n)
+	}
+	err := orders.Insert(ctx, "o-1", "fp-B", bson.D{{Key: "amount", Value: 99}})
+	var ce *idem.ConflictError
+	if !errors.As(err, &ce) || ce.Record.Fingerprint != "fp-A" || ce.Fingerprint != "fp-B" || ce.Key.ID != "o-1" {
+		t.Fatalf("conflicting insert = %v", err)
+	}
+	// A struct document, and raw digest bytes as the fingerprint.
+	type order struct {
+		Amount int    `bson:"amount"`
+		Note   string `bson:"note"`
+	}
+	raw := string([]byte{0, 0xff, 1})
+	if err := orders.Insert(ctx, "o-struct", raw, order{Amount: 3, Note: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := orders.Insert(ctx, "o-struct", raw, order{Amount: 3, Note: "x"}); !errors.Is(err, idem.ErrDuplicate) {
+		t.Fatalf("second insert with raw fingerprint bytes = %v; want duplicate", err)
+	}
+}
+
+func TestEntityBadInput(t *testing.T) {
+	c := newClient(t)
+	orders := &mongostore.Entities{Collection: entityColl(t, c), Scope: "orders"}
+	ctx := context.Background()
+	if err := orders.Insert(ctx, "", "fp", nil); !errors.Is(err, idem.ErrNoKey) {
+		t.Fatalf("empty key = %v", err)
+	}
+	if err := orders.Insert(ctx, "k", "fp", bson.D{{Key: "_id", Value: "other"}}); !errors.Is(err, idem.ErrInvalidData) {
+		t.Fatalf("document with its own _id = %v", err)
+	}
+	if err := orders.Insert(ctx, "k", "fp", bson.D{{Key: "blob", Value: make([]byte, 17<<20)}}); !errors.Is(err, idem.ErrInvalidData) || !idem.IsPermanent(err) {
+		t.Fatalf("17 MiB document = %v; want ErrInvalidData", err)
+	}
+	if n := count(t, orders.Collection); n != 0 {
+		t.Fatalf("%d documents after refused inserts", n)
+	}
+	if err := (&mongostore.Entities{}).Insert(ctx, "k", "", nil); !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Fatalf("no collection = %v", err)
+	}
+}
+
+// TestEntityThroughGuard: 40 deliveries of 10 payments through idem.DoTx on
+// an EntityInbox guard: each payment inserted once, 30 duplicates, a reuse
+// with other content dead-lettered; two-phase calls are refused.
+func TestEntityThroughGuard(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	inbox, err := mongostore.NewEntityInbox(testDB(c), mongostore.EntityInboxOptions{NoTransaction: noTransactions(t, c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payments := &mongostore.Entities{Collection: entityColl(t, c), Scope: "payments"}
+	var counter idem.Counter
+	g, err := idem.NewInbox(inbox, idem.Options{Scope: "payments", Observer: &counter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied sync.Map
+	handler := func(ctx context.Context, _ *mongo.Session) ([]byte, error) {
+		k, _ := idem.KeyFromContext(ctx)
+		fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(k.ID)})
+		if err := payments.Insert(ctx, k.ID, fp, bson.D{{Key: "amount", Value: 5}}); err != nil {
+			return nil, err
+		}
+		n, _ := applied.LoadOrStore(k.ID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil, nil
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			id := fmt.Sprintf("p-%d", i%10)
+			res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, handler)
+			if err != nil || idem.Decide(res, err) != idem.ActionAck {
+				t.Errorf("DoTx(%s) = %v, %v", id, res.Outcome, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := count(t, payments.Collection); n != 10 {
+		t.Fatalf("payments %d, want 10", n)
+	}
+	for i := range 10 {
+		n, ok := applied.Load(fmt.Sprintf("p-%d", i))
+		if !ok || n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("p-%d applied %v times, want once", i, n)
+		}
+	}
+	if p, d := counter.Count(idem.OutcomeProcessed), counter.Count(idem.OutcomeDuplicate); p != 10 || d != 30 {
+		t.Fatalf("processed %d duplicates %d", p, d)
+	}
+	res, err := idem.DoTx(ctx, g, idem.Message{ID: "p-1", Payload: []byte("p-1")}, func(ctx context.Context, _ *mongo.Session) ([]byte, error) {
+		return nil, payments.Insert(ctx, "p-1", "other content", nil)
+	})
+	if res.Outcome != idem.OutcomeConflict || idem.Decide(res, err) != idem.ActionDeadLetter {
+		t.Fatalf("conflict through the guard = %v, %v", res.Outcome, err)
+	}
+	// Two-phase work on this guard would deduplicate nothing.
+	var store any = inbox
+	if _, ok := store.(idem.Store); ok {
+		t.Fatal("EntityInbox is an idem.Store")
+	}
+	ran := false
+	if _, err := g.Do(ctx, idem.Message{ID: "p-2", Payload: []byte("p-2")}, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); !errors.Is(err, idem.ErrNoRecords) || ran {
+		t.Fatalf("Do on an entity guard = %v (ran %v); want ErrNoRecords", err, ran)
+	}
+}
+
+// TestEntityInboxWithoutTransactions: where the server has none, an
+// EntityInbox that asks for transactions says so at its first use.
+func TestEntityInboxWithoutTransactions(t *testing.T) {
+	c := newClient(t)
+	if !noTransactions(t, c) {
+		t.Skip("the server has transactions")
+	}
+	inbox, err := mongostore.NewEntityInbox(testDB(c), mongostore.EntityInboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inbox.InTx(context.Background(), func(context.Context, *mongo.Session) error {
+		t.Fatal("ran without a transaction")
+		return nil
+	})
+	var nte *mongostore.NoTransactionsError
+	if !errors.As(err, &nte) || !idem.IsPermanent(err) {
+		t.Fatalf("InTx = %v; want a *NoTransactionsError", err)
+	}
+}
+
+// noTransactions reports whether the test server lacks transactions.
+func noTransactions(t *testing.T, c *mongo.Client) bool {
+	t.Helper()
+	s, err := mongostore.New(testDB(c), mongostore.Options{Collection: "idem_txprobe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.SupportsTransactions(context.Background())
+	var nte *mongostore.NoTransactionsError
+	if err != nil && !errors.As(err, &nte) {
+		t.Fatal(err)
+	}
+	return err != nil
+}
+
+// TestVersionGuard: 40 versions of one shipment applied at once in random
+// order end at the newest; an equal version is superseded.
+func TestVersionGuard(t *testing.T) {
+	c := newClient(t)
+	ships := &mongostore.Versioned{Collection: entityColl(t, c)}
+	ctx := context.Background()
+	const versions = 40
+	var (
+		wg                  sync.WaitGroup
+		mu                  sync.Mutex
+		applied, superseded int
+	)
+	for _, v := range rand.Perm(versions) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ver := int64(v + 1)
+			err := ships.Apply(ctx, "s-1", ver, bson.D{{Key: "status", Value: fmt.Sprintf("status-%d", ver)}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				applied++
+			case errors.Is(err, idem.ErrSuperseded):
+				superseded++
+			default:
+				t.Errorf("Apply(v%d): %v", ver, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var doc struct {
+		Version int64  `bson:"version"`
+		Status  string `bson:"status"`
+	}
+	if err := ships.Collection.FindOne(ctx, bson.D{{Key: "_id", Value: "s-1"}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Version != versions || doc.Status != fmt.Sprintf("status-%d", versions) || applied+superseded != versions || applied < 1 {
+		t.Fatalf("ended at v%d %q; applied %d superseded %d", doc.Version, doc.Status, applied, superseded)
+	}
+	if err := ships.Apply(ctx, "s-1", versions, bson.D{{Key: "status", Value: "again"}}); !errors.Is(err, idem.ErrSuperseded) {
+		t.Fatalf("equal version = %v", err)
+	}
+	if err := ships.Apply(ctx, "s-1", versions+1, bson.D{{Key: "version", Value: 1}}); !errors.Is(err, idem.ErrInvalidData) {
+		t.Fatalf("an update setting the version field itself = %v", err)
+	}
+}

@@ -1,0 +1,163 @@
+package mongostore
+
+import (
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/idemgo/idem"
+)
+
+// recordID is a record's _id: the key's scope and stored id, in this
+// order. Comparing two such documents compares the scope, then the id,
+// bytewise, so the _id index is the (scope, id) order List pages in.
+type recordID struct {
+	Scope string `bson:"scope"`
+	ID    string `bson:"id"`
+}
+
+func idOf(k idem.Key) recordID { return recordID{Scope: k.Scope, ID: k.StoredID()} }
+
+// recordDoc is one record as the collection holds it.
+type recordDoc struct {
+	ID          recordID   `bson:"_id"`
+	DisplayID   string     `bson:"display_id,omitempty"` // only for hashed ids
+	State       string     `bson:"state"`
+	Fingerprint string     `bson:"fingerprint"`
+	Result      []byte     `bson:"result,omitempty"`
+	Token       int64      `bson:"token"`
+	Attempts    int64      `bson:"attempts"`
+	LeaseUntil  time.Time  `bson:"lease_until"`
+	ExpiresAt   time.Time  `bson:"expires_at"`
+	CreatedAt   time.Time  `bson:"created_at"`
+	UpdatedAt   time.Time  `bson:"updated_at"`
+	TTLAt       *time.Time `bson:"ttl_at,omitempty"` // server-clock deletion time (TTL index)
+}
+
+// Field names, for filters and updates.
+const (
+	fState      = "state"
+	fResult     = "result"
+	fToken      = "token"
+	fLeaseUntil = "lease_until"
+	fExpiresAt  = "expires_at"
+	fCreatedAt  = "created_at"
+	fUpdatedAt  = "updated_at"
+	fTTLAt      = "ttl_at"
+	fIDScope    = "_id.scope"
+)
+
+// docOf is r as stored, with its times at millisecond precision (BSON
+// dates), and ttl its server-clock deletion time (nil: none).
+func docOf(r idem.Record, ttl *time.Time) recordDoc {
+	d := recordDoc{
+		ID:          recordID{Scope: r.Scope, ID: r.ID},
+		State:       string(r.State),
+		Fingerprint: r.Fingerprint,
+		Result:      r.Result,
+		Token:       r.Token,
+		Attempts:    int64(r.Attempts),
+		LeaseUntil:  ms(r.LeaseUntil),
+		ExpiresAt:   ms(r.ExpiresAt),
+		CreatedAt:   ms(r.CreatedAt),
+		UpdatedAt:   ms(r.UpdatedAt),
+		TTLAt:       ttl,
+	}
+	if r.DisplayID != r.ID {
+		d.DisplayID = r.DisplayID
+	}
+	if len(d.Result) == 0 {
+		d.Result = nil
+	}
+	return d
+}
+
+// record is the idem.Record d holds. A document that is not a record (a
+// state this store never writes) is invalid data.
+func (d recordDoc) record() (idem.Record, error) {
+	switch idem.State(d.State) {
+	case idem.StateInProgress, idem.StateCompleted, idem.StateReleased:
+	default:
+		return idem.Record{}, &idem.InvalidDataError{Op: "read",
+			Err: fmt.Errorf("mongostore: document %v is not a record (state %q)", d.ID, d.State)}
+	}
+	r := idem.Record{
+		Scope:       d.ID.Scope,
+		ID:          d.ID.ID,
+		DisplayID:   d.DisplayID,
+		State:       idem.State(d.State),
+		Fingerprint: d.Fingerprint,
+		Token:       d.Token,
+		Attempts:    int(d.Attempts),
+		LeaseUntil:  d.LeaseUntil,
+		ExpiresAt:   d.ExpiresAt,
+		CreatedAt:   d.CreatedAt,
+		UpdatedAt:   d.UpdatedAt,
+	}
+	if r.DisplayID == "" {
+		r.DisplayID = r.ID
+	}
+	if len(d.Result) > 0 {
+		r.Result = d.Result
+	}
+	return r, nil
+}
+
+// ms is t at the millisecond precision of a BSON date, in UTC.
+func ms(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli()).UTC()
+}
+
+// withMS returns r with its times at millisecond precision, as a read of
+// the stored record returns them.
+func withMS(r idem.Record) idem.Record {
+	r.LeaseUntil, r.ExpiresAt = ms(r.LeaseUntil), ms(r.ExpiresAt)
+	r.CreatedAt, r.UpdatedAt = ms(r.CreatedAt), ms(r.UpdatedAt)
+	return r
+}
+
+// maxYear bounds the times a BSON date (int64 milliseconds from 1970)
+// holds exactly: about 292 million years either way.
+const maxYear = 290_000_000
+
+// checkTimes refuses times a BSON date cannot hold as an
+// *idem.InvalidDataError: the driver would wrap them around silently.
+func checkTimes(op string, ts ...time.Time) error {
+	for _, t := range ts {
+		if y := t.Year(); y > maxYear || y < -maxYear {
+			return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("mongostore: time %v is beyond a BSON date's range", t)}
+		}
+	}
+	return nil
+}
+
+// casFilter matches the record d read only while nothing a claim decides
+// on has changed: the token (every claim changes it), the state (complete
+// and release change it), and the lease end and expiry (a renewal moves
+// them under the same token).
+func casFilter(d recordDoc) bson.D {
+	return bson.D{
+		{Key: "_id", Value: d.ID},
+		{Key: fToken, Value: d.Token},
+		{Key: fState, Value: d.State},
+		{Key: fLeaseUntil, Value: d.LeaseUntil},
+		{Key: fExpiresAt, Value: d.ExpiresAt},
+	}
+}
+
+// expiredAt is the filter of records expired at now (idem.Record.Expired):
+// retention ended, and not in progress under a lease live at now.
+func expiredAt(now time.Time) bson.D {
+	now = ms(now)
+	return bson.D{
+		{Key: fExpiresAt, Value: bson.D{{Key: "$lte", Value: now}}},
+		{Key: "$nor", Value: bson.A{bson.D{
+			{Key: fState, Value: string(idem.StateInProgress)},
+			{Key: fLeaseUntil, Value: bson.D{{Key: "$gt", Value: now}}},
+		}}},
+	}
+}
