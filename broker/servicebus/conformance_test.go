@@ -1,0 +1,248 @@
+package servicebus_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/broker/brokertest"
+	"github.com/idemgo/idem/broker/servicebus"
+	"github.com/idemgo/idem/broker/servicebus/servicebustest"
+)
+
+// TestConformance runs broker/brokertest on the in-process Service Bus:
+// the real azservicebus client, a queue per case, each consumer on a
+// client (a connection) of its own so that Kill cuts it off alone.
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newBroker(t) })
+}
+
+// testLock is the queues' lock duration: short, so that a killed
+// consumer's messages come back soon; renewed every third of it.
+const testLock = 2 * time.Second
+
+var queues atomic.Int64
+
+type sbBroker struct {
+	t      *testing.T
+	srv    *servicebustest.Server
+	queue  string
+	client *azservicebus.Client
+	sender *azservicebus.Sender
+
+	mu  sync.Mutex
+	dls []brokertest.DeadLetter
+	dlq *azservicebus.Receiver
+}
+
+func newServer(t *testing.T) *servicebustest.Server {
+	t.Helper()
+	srv, err := servicebustest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+func newClient(t *testing.T, srv *servicebustest.Server) *azservicebus.Client {
+	t.Helper()
+	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(context.Background()) })
+	return client
+}
+
+func newBroker(t *testing.T) *sbBroker {
+	srv := newServer(t)
+	q := fmt.Sprintf("q%d", queues.Add(1))
+	if err := srv.CreateQueue(q, servicebustest.QueueOptions{LockDuration: testLock}); err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(t, srv)
+	sender, err := client.NewSender(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq, err := client.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sbBroker{t: t, srv: srv, queue: q, client: client, sender: sender, dlq: dlq}
+}
+
+func (b *sbBroker) Features() brokertest.Features {
+	return brokertest.Features{DeliveryLimit: true, Skip: map[string]string{
+		"OrderKept": "a queue without sessions keeps no order between competing receivers and abandoned messages",
+	}}
+}
+
+func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
+	for len(msgs) > 0 {
+		batch, err := b.sender.NewMessageBatch(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if msgs[0].ID == "" {
+			// A batch gives a message without an id a random one: send it
+			// alone, without any.
+			if err := b.sender.SendMessage(ctx, toMessage(msgs[0]), nil); err != nil {
+				return err
+			}
+			msgs = msgs[1:]
+			continue
+		}
+		n := 0
+		for _, m := range msgs {
+			if m.ID == "" {
+				break
+			}
+			if err := batch.AddMessage(toMessage(m), nil); err != nil {
+				if n == 0 {
+					return err
+				}
+				break // full: send what it holds
+			}
+			n++
+		}
+		if err := b.sender.SendMessageBatch(ctx, batch, nil); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func toMessage(m brokertest.Message) *azservicebus.Message {
+	sm := &azservicebus.Message{Body: m.Payload}
+	if m.ID != "" {
+		id := m.ID
+		sm.MessageID = &id
+	}
+	if len(m.Headers) > 0 {
+		sm.ApplicationProperties = map[string]any{}
+		for k, v := range m.Headers {
+			sm.ApplicationProperties[k] = v
+		}
+	}
+	return sm
+}
+
+// DeadLetters receives what the dead-letter queue holds beyond what was
+// read before, and completes it.
+func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, err := b.srv.Stats(b.queue)
+	if err != nil {
+		return nil, err
+	}
+	for n := st.DeadLettered; n > 0; {
+		msgs, err := b.dlq.ReceiveMessages(ctx, n, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			h := map[string]string{}
+			for k, v := range servicebus.MessageOf(m).Headers {
+				h[k] = v
+			}
+			if m.DeadLetterReason != nil {
+				h["DeadLetterReason"] = *m.DeadLetterReason
+			}
+			b.dls = append(b.dls, brokertest.DeadLetter{ID: servicebus.MessageOf(m).ID, Payload: m.Body, Headers: h})
+			if err := b.dlq.CompleteMessage(ctx, m, nil); err != nil {
+				return nil, err
+			}
+			n--
+		}
+	}
+	return append([]brokertest.DeadLetter(nil), b.dls...), nil
+}
+
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	client *azservicebus.Client
+	killed atomic.Bool
+}
+
+func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest.Running, error) {
+	h := servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		return c.Handle(ctx, servicebus.MessageOf(m))
+	})
+	if c.HandleTx != nil {
+		h = servicebus.HandleTx(func(ctx context.Context, tx *sql.Tx, m *azservicebus.ReceivedMessage) ([]byte, error) {
+			return c.HandleTx(ctx, tx, servicebus.MessageOf(m))
+		})
+	}
+	client, err := azservicebus.NewClientFromConnectionString(b.srv.ConnectionString(), nil)
+	if err != nil {
+		return nil, err
+	}
+	recv, err := client.NewReceiverForQueue(b.queue, nil)
+	if err != nil {
+		return nil, err
+	}
+	opts := servicebus.Options{
+		EntityPath:       b.queue,
+		Concurrency:      c.Concurrency,
+		MaxDeliveryCount: c.MaxDeliveries,
+		ShutdownTimeout:  10 * time.Second,
+		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+			OnError: func(err error) { b.t.Log("consumer:", err) },
+		},
+	}
+	if c.RetryBackoff > 0 {
+		opts.Backoff = func(int) time.Duration { return c.RetryBackoff }
+	} else {
+		opts.Backoff = func(int) time.Duration { return 50 * time.Millisecond }
+	}
+	wrap := func(f func(context.Context, idem.Message, broker.Report)) func(context.Context, *azservicebus.ReceivedMessage, broker.Report) {
+		if f == nil {
+			return nil
+		}
+		return func(ctx context.Context, m *azservicebus.ReceivedMessage, r broker.Report) {
+			f(ctx, servicebus.MessageOf(m), r)
+		}
+	}
+	opts.Hooks.BeforeSettle = wrap(c.Hooks.BeforeSettle)
+	opts.Hooks.AfterSettle = wrap(c.Hooks.AfterSettle)
+	opts.Hooks.OnDeadLetter = wrap(c.Hooks.OnDeadLetter)
+	cons, err := servicebus.NewConsumer(recv, c.Guard, h, opts)
+	if err != nil {
+		client.Close(context.Background())
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), client: client}
+	go func() { r.done <- cons.Run(runCtx) }()
+	return r, nil
+}
+
+func (r *running) Stop() error {
+	r.cancel()
+	err := <-r.done
+	r.client.Close(context.Background())
+	return err
+}
+
+// Kill closes the consumer's client at once: every settlement after it
+// fails, and its locked messages come back when their locks expire.
+func (r *running) Kill() {
+	if r.killed.Swap(true) {
+		return
+	}
+	r.client.Close(context.Background())
+	r.cancel()
+}

@@ -1,0 +1,59 @@
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// ErrNotDeadLetter is returned by Replay for a message a Consumer did not
+// dead-letter (it has no Idem-Reason property).
+var ErrNotDeadLetter = errors.New("servicebus: not a dead letter of an idem consumer")
+
+// Replay sends dl, a dead letter a Consumer wrote (received from the
+// entity's $DeadLetterQueue), to s, a sender on the queue (or the topic)
+// it came from: its body, MessageID, ContentType, Subject, CorrelationID
+// and application properties as they were, without the ones idem and
+// Service Bus put on it when dead-lettering it (Idem-* other than Idem-Id,
+// DeadLetterReason, DeadLetterErrorDescription). It returns once Service
+// Bus accepted the message; complete dl afterwards.
+//
+// The consumer's record then decides, as for any redelivery: a key
+// completed meanwhile is a duplicate, completed without running the
+// handler; a key never completed is processed; content that conflicts
+// with the recorded key is dead-lettered again. Keep the guard's Retention
+// longer than a dead letter may wait before it is replayed. A replay
+// inside the entity's duplicate detection window with the same MessageID
+// is dropped by Service Bus: replay after the window.
+func Replay(ctx context.Context, s *azservicebus.Sender, dl *azservicebus.ReceivedMessage) error {
+	msg, err := replayed(dl)
+	if err != nil {
+		return err
+	}
+	return s.SendMessage(ctx, msg, nil)
+}
+
+func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
+	if _, ok := dl.ApplicationProperties["Idem-Reason"]; !ok {
+		return nil, ErrNotDeadLetter
+	}
+	msg := &azservicebus.Message{
+		Body: dl.Body, ContentType: dl.ContentType, Subject: dl.Subject, CorrelationID: dl.CorrelationID,
+		ApplicationProperties: map[string]any{},
+	}
+	id := dl.MessageID
+	if orig, ok := dl.ApplicationProperties[HeaderMessageID].(string); ok && orig != "" {
+		id = orig
+	}
+	msg.MessageID = &id
+	for k, v := range dl.ApplicationProperties {
+		if k == "DeadLetterReason" || k == "DeadLetterErrorDescription" ||
+			(strings.HasPrefix(k, "Idem-") && k != HeaderID) {
+			continue
+		}
+		msg.ApplicationProperties[k] = v
+	}
+	return msg, nil
+}
