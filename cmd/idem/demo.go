@@ -14,9 +14,10 @@ import (
 
 func newDemoCmd() *cobra.Command {
 	var (
-		cfg    demo.Config
-		asJSON bool
-		quiet  bool
+		cfg         demo.Config
+		asJSON      bool
+		quiet       bool
+		metricsAddr string
 	)
 	c := &cobra.Command{
 		Use:   "demo",
@@ -50,6 +51,15 @@ it holds; otherwise the offending orders are listed.`,
 			}
 			if !asJSON && !quiet && isTerminal(c.ErrOrStderr()) {
 				cfg.Progress = c.ErrOrStderr()
+			}
+			if metricsAddr != "" {
+				m, err := serveMetrics(metricsAddr)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				m.announce(c.ErrOrStderr())
+				cfg.Observer = m.Observer()
 			}
 			rep, err := demo.Run(c.Context(), cfg)
 			if err != nil {
@@ -88,6 +98,7 @@ it holds; otherwise the offending orders are listed.`,
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
 	fl.BoolVar(&quiet, "quiet", false, "no live progress line")
+	fl.StringVar(&metricsAddr, "metrics-addr", "", "serve idem's Prometheus metrics at http://ADDR/metrics while the demo runs (e.g. 127.0.0.1:9464)")
 	return c
 }
 

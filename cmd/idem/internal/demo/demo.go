@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/idemgo/idem"
 )
 
 // Defaults for Config.
@@ -53,6 +55,9 @@ type Config struct {
 	// Progress, when set, receives a live status line (rewritten with \r)
 	// every 200ms.
 	Progress io.Writer
+	// Observer, when set, sees every message of idem's consumers (idem
+	// demo --metrics-addr gives it idemprom's).
+	Observer idem.Observer
 }
 
 func (c *Config) defaults() error {

@@ -158,6 +158,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		// order for seconds, not the default 30.
 		Lease:     3 * time.Second,
 		Retention: time.Hour,
+		Observer:  cfg.Observer,
 	})
 	if err != nil {
 		return nil, err
