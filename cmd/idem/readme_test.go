@@ -154,13 +154,16 @@ func TestREADMEQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("readme_test.go")
-	if err != nil {
-		t.Fatal(err)
+	var blocks [][][]byte
+	for _, f := range []string{"readme_test.go", "readme_brokers_test.go"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, readmeBlock.FindAllSubmatch(src, -1)...)
 	}
-	blocks := readmeBlock.FindAllSubmatch(src, -1)
-	if len(blocks) != 7 {
-		t.Fatalf("found %d README blocks in readme_test.go, want 7", len(blocks))
+	if len(blocks) != 11 {
+		t.Fatalf("found %d README blocks in readme_test.go and readme_brokers_test.go, want 11", len(blocks))
 	}
 	for _, b := range blocks {
 		var lines []string
