@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,6 +200,31 @@ func TestBrowserResolveParkedRecord(t *testing.T) {
 	}
 }
 
+func TestBrowserOutboxRetry(t *testing.T) {
+	ctx := browser(t)
+	f := newFixture(t, stores[0].open(t), operator, nil)
+	do(t, ctx,
+		chromedp.Navigate(f.base),
+		chromedp.Click(chromedp.Search(`//p[@id="outbox-summary"]/a[contains(., "parked")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//button[text()="Retry every parked message"]`)),
+	)
+	errs := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('table.outbox tbody tr td:nth-child(7)')).map(td => td.textContent)`)
+	if len(errs) != 2 || !slices.Contains(errs, `rejected: <b id="pwned" onclick="window.__pwned=12">`) {
+		t.Errorf("parked messages' errors shown as %q", errs)
+	}
+	do(t, ctx,
+		chromedp.Click(chromedp.Search(`//button[text()="Retry every parked message"]`)),
+		chromedp.WaitVisible(chromedp.CSS("p.flash")),
+	)
+	if flash := text(t, ctx, "p.flash"); !strings.Contains(flash, "2 parked messages made pending again by alice") {
+		t.Errorf("flash %q", flash)
+	}
+	st, err := f.ob.Stats(context.Background(), f.sd.now)
+	if err != nil || st.Parked != 0 || st.Pending != 5 {
+		t.Fatalf("after retrying through the page: %+v %v, want 0 parked, 5 pending", st, err)
+	}
+}
+
 // fetchPost posts a form from inside the page (same origin, with the
 // browser's cookies) and returns the status.
 func fetchPost(action string, fields map[string]string) string {
@@ -272,7 +298,7 @@ func TestBrowserUntrustedTextStaysText(t *testing.T) {
 	rec.Observe(bg, idem.Event{Key: f.sd.xss, Outcome: idem.OutcomeProcessed, Claim: time.Millisecond, Handler: 2 * time.Millisecond})
 	rec.DeadLetter(idem.Result{Key: f.sd.xss}, fmt.Errorf(`handler: <script>window.__pwned=8</script>`), `<i id="pwned">`)
 	pages := []string{f.base, f.base + "records", f.base + "records?scope=" + url.QueryEscape(xssScope), f.base + "inprogress",
-		f.base + "parked", f.base + "conflicts", recordPage(f, f.sd.xss), recordPage(f, f.sd.xssOld)}
+		f.base + "parked", f.base + "conflicts", recordPage(f, f.sd.xss), recordPage(f, f.sd.xssOld), f.base + "outbox", f.base + "outbox?state=pending"}
 	for _, p := range pages {
 		do(t, ctx, chromedp.Navigate(p))
 		got := eval[pwned](t, ctx, pwnedCheck)
@@ -372,6 +398,7 @@ func TestBrowserKeyboardPhoneAndScreenshot(t *testing.T) {
 	}
 	shot("console.png", f.base, true)
 	shot("console-record.png", recordPage(f, f.sd.parked), true)
+	shot("console-outbox.png", f.base+"outbox", false)
 
 	// A phone: nothing wider than the screen but the tables, which scroll
 	// in their own boxes.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 )
 
 // Store is what the console reads and resolves: an idem.Store that
@@ -35,8 +36,9 @@ const (
 // Action is what an operator asks the console to do, passed to
 // Options.Authorize before it is done.
 type Action struct {
-	Op  string   // OpComplete, OpRelease or OpSweep
-	Key idem.Key // the record; zero for OpSweep
+	Op   string   // OpComplete, OpRelease, OpSweep or OpOutboxRetry
+	Key  idem.Key // the record; zero for OpSweep and OpOutboxRetry
+	Seqs []int64  // OpOutboxRetry: the messages; empty for every parked one
 }
 
 // Options configure a Console. The zero value is a read-only console.
@@ -47,6 +49,10 @@ type Options struct {
 	// console is read-only, shows no action and refuses every one. The
 	// embedding server authenticates; this hook only decides.
 	Authorize func(r *http.Request, a Action) (who string, err error)
+
+	// Outbox, when set, adds the outbox's page: its pending and parked
+	// messages, the relay's lease and lag, and retrying parked messages.
+	Outbox outbox.Inspector
 
 	// Recorder feeds the charts and the recent conflicts, parked keys and
 	// dead letters. Nil: the console shows the store alone.
@@ -187,16 +193,19 @@ func (c *Console) route(w http.ResponseWriter, r *http.Request) {
 	}
 	name := p[strings.LastIndex(p, "/")+1:]
 	switch name {
-	case "resolve", "sweep":
+	case "resolve", "sweep", "outbox-retry":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "use POST", http.StatusMethodNotAllowed)
 			return
 		}
-		if name == "resolve" {
+		switch name {
+		case "resolve":
 			c.resolve(w, r)
-		} else {
+		case "sweep":
 			c.sweep(w, r)
+		default:
+			c.outboxRetry(w, r)
 		}
 		return
 	}
@@ -218,6 +227,8 @@ func (c *Console) route(w http.ResponseWriter, r *http.Request) {
 		c.conflicts(w, r)
 	case "record":
 		c.record(w, r)
+	case "outbox":
+		c.outboxPage(w, r)
 	default:
 		c.render(w, r, http.StatusNotFound, "message.html", &page{Title: "Not found", Message: "No console page is called " + name + "."})
 	}
@@ -246,6 +257,7 @@ type page struct {
 	Title   string
 	Nav     string // the active navigation entry
 	Actions bool   // actions are offered (Options.Authorize is set)
+	Outbox  bool   // the outbox page exists
 	CSRF    string
 	Flash   string // the outcome of the action just taken
 	Error   string
@@ -256,6 +268,7 @@ type page struct {
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
 	p.Actions = c.opts.Authorize != nil
+	p.Outbox = c.opts.Outbox != nil
 	if p.Actions {
 		p.CSRF = c.csrf.token(w, r)
 	}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/console"
+	"github.com/idemgo/idem/outbox"
+	outboxmem "github.com/idemgo/idem/outbox/memory"
 )
 
 // logBuffer collects the console's log lines.
@@ -49,6 +51,7 @@ type fixture struct {
 	base string // the console's URL
 	logs *logBuffer
 	c    *console.Console
+	ob   *outboxmem.Store
 }
 
 func operator(r *http.Request, a console.Action) (string, error) {
@@ -65,9 +68,9 @@ func newFixture(t testing.TB, st console.Store, authorize func(*http.Request, co
 func newFixtureWith(t testing.TB, st console.Store, authorize func(*http.Request, console.Action) (string, error), rec *console.Recorder, hostile bool) *fixture {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Second)
-	f := &fixture{st: st, sd: seedWith(t, st, now, hostile), logs: &logBuffer{}}
+	f := &fixture{st: st, sd: seedWith(t, st, now, hostile), logs: &logBuffer{}, ob: seedOutbox(t, now)}
 	f.c = console.New(st, console.Options{
-		Authorize: authorize, Recorder: rec, Clock: func() time.Time { return now },
+		Authorize: authorize, Recorder: rec, Clock: func() time.Time { return now }, Outbox: f.ob,
 		Logger: slog.New(slog.NewJSONHandler(f.logs, nil)), CountsMaxAge: -1, PageSize: 5,
 	})
 	t.Cleanup(func() { f.c.Close() })
@@ -171,7 +174,7 @@ func TestPagesShowTheStore(t *testing.T) {
 					}
 				}
 			}
-			for _, p := range []string{"records", "records?scope=billing", "records?state=stale", "inprogress", "parked", "conflicts",
+			for _, p := range []string{"records", "records?scope=billing", "records?state=stale", "inprogress", "parked", "conflicts", "outbox", "outbox?state=pending",
 				"records?scope=billing&after_scope=billing&after_id=order-004"} {
 				if code, body := get(t, c, f.base+p); code != http.StatusOK {
 					t.Errorf("%s: %d\n%s", p, code, body)
@@ -357,7 +360,7 @@ func TestUntrustedTextIsEscaped(t *testing.T) {
 	rec.Observe(context.Background(), idem.Event{Key: f.sd.xssOld, Outcome: idem.OutcomeStale})
 	rec.DeadLetter(idem.Result{Key: f.sd.xss}, errors.New(`<script>window.__pwned=9</script>`), `<u id="pwned">`)
 	c := f.client(t)
-	for _, p := range []string{"", "records", "records?scope=" + url.QueryEscape(xssScope), "parked", "inprogress", "conflicts",
+	for _, p := range []string{"", "records", "records?scope=" + url.QueryEscape(xssScope), "parked", "inprogress", "conflicts", "outbox", "outbox?state=pending",
 		strings.TrimPrefix(recordPage(f, f.sd.xss), f.base), strings.TrimPrefix(recordPage(f, f.sd.xssOld), f.base),
 		"records?scope=" + url.QueryEscape(xssKey), "record?scope=x&id=" + url.QueryEscape(xssKey)} {
 		_, body := get(t, c, f.base+p)
@@ -404,4 +407,45 @@ func (s *countingStore) stats() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.n
+}
+
+func TestOutboxPage(t *testing.T) {
+	f := newFixture(t, stores[0].open(t), operator, nil)
+	c := f.client(t)
+	code, body := get(t, c, f.base+"outbox")
+	if code != http.StatusOK {
+		t.Fatalf("outbox: %d\n%s", code, body)
+	}
+	for _, want := range []string{`data-count="pending">3<`, `data-count="parked"><strong class="bad">2<`, "no route to exchange mail", "the oldest pending message was committed 5m 0s ago"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("outbox page lacks %q", want)
+		}
+	}
+	if _, body := get(t, c, f.base); !strings.Contains(body, "3 pending") || !strings.Contains(body, "2 parked") {
+		t.Errorf("overview lacks the outbox summary")
+	}
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no retry form")
+	}
+	token := html.UnescapeString(m[1])
+	parked, err := f.ob.List(context.Background(), outbox.ListFilter{State: outbox.StateParked})
+	if err != nil || len(parked) != 2 {
+		t.Fatalf("parked: %d %v", len(parked), err)
+	}
+	seq := strconv.FormatInt(parked[0].Seq, 10)
+	if resp, _ := post(t, c, f.base+"outbox-retry", url.Values{"seq": {seq}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("retry without the token: %d, want 403", resp.StatusCode)
+	}
+	resp, _ := post(t, c, f.base+"outbox-retry", url.Values{"seq": {seq}, "csrf": {token}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("retry: %d", resp.StatusCode)
+	}
+	st, _ := f.ob.Stats(context.Background(), f.sd.now)
+	if st.Parked != 1 || st.Pending != 4 {
+		t.Fatalf("after retrying one: %+v, want 1 parked, 4 pending", st)
+	}
+	if !strings.Contains(f.logs.String(), `"seqs":"`+seq+`"`) || !strings.Contains(f.logs.String(), `"msg":"idem console: outbox messages retried"`) {
+		t.Errorf("retry not logged:\n%s", f.logs)
+	}
 }

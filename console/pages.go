@@ -6,14 +6,16 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 )
 
-var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "message.html"}
+var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "outbox.html", "message.html"}
 
 func parsePages(funcs template.FuncMap) map[string]*template.Template {
 	m := make(map[string]*template.Template, len(pageFiles))
@@ -41,6 +43,7 @@ func (c *Console) funcs() template.FuncMap {
 		"reachable": reachable,
 		"short":     func(s string, n int) string { return shorten(s, n) },
 		"stateName": func(s idem.State) string { return strings.ReplaceAll(string(s), "_", " ") },
+		"itoa":      func(n int64) string { return strconv.FormatInt(n, 10) },
 	}
 }
 
@@ -154,6 +157,9 @@ type overviewData struct {
 	Recorder  bool
 	Conflicts int // recent, from the recorder
 	Parked    int
+	Outbox    *outbox.Stats // nil without Options.Outbox
+	OutboxLag time.Duration
+	OutboxErr string
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -178,6 +184,13 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			d.Charts = append(d.Charts, chartsFor(s))
 		}
 		d.Conflicts, d.Parked = len(rec.Conflicts()), len(rec.ParkedKeys())
+	}
+	if ob := c.opts.Outbox; ob != nil {
+		if st, err := ob.Stats(ctx, now); err != nil {
+			d.OutboxErr = err.Error()
+		} else {
+			d.Outbox, d.OutboxLag = &st, st.Lag(now)
+		}
 	}
 	p := &page{Title: "Overview", Nav: "overview", Now: now, Data: d}
 	if snap.Err != nil {

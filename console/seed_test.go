@@ -9,6 +9,8 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/console"
+	"github.com/idemgo/idem/outbox"
+	outboxmem "github.com/idemgo/idem/outbox/memory"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/idemgo/idem/store/sqlite"
 )
@@ -110,4 +112,43 @@ var stores = []struct {
 		}
 		return s
 	}},
+}
+
+// seedOutbox returns an outbox holding three pending messages and two
+// parked ones, one of each carrying hostile text in its id, payload and
+// last error.
+func seedOutbox(t testing.TB, now time.Time) *outboxmem.Store {
+	t.Helper()
+	ob, err := outboxmem.New(outboxmem.Options{Clock: func() time.Time { return now.Add(-5 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	msgs := []outbox.Message{
+		{ID: "charge-1", Destination: "payments", OrderingKey: "acct-1", Payload: []byte(`{"amount":100}`)},
+		{ID: "charge-2", Destination: "payments", OrderingKey: "acct-2", Payload: []byte(`{"amount":250}`)},
+		{ID: `<img id="pwned" src=x onerror="window.__pwned=10">`, Destination: "payments", Payload: []byte(`<script>window.__pwned=11</script>`)},
+		{ID: "mail-1", Destination: "mail", Payload: []byte(`{"to":"a@example.com"}`)},
+		{ID: "mail-2", Destination: "mail", Payload: []byte(`{"to":"b@example.com"}`)},
+	}
+	if err := ob.InTx(ctx, func(ctx context.Context, tx *outboxmem.Tx) error { return ob.Enqueue(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ob.Fetch(ctx, outbox.FetchRequest{Now: now, Limit: 10})
+	if err != nil || len(recs) != 5 {
+		t.Fatalf("fetch: %d %v", len(recs), err)
+	}
+	var fs []outbox.Failure
+	for _, r := range recs {
+		switch r.ID {
+		case "mail-1":
+			fs = append(fs, outbox.Failure{Seq: r.Seq, Attempts: 5, NextAttemptAt: now, Error: "no route to exchange mail", Park: true})
+		case "mail-2":
+			fs = append(fs, outbox.Failure{Seq: r.Seq, Attempts: 1, NextAttemptAt: now, Error: `rejected: <b id="pwned" onclick="window.__pwned=12">`, Park: true})
+		}
+	}
+	if err := ob.MarkFailed(ctx, fs); err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }
