@@ -158,6 +158,12 @@ var cases = []suiteCase{
 	{name: "ConflictDeadLetterHeaders", fn: testConflictHeaders},
 	{name: "InProgressWaitsForLease", fn: testInProgressWaits},
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
+	{name: "DeliveryLimitDeadLetters", needs: func(f Features) string {
+		if !f.DeliveryLimit {
+			return "no delivery limit"
+		}
+		return ""
+	}, fn: testDeliveryLimit},
 	{name: "OrderKept", needs: func(f Features) string {
 		if !f.Ordered {
 			return "no order guarantee"

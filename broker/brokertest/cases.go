@@ -650,3 +650,38 @@ func testOrder(t *testing.T, b Broker) {
 		}
 	}
 }
+
+// testDeliveryLimit: a message whose handler always fails transiently is
+// tried up to the delivery limit and then dead-lettered by the adapter with
+// broker.ReasonMaxDeliver and idem's headers — never dropped by the broker,
+// never retried forever — while a healthy neighbour is applied.
+func testDeliveryLimit(t *testing.T, b Broker) {
+	const limit = 3
+	g := newGuard(t, nil, idem.Options{})
+	eff, out := newEffects(), newOutcomes()
+	var tries atomic.Int32
+	c := Consumer{
+		Guard:         g,
+		MaxDeliveries: limit,
+		RetryBackoff:  10 * time.Millisecond,
+		Handle: func(ctx context.Context, m idem.Message) ([]byte, error) {
+			if m.ID == "always-failing" {
+				tries.Add(1)
+				return nil, errors.New("downstream down")
+			}
+			eff.apply(m)
+			return nil, nil
+		},
+		Hooks: broker.Hooks[idem.Message]{AfterSettle: out.hook},
+	}
+	start(t, b, c)
+	publish(t, b, Message{ID: "always-failing", Payload: []byte("x")}, Message{ID: "healthy", Payload: []byte("y")})
+	d := waitDeadLetters(t, b, 1)[0]
+	waitFor(t, "the healthy message applied", func() bool { return eff.count("healthy") == 1 }, out.String)
+	if d.Reason() != broker.ReasonMaxDeliver || d.ID != "always-failing" {
+		t.Fatalf("dead letter %q with reason %q, want always-failing with %q (%v)", d.ID, d.Reason(), broker.ReasonMaxDeliver, d.Headers)
+	}
+	if n := tries.Load(); n != limit {
+		t.Fatalf("the failing handler ran %d times, want the limit %d", n, limit)
+	}
+}
