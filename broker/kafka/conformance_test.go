@@ -88,9 +88,9 @@ func newSuiteBroker(t *testing.T) *suiteBroker {
 // counts no deliveries, so it has no delivery limit of its own: Start
 // applies MaxDeliveries to Options.MaxAttempts, the consumer's limit on a
 // record's handler failures in a row (a key in progress elsewhere never
-// counts toward it).
+// counts toward it), which the suite holds to the same rule.
 func (b *suiteBroker) Features() brokertest.Features {
-	return brokertest.Features{Ordered: true}
+	return brokertest.Features{Ordered: true, DeliveryLimit: true}
 }
 
 func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
