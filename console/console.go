@@ -192,46 +192,41 @@ func (c *Console) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := p[strings.LastIndex(p, "/")+1:]
-	switch name {
-	case "resolve", "sweep", "outbox-retry":
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "use POST", http.StatusMethodNotAllowed)
-			return
-		}
-		switch name {
-		case "resolve":
-			c.resolve(w, r)
-		case "sweep":
-			c.sweep(w, r)
-		default:
-			c.outboxRetry(w, r)
-		}
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "use GET", http.StatusMethodNotAllowed)
-		return
-	}
-	switch name {
-	case "":
-		c.overview(w, r)
-	case "records":
-		c.records(w, r)
-	case "inprogress":
-		c.inProgress(w, r)
-	case "parked":
-		c.parked(w, r)
-	case "conflicts":
-		c.conflicts(w, r)
-	case "record":
-		c.record(w, r)
-	case "outbox":
-		c.outboxPage(w, r)
-	default:
+	rt, ok := routes[name]
+	if !ok {
 		c.render(w, r, http.StatusNotFound, "message.html", &page{Title: "Not found", Message: "No console page is called " + name + "."})
+		return
 	}
+	// Actions are POSTs; pages never change anything.
+	allowed := rt.post && r.Method == http.MethodPost || !rt.post && (r.Method == http.MethodGet || r.Method == http.MethodHead)
+	if !allowed {
+		allow := "GET, HEAD"
+		if rt.post {
+			allow = http.MethodPost
+		}
+		w.Header().Set("Allow", allow)
+		http.Error(w, "use "+allow, http.StatusMethodNotAllowed)
+		return
+	}
+	rt.serve(c, w, r)
+}
+
+type route struct {
+	post  bool // an action, taken by POST; otherwise a page, read by GET
+	serve func(c *Console, w http.ResponseWriter, r *http.Request)
+}
+
+var routes = map[string]route{
+	"":             {false, (*Console).overview},
+	"records":      {false, (*Console).records},
+	"inprogress":   {false, (*Console).inProgress},
+	"parked":       {false, (*Console).parked},
+	"conflicts":    {false, (*Console).conflicts},
+	"record":       {false, (*Console).record},
+	"outbox":       {false, (*Console).outboxPage},
+	"resolve":      {true, (*Console).resolve},
+	"sweep":        {true, (*Console).sweep},
+	"outbox-retry": {true, (*Console).outboxRetry},
 }
 
 func (c *Console) static(w http.ResponseWriter, r *http.Request, name string) {

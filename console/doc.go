@@ -23,14 +23,16 @@
 // held, the stale ones (lease ended) marked; the stale and parked records
 // waiting for an operator; the recent conflicts, parked keys and dead
 // letters (from a Recorder); one record with everything it holds and a
-// preview of its result; charts of processed messages, duplicates,
+// preview of its result; with Options.Outbox, the outbox's pending and
+// parked messages, its lag and the relay's lease; charts of processed messages, duplicates,
 // conflicts and in-progress retries per minute per scope, and of claim and
 // handler latency percentiles (from a Recorder: an in-process ring of the
 // last hour).
 //
 // Actions: complete or release an in-progress record (the answer to a
 // parked or stale one, with the fencing token the operator saw, so a record
-// taken over meanwhile is never overwritten) and sweep expired records.
+// taken over meanwhile is never overwritten), sweep expired records, and
+// retry parked outbox messages.
 // There are none unless the embedding server supplies Options.Authorize;
 // every action is a POST from a form carrying a CSRF token bound to the
 // browser, cross-origin requests are refused (http.CrossOriginProtection),
@@ -41,9 +43,11 @@
 // text: templates escape it in every context, and a Content-Security-Policy
 // lets no script run but the console's own files.
 //
-// Queries are paged by key (Inspector.List with After), so a list page
-// costs the same at a thousand records as at millions on the SQL stores.
-// Counting by scope and state (Inspector.Stats) reads every record in every
-// store, so the console serves counts from a snapshot at most
-// Options.CountsMaxAge old, counting again in the background.
+// Every list page is one Inspector.List call for a page of records after
+// the last key shown (keyset paging, never an offset), so a page costs what
+// the store's List costs: a primary-key range read on the SQL stores, a
+// SCAN on Redis. Counting by scope and state (Inspector.Stats) reads every
+// record in every store, so the console serves counts from a snapshot at
+// most Options.CountsMaxAge old, counting again in the background; the
+// benchmark BenchmarkPostgresPages measures both at 1k and 1M records.
 package console
