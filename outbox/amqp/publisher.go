@@ -169,7 +169,9 @@ func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := make([]error, len(recs))
-	fail := func(i int, err error) { errs[i] = fmt.Errorf("outboxamqp: publish %s to %q: %w", recs[i].ID, recs[i].Destination, err) }
+	fail := func(i int, err error) {
+		errs[i] = fmt.Errorf("outboxamqp: publish %s to %q: %w", recs[i].ID, recs[i].Destination, err)
+	}
 	missing := map[string]error{}
 	confirms := make([]*amqp.DeferredConfirmation, len(recs))
 	byID := make(map[string]int, len(recs))
