@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemgo/idem/cmd/idem/internal/chaos"
+)
+
+// The chaos harness starts its consumers and its bank by running this
+// executable again with chaos.ChildEnv set; such a process is a child, not
+// the command line, and never reaches main.
+func init() {
+	if chaos.IsChild() {
+		os.Exit(chaos.ChildMain())
+	}
+}
+
+func newChaosCmd() *cobra.Command {
+	var (
+		cfg    chaos.Config
+		store  string
+		asJSON bool
+		quiet  bool
+	)
+	c := &cobra.Command{
+		Use:   "chaos",
+		Short: "Kill -9 consumers at the worst moments and restart the store and broker: effectively once, or not",
+		Long: `chaos runs idem the way production breaks it. A producer publishes --orders
+orders to NATS JetStream with producer retries (the same order again), ids
+reused with other content, and poison (undecodable payloads, messages without
+a key). --consumers consumer OS processes, written as a user writes one,
+charge them:
+
+  --store postgres  the transactional inbox: a charge row and a balance update
+                    in the same PostgreSQL transaction as idem's marker;
+  --store redis     two-phase on Redis: the charge is an HTTP call to a small
+                    bank process that dedups by the key the consumer derives
+                    (idem.DeriveKey).
+
+A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
+at chosen points through the library's hooks: after the commit (or Complete)
+and before the ack (broker.Hooks.BeforeSettle), and after the side effect
+and before the commit or Complete (in the handler). It restarts them, and it
+restarts the store (PostgreSQL: pg_ctl stop -m immediate; Redis: SIGKILL with
+appendfsync always) and the broker (nats-server: SIGTERM) mid-run.
+
+By default the servers are the harness's own, on private ports and
+directories (initdb and pg_ctl as the postgres user when run as root,
+nats-server, redis-server, found on the PATH and under
+/usr/lib/postgresql/*/bin), removed afterwards. --store URL and --broker
+point it at yours instead (it creates idem_chaos_* tables and CHAOS_* streams
+there); --restart-store and --restart-broker are the shell commands that
+restart them (without one, that server is not restarted).
+
+The verdict comes from the effects only (the charge rows and balances, the
+bank's ledger, the dead-letter stream), never from idem's counters: every
+unique order charged exactly once, every balance the sum of its charges,
+conflicts and poison dead-lettered with their reasons and not charged,
+nothing lost, no in-progress record left past its lease. The same run with a
+naive consumer (charge, commit, ack; no idem) must find doubles, or the chaos
+proves nothing. --seed replays the plan and the fault schedule. The exit
+status is 0 only when the verdict holds; otherwise the per-process logs are
+kept and named.`,
+		Example: `  idem chaos
+  idem chaos --store redis --orders 20000 --consumers 4 --seed 7
+  idem chaos --json --quiet
+  idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
+      --restart-store 'pg_ctlcluster 15 main restart -m immediate'`,
+		Args: args(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := chaosStore(&cfg, store); err != nil {
+				return err
+			}
+			if cfg.Orders < 1 || cfg.Consumers < 1 || cfg.Concurrency < 1 {
+				return usagef("--orders, --consumers and --concurrency must be at least 1")
+			}
+			// The harness reads 0 as its default and a negative count as none.
+			for name, n := range map[string]*int{"kills": &cfg.RandomKills, "store-restarts": &cfg.StoreRestarts, "broker-restarts": &cfg.BrokerRestarts} {
+				switch {
+				case *n < 0:
+					return usagef("--%s cannot be negative", name)
+				case *n == 0 && c.Flags().Changed(name):
+					*n = -1
+				}
+			}
+			if !quiet {
+				cfg.Progress = c.ErrOrStderr()
+			}
+			res, err := chaos.Run(c.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(c.OutOrStdout(), res); err != nil {
+					return err
+				}
+			} else {
+				io.WriteString(c.OutOrStdout(), res.Table())
+			}
+			if !res.VerdictOK {
+				if asJSON && res.Logs != "" {
+					fmt.Fprintf(c.ErrOrStderr(), "idem chaos: verdict failed; per-process logs in %s\n", res.Logs)
+				}
+				return silentError{exitFailure}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&store, "store", "postgres", "postgres or redis: a private server; or your server's postgres://... or redis://... URL")
+	f.StringVar(&cfg.BrokerURL, "broker", "", "your NATS JetStream (nats://...); default: a private nats-server")
+	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
+	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
+	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
+	f.IntVar(&cfg.Consumers, "consumers", 3, "consumer processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", 4, "handlers per consumer process")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the orders and of the fault schedule")
+	f.IntVar(&cfg.RandomKills, "kills", 0, "SIGKILLs at random moments (default orders/300, at least 3)")
+	f.IntVar(&cfg.StoreRestarts, "store-restarts", 0, "store restarts (default 2)")
+	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "broker restarts (default 1)")
+	f.BoolVar(&cfg.NoPointKills, "no-hook-kills", false, "arm no kills at the hooks")
+	f.BoolVar(&cfg.SkipNaive, "no-naive", false, "skip the naive consumer's run")
+	f.DurationVar(&cfg.Settle, "settle", 2*time.Minute, "how long to wait for the last messages once the producer is done")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&quiet, "quiet", false, "no progress lines")
+	return c
+}
+
+// chaosStore reads --store: a kind (a private server) or a URL (the
+// user's server, whose scheme names the kind).
+func chaosStore(cfg *chaos.Config, store string) error {
+	kind, _, isURL := strings.Cut(store, "://")
+	switch kind {
+	case "postgres", "postgresql":
+		cfg.Store = "postgres"
+	case "redis":
+		cfg.Store = "redis"
+	default:
+		return usagef("--store %q: postgres or redis, or a postgres:// or redis:// URL", store)
+	}
+	if isURL {
+		cfg.StoreURL = store
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/idemgo/idem/internal/testenv"
+)
+
+func TestChaosUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres or redis"},
+		{"unknown store url", []string{"chaos", "--store", "mysql://root@127.0.0.1/x"}, "postgres or redis"},
+		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
+		{"negative kills", []string{"chaos", "--kills", "-1"}, "--kills cannot be negative"},
+		{"positional", []string{"chaos", "extra"}, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCmd(t, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("status %d, want %d; stderr lacks %q:\n%s", code, exitUsage, tc.want, stderr)
+			}
+		})
+	}
+}
+
+// TestChaosJSON runs a small idem chaos through the command line, on the
+// harness's private redis-server and nats-server, its consumers being this
+// test binary started again (init dispatches them).
+func TestChaosJSON(t *testing.T) {
+	for _, bin := range []string{"redis-server", "nats-server"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if testenv.Required() {
+				t.Fatalf("%s is not installed [IDEM_REQUIRE_SERVICES=1]", bin)
+			}
+			t.Skipf("%s is not installed", bin)
+		}
+	}
+	code, stdout, stderr := runCmd(t, "chaos", "--store", "redis", "--orders", "300", "--consumers", "2", "--json", "--quiet", "--seed", "5")
+	if code != exitOK {
+		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	m := decode(t, stdout)
+	for _, k := range []string{"orders", "deliveries", "kills", "restarts", "doubles", "lost", "dead_lettered", "naive_doubles", "verdict_ok"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q:\n%s", k, stdout)
+		}
+	}
+	if m["verdict_ok"] != true || m["doubles"].(float64) != 0 || m["lost"].(float64) != 0 || m["orders"].(float64) != 300 {
+		t.Errorf("verdict:\n%s", stdout)
+	}
+	if m["naive_doubles"].(float64) == 0 {
+		t.Errorf("the naive consumer found no doubles:\n%s", stdout)
+	}
+}

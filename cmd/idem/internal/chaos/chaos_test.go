@@ -1,0 +1,125 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	if IsChild() {
+		os.Exit(ChildMain())
+	}
+	os.Exit(m.Run())
+}
+
+// runShort runs the short form on the harness's private servers: skipped
+// when a server binary is absent, failed then under IDEM_REQUIRE_SERVICES=1.
+func runShort(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg.Progress = testWriter{t}
+	res, err := Run(ctx, cfg)
+	if IsNoServer(err) {
+		if testenv.Required() {
+			t.Fatalf("%v [IDEM_REQUIRE_SERVICES=1]", err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Table())
+	if !res.VerdictOK {
+		t.Fatalf("verdict failed: %v", res.Problems)
+	}
+	if res.Kills == 0 || res.Restarts == 0 {
+		t.Errorf("no kills (%d) or no restarts (%d): the chaos did nothing", res.Kills, res.Restarts)
+	}
+	if res.Naive == nil || res.NaiveDoubles == 0 {
+		t.Errorf("the naive consumer found no doubles")
+	}
+	return res
+}
+
+// TestShortFormInbox is the CI short form of idem chaos for the
+// transactional inbox on PostgreSQL: 3000 orders, three consumer
+// processes, SIGKILLs at the hooks and at random, two PostgreSQL
+// restarts in immediate mode and one nats-server restart.
+func TestShortFormInbox(t *testing.T) {
+	runShort(t, Config{Store: "postgres", Orders: 3000})
+}
+
+// TestShortFormTwoPhase is the short form for two-phase on Redis with the
+// bank: the bank receives a call per attempt and applies one per key.
+func TestShortFormTwoPhase(t *testing.T) {
+	res := runShort(t, Config{Store: "redis", Orders: 3000})
+	if res.Idem.BankApplied != res.Orders {
+		t.Errorf("bank applied %d charges, want one per order (%d)", res.Idem.BankApplied, res.Orders)
+	}
+	if res.Idem.BankCalls < res.Idem.BankApplied {
+		t.Errorf("bank calls %d < applied %d", res.Idem.BankCalls, res.Idem.BankApplied)
+	}
+}
+
+func TestPlanIsSeeded(t *testing.T) {
+	a, b, c := NewPlan(7, 2000), NewPlan(7, 2000), NewPlan(8, 2000)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("the same seed drew two plans")
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Fatal("two seeds drew one plan")
+	}
+	kinds := map[string]int{}
+	for _, m := range a.Msgs {
+		kinds[m.Kind]++
+	}
+	for _, k := range []string{kindOrder, kindRetry, kindConflict, kindBadData, kindNoKey} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s in 2000 orders: %v", k, kinds)
+		}
+	}
+	if a.Unique() != 2000 {
+		t.Errorf("unique %d, want 2000", a.Unique())
+	}
+	// A re-send or reuse comes after its original.
+	seen := map[string]bool{}
+	for _, m := range a.Msgs {
+		if (m.Kind == kindRetry || m.Kind == kindConflict) && !seen[m.ID] {
+			t.Errorf("%s of %s before the original", m.Kind, m.ID)
+		}
+		seen[m.ID] = true
+	}
+}
+
+func TestScheduleIsSeeded(t *testing.T) {
+	cfg := Config{Store: "postgres", Seed: 3}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(schedule(cfg), schedule(cfg)) {
+		t.Fatal("the same seed drew two schedules")
+	}
+	p1, n1 := arming(cfg, 1, 4, 3000)
+	p2, n2 := arming(cfg, 1, 4, 3000)
+	if p1 != p2 || n1 != n2 {
+		t.Fatal("the same seed armed one incarnation twice differently")
+	}
+	cfg.RandomKills, cfg.StoreRestarts, cfg.BrokerRestarts = -1, -1, -1
+	if fs := schedule(cfg); len(fs) != 0 {
+		t.Fatalf("negative counts scheduled %v", fs)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,351 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/postgres"
+	redisstore "github.com/idemgo/idem/store/redis"
+)
+
+// setupStore makes one pass's tables afresh (PostgreSQL) or empties the
+// bank (Redis: the store's prefix is new for every pass).
+func setupStore(ctx context.Context, cfg Config, e *env, t tables, prefix string) error {
+	if cfg.Store == "redis" {
+		return bankGet(ctx, e.bankURL+"/reset", nil)
+	}
+	pool, err := pgxpool.New(ctx, e.store.URL())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	stmts := []string{
+		`drop table if exists ` + t.Charges + `, ` + t.Balances,
+		`create table ` + t.Charges + ` (id bigserial primary key, order_id text not null, account text not null,
+			amount bigint not null, pid int not null, at timestamptz not null default now())`,
+		`create table ` + t.Balances + ` (account text primary key, balance bigint not null)`,
+	}
+	if t.Records != "" {
+		stmts = append(stmts, `drop table if exists `+t.Records+`, `+t.Records+`_migrations`)
+	}
+	for _, s := range stmts {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			return fmt.Errorf("chaos: set up the tables: %w", err)
+		}
+	}
+	if t.Records != "" {
+		s, err := postgres.New(pool, postgres.Options{Table: t.Records})
+		if err != nil {
+			return err
+		}
+		return s.Migrate(ctx)
+	}
+	return nil
+}
+
+func bankGet(ctx context.Context, url string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("chaos: bank: %w", err)
+	}
+	defer resp.Body.Close()
+	if into != nil {
+		return json.NewDecoder(resp.Body).Decode(into)
+	}
+	return nil
+}
+
+// effects are what the consumers did, read from the business data.
+type effects struct {
+	charges  map[string][]Order // by order id
+	balances map[string]int64
+}
+
+func readEffects(ctx context.Context, cfg Config, e *env, t tables, p *Pass) (*effects, error) {
+	ef := &effects{charges: map[string][]Order{}, balances: map[string]int64{}}
+	if cfg.Store == "redis" {
+		var st bankState
+		if err := bankGet(ctx, e.bankURL+"/state", &st); err != nil {
+			return nil, err
+		}
+		for _, c := range st.Applied {
+			ef.charges[c.Order.Order] = append(ef.charges[c.Order.Order], c.Order)
+		}
+		for _, n := range st.Calls {
+			p.BankCalls += n
+		}
+		p.BankApplied = len(st.Applied)
+		ef.balances = st.Balances
+		return ef, nil
+	}
+	pool, err := pgxpool.New(ctx, e.store.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `select order_id, account, amount from `+t.Charges)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var o Order
+		if err := rows.Scan(&o.Order, &o.Account, &o.Amount); err != nil {
+			return nil, err
+		}
+		ef.charges[o.Order] = append(ef.charges[o.Order], o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = pool.Query(ctx, `select account, balance from `+t.Balances)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var a string
+		var b int64
+		if err := rows.Scan(&a, &b); err != nil {
+			return nil, err
+		}
+		ef.balances[a] = b
+	}
+	return ef, rows.Err()
+}
+
+// deadLetter is one message of the dead-letter stream.
+type deadLetter struct {
+	id, reason string
+	order      Order
+	decodes    bool
+}
+
+func readDeadLetters(ctx context.Context, js jetstream.JetStream, stream string) ([]deadLetter, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	var dls []deadLetter
+	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: dead letter %d: %w", seq, err)
+		}
+		d := deadLetter{id: m.Header.Get("Idem-Id"), reason: m.Header.Get(idem.HeaderReason)}
+		d.decodes = json.Unmarshal(m.Data, &d.order) == nil
+		if d.id == "" {
+			d.id = d.order.Order
+		}
+		if d.id == "" {
+			var partial struct{ Order string }
+			json.Unmarshal(m.Data, &partial)
+			d.id = partial.Order
+		}
+		dls = append(dls, d)
+	}
+	return dls, nil
+}
+
+func contains(os []Order, o Order) bool {
+	for _, x := range os {
+		if x == o {
+			return true
+		}
+	}
+	return false
+}
+
+// verdict reads the effects and the dead letters and fills p's figures;
+// for idem's pass each failure is a problem.
+func verdict(ctx context.Context, cfg Config, e *env, js jetstream.JetStream, plan *Plan, p *Pass, t tables,
+	dlqStream, prefix string, naive bool) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ef, err := readEffects(ctx, cfg, e, t, p)
+	if err != nil {
+		return fmt.Errorf("chaos: read the effects: %w", err)
+	}
+	dls, err := readDeadLetters(ctx, js, dlqStream)
+	if err != nil {
+		return err
+	}
+	p.DeadLettered = len(dls)
+	dlOf := map[string][]deadLetter{}
+	for _, d := range dls {
+		dlOf[d.id] = append(dlOf[d.id], d)
+	}
+	problem := func(format string, args ...any) {
+		if !naive && len(p.Problems) < 20 {
+			p.Problems = append(p.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+
+	wrong := 0
+	for id, contents := range plan.Contents {
+		ch := ef.charges[id]
+		per := map[Order]int{}
+		for _, c := range ch {
+			if !contains(contents, c) {
+				wrong++
+				problem("order %s charged with content it was never sent with: %+v", id, c)
+			}
+			per[c]++
+		}
+		for _, n := range per {
+			p.Doubles += n - 1
+		}
+		if len(per) > 1 {
+			p.ConflictsApplied++
+		}
+		if len(ch) == 1 {
+			p.Applied++
+		}
+		if len(contents) > 1 && len(per) == 1 {
+			// the content not charged must be dead-lettered as a conflict
+			found := false
+			for _, d := range dlOf[id] {
+				if d.reason == "conflict" && contains(contents, d.order) && per[d.order] == 0 {
+					found = true
+				}
+			}
+			if found {
+				p.ConflictsDL++
+			} else if !naive {
+				p.Lost++
+				problem("order %s: reused with other content, and the content not charged is not dead-lettered as a conflict", id)
+			}
+		}
+		if len(ch) == 0 {
+			p.Lost++
+			problem("order %s: never charged (dead letters: %v)", id, reasons(dlOf[id]))
+		}
+	}
+	for id, reason := range plan.Poison {
+		if len(ef.charges[id]) > 0 {
+			p.PoisonApplied++
+			problem("poison %s was charged", id)
+		}
+		found := false
+		for _, d := range dlOf[id] {
+			found = found || d.reason == reason
+		}
+		if found {
+			p.PoisonDL++
+		} else if !naive {
+			problem("poison %s is not dead-lettered with reason %s (dead letters: %v)", id, reason, reasons(dlOf[id]))
+		}
+	}
+	for _, d := range dls {
+		contents := plan.Contents[d.id]
+		expected := plan.Poison[d.id] == d.reason ||
+			d.reason == "conflict" && len(contents) > 1 && contains(contents, d.order) && !contains(ef.charges[d.id], d.order)
+		if !expected {
+			p.OtherDL++
+			problem("unexpected dead letter of %s with reason %q", d.id, d.reason)
+		}
+	}
+	sums := map[string]int64{}
+	for _, ch := range ef.charges {
+		for _, c := range ch {
+			sums[c.Account] += c.Amount
+		}
+	}
+	for a := range merge(sums, ef.balances) {
+		if sums[a] != ef.balances[a] {
+			p.Unbalanced++
+			problem("account %s: balance %d, charges sum to %d", a, ef.balances[a], sums[a])
+		}
+	}
+	if !naive {
+		n, err := staleInProgress(ctx, cfg, e, t, prefix)
+		if err != nil {
+			return err
+		}
+		p.StaleInProgress = n
+		if n > 0 {
+			problem("%d in-progress records left past their lease", n)
+		}
+		if p.Doubles > 0 {
+			problem("%d doubles", p.Doubles)
+		}
+		if p.Crashes > 0 {
+			problem("%d consumers panicked (see the logs)", p.Crashes)
+		}
+	}
+	return nil
+}
+
+func reasons(ds []deadLetter) []string {
+	var r []string
+	for _, d := range ds {
+		r = append(r, d.reason)
+	}
+	return r
+}
+
+func merge(a, b map[string]int64) map[string]bool {
+	m := map[string]bool{}
+	for k := range a {
+		m[k] = true
+	}
+	for k := range b {
+		m[k] = true
+	}
+	return m
+}
+
+// staleInProgress counts the records left in progress past their lease.
+func staleInProgress(ctx context.Context, cfg Config, e *env, t tables, prefix string) (int, error) {
+	var in idem.Inspector
+	if cfg.Store == "redis" {
+		opt, err := goredis.ParseURL(e.store.URL())
+		if err != nil {
+			return 0, err
+		}
+		rdb := goredis.NewClient(opt)
+		defer rdb.Close()
+		s, err := redisstore.New(rdb, redisstore.Options{Prefix: prefix})
+		if err != nil {
+			return 0, err
+		}
+		in = s
+		return countStale(ctx, in)
+	}
+	pool, err := pgxpool.New(ctx, e.store.URL())
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.Options{Table: t.Records})
+	if err != nil {
+		return 0, err
+	}
+	return countStale(ctx, s)
+}
+
+func countStale(ctx context.Context, in idem.Inspector) (int, error) {
+	n := 0
+	f := idem.ListFilter{State: idem.StateInProgress, StaleAt: time.Now(), Limit: 500}
+	for {
+		recs, err := in.List(ctx, f)
+		if err != nil {
+			return 0, fmt.Errorf("chaos: list in-progress records: %w", err)
+		}
+		n += len(recs)
+		if len(recs) < f.PageLimit() {
+			return n, nil
+		}
+		f.After = recs[len(recs)-1].Key()
+	}
+}
