@@ -27,8 +27,9 @@ import (
 // The tables are the benchmark's own (idem_console_bench_N), loaded with one
 // INSERT .. SELECT generate_series and dropped at the end (kept for the next
 // run with IDEM_BENCH_KEEP=1). The records are
-// spread over 10 scopes; 1 in 2000 is in progress (half of those stale),
-// 1 in 2000 released, 1 in 100 expired, the rest completed.
+// spread over 10 scopes (record g in scope g mod 10); in each scope 1 in 2000
+// is in progress (half of those stale), 1 in 2000 released, 1 in 100
+// expired, the rest completed.
 //
 //   - list-first: the first page of one scope's records.
 //   - list-deep: the page of one scope after a key half-way through it.
@@ -119,14 +120,14 @@ func load(b *testing.B, pool *pgxpool.Pool, st *postgres.Store, table string, n 
 	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (token, lease_until, expires_at, sweep_at, created_at, updated_at,
 		attempts, state, scope, id, fingerprint, result)
 	SELECT 4294967296 + g,
-		CASE WHEN g % 4000 = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
+		CASE WHEN (g / 10) % 4000 = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
 		e, date_trunc('second', e),
 		now() - interval '2 hours', now() - interval '1 hour',
 		1,
-		CASE WHEN g % 2000 = 0 THEN 1 WHEN g % 2000 = 1 THEN 3 ELSE 2 END,
+		CASE WHEN (g / 10) % 2000 = 0 THEN 1 WHEN (g / 10) % 2000 = 1 THEN 3 ELSE 2 END,
 		'scope-' || (g % 10), 'key-' || lpad(g::text, 8, '0'), md5(g::text), '\x7b226f6b223a747275657d'::bytea
 	FROM generate_series(1, $1::int) AS g,
-		LATERAL (SELECT CASE WHEN g % 100 = 7 THEN now() - interval '1 hour' ELSE now() + interval '7 days' END AS e) AS x`, n)
+		LATERAL (SELECT CASE WHEN (g / 10) % 100 = 7 THEN now() - interval '1 hour' ELSE now() + interval '7 days' END AS e) AS x`, n)
 	if err != nil {
 		b.Fatal(err)
 	}

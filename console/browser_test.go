@@ -416,4 +416,26 @@ func TestBrowserKeyboardPhoneAndScreenshot(t *testing.T) {
 	}
 	shot("console-phone.png", f.base, false)
 	do(t, ctx, chromedp.ResetViewport())
+
+	// The vendored htmx runs under the Content-Security-Policy and refreshes
+	// the counts in place: the store changes, the live region follows.
+	do(t, ctx, chromedp.Navigate(f.base))
+	if !eval[bool](t, ctx, `typeof htmx === 'object' && htmx.version.startsWith('2.')`) {
+		t.Fatal("htmx did not load")
+	}
+	rec0 := mustGet(t, f.st, f.sd.parked)
+	if err := f.st.Release(context.Background(), idem.ReleaseRequest{Key: f.sd.parked, Token: rec0.Token, Now: f.sd.now}); err != nil {
+		t.Fatal(err)
+	}
+	eval[chromedp.Void](t, ctx, `htmx.ajax('GET', './', {target: '#live', select: '#live', swap: 'outerHTML'})`, chromedp.EvalAwaitPromise)
+	var billing map[string]int64
+	for _, r := range eval[[]countRow](t, ctx, readCounts) {
+		if r.Scope == "billing" {
+			billing = r.Counts
+		}
+	}
+	if billing["stale"] != 0 || billing["released"] != 2 {
+		t.Errorf("after a release and a refresh, billing shows %v; want 0 stale, 2 released", billing)
+	}
+
 }
