@@ -176,13 +176,36 @@ func schemeList() string {
 // Redact hides the password of a URL-shaped DSN (or broker URL).
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return redactText(raw)
+	}
+	if u.User == nil {
 		return raw
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// redactText hides the password of a DSN that url.Parse rejects (a bad
+// port, a stray character), which error messages quote: everything from
+// the first ':' after the user name to the last '@'.
+func redactText(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	rest := raw[i+3:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return raw
+	}
+	c := strings.Index(rest[:at], ":")
+	if c < 0 {
+		return raw
+	}
+	return raw[:i+3] + rest[:c+1] + "xxxxx" + rest[at:]
 }
 
 func unwrapURL(err error) error {

@@ -69,11 +69,15 @@ func MySQLURL(driverDSN string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrBadDSN, err)
 	}
 	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
-	if cfg.User != "" {
+	switch {
+	case cfg.Passwd != "": // with or without a user name: a password is never dropped
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	case cfg.User != "":
 		u.User = url.User(cfg.User)
-		if cfg.Passwd != "" {
-			u.User = url.UserPassword(cfg.User, cfg.Passwd)
-		}
 	}
-	return u.String(), nil
+	s := u.String()
+	if _, err := url.Parse(s); err != nil { // an address no URL can hold ("( )/db")
+		return "", fmt.Errorf("%w: %q: address %q: %v", ErrBadDSN, driverDSN, cfg.Addr, unwrapURL(err))
+	}
+	return s, nil
 }
