@@ -123,3 +123,44 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestStaleCheckSeesAnOrphan: the verdict's stale in-progress count finds
+// a claim whose lease ran out, on each store, so its zero means something.
+func TestStaleCheckSeesAnOrphan(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, kind := range []string{"redis", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			start := StartRedis
+			if kind == "postgres" {
+				start = StartPostgres
+			}
+			srv, err := start(ctx)
+			if IsNoServer(err) && !testenv.Required() {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Stop()
+			cfg := Config{Store: kind}
+			e := &env{store: srv}
+			_, _, _, _, tbl := passNames(false)
+			prefix := "idemchaos:orphan"
+			if kind == "postgres" {
+				if err := setupStore(ctx, cfg, e, tbl, prefix); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := staleInProgress(ctx, cfg, e, tbl, prefix); err != nil || n != 0 {
+				t.Fatalf("empty store: %d stale, %v", n, err)
+			}
+			if err := orphan(ctx, kind, srv.URL(), tbl, prefix); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := staleInProgress(ctx, cfg, e, tbl, prefix); err != nil || n != 1 {
+				t.Fatalf("one orphaned claim: %d stale, %v", n, err)
+			}
+		})
+	}
+}

@@ -90,7 +90,7 @@ func arming(cfg Config, slot, incarnation, unique int) (point string, after int)
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed^uint64(slot)<<32, uint64(incarnation)))
 	r := rng.Float64()
-	span := max(8, unique/(cfg.Consumers*3))
+	span := min(max(8, unique/(cfg.Consumers*3)), 250)
 	switch {
 	case r < 0.45:
 		return pointSettle, 1 + rng.IntN(span)
