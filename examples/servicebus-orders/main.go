@@ -54,39 +54,44 @@ type App struct {
 }
 
 // OpenApp opens the SQLite database at path with the orders table.
+//
+// Its transactions begin DEFERRED, unlike those of store/sqlite's DSN
+// (IMMEDIATE): a handler's transaction takes SQLite's single writer lock at
+// its first write, the order insert, not when it begins. A handler that is
+// slow before its insert (a payment call, a lock running out under it)
+// thus leaves the other consumers free to store their orders, the
+// redelivery of its own message included; under IMMEDIATE every other
+// handler would wait for it and fail with SQLITE_BUSY. The insert is the
+// transaction's first statement, so it never upgrades a read snapshot
+// (which SQLite refuses with SQLITE_BUSY instead of waiting).
 func OpenApp(ctx context.Context, path string) (*App, error) {
-	st, err := sqlite.Open(path, sqlite.Options{})
+	dsn := fmt.Sprintf("%s?_txlock=deferred&_journal_mode=WAL&_synchronous=FULL&_busy_timeout=%d",
+		path, sqlite.DefaultBusyTimeout.Milliseconds())
+	db, err := sql.Open(sqlite.DriverName, dsn)
 	if err != nil {
 		return nil, err
 	}
-	db := st.DB()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (
 		order_id TEXT PRIMARY KEY, amount INTEGER NOT NULL, request_hash TEXT NOT NULL)`); err != nil {
+		db.Close()
 		return nil, err
 	}
 	return &App{DB: db, Orders: &entity.Table{Dialect: entity.SQLite, Name: "orders",
 		KeyColumn: "order_id", FingerprintColumn: "request_hash", Scope: "orders"}}, nil
 }
 
-// Consume runs one consumer of the queue until ctx ends.
-func (a *App) Consume(ctx context.Context, client *azservicebus.Client, queue string, opts servicebus.Options) error {
-	g, err := idem.NewInbox(entity.NewStore(a.DB, nil), idem.Options{Scope: servicebus.EntityPath(queue)})
-	if err != nil {
-		return err
-	}
-	r, err := client.NewReceiverForQueue(queue, nil) // PeekLock
-	if err != nil {
-		return err
-	}
-	defer r.Close(context.WithoutCancel(ctx))
-	opts.EntityPath = queue
-	opts.Hooks = a.Hooks
-	opts.Hooks.OnDeadLetter = func(ctx context.Context, msg *azservicebus.ReceivedMessage, r broker.Report) {
-		if a.Alert != nil {
-			a.Alert(msg, r)
-		}
-	}
-	h := servicebus.HandleTx(func(ctx context.Context, tx *sql.Tx, msg *azservicebus.ReceivedMessage) ([]byte, error) {
+// Guard is the consumer's guard for queue: entity mode (idem.NewInbox over
+// entity.NewStore), the order row is the only record, scoped by the queue.
+func (a *App) Guard(queue string) (*idem.Guard, error) {
+	return idem.NewInbox(entity.NewStore(a.DB, nil), idem.Options{Scope: servicebus.EntityPath(queue)})
+}
+
+// Handler stores one order in the guard's transaction: a conflict-free
+// insert keyed by the order id, with the request hash beside it. A row
+// with the same hash makes the message a duplicate, another hash a
+// conflict.
+func (a *App) Handler() servicebus.Handler {
+	return servicebus.HandleTx(func(ctx context.Context, tx *sql.Tx, msg *azservicebus.ReceivedMessage) ([]byte, error) {
 		var o Order
 		if err := json.Unmarshal(msg.Body, &o); err != nil {
 			return nil, idem.Permanent(fmt.Errorf("order body: %w", err))
@@ -103,7 +108,30 @@ func (a *App) Consume(ctx context.Context, client *azservicebus.Client, queue st
 		}
 		return nil, a.Orders.Insert(ctx, entity.SQL(tx), im.ID, fp, []string{"amount"}, []any{o.Amount})
 	})
-	return servicebus.Consume(ctx, r, g, h, opts)
+}
+
+// Consume runs one consumer of the queue until ctx ends.
+func (a *App) Consume(ctx context.Context, client *azservicebus.Client, queue string, opts servicebus.Options) error {
+	g, err := a.Guard(queue)
+	if err != nil {
+		return err
+	}
+	r, err := client.NewReceiverForQueue(queue, nil) // PeekLock
+	if err != nil {
+		return err
+	}
+	defer r.Close(context.WithoutCancel(ctx))
+	opts.EntityPath = queue
+	opts.Hooks = a.Hooks
+	opts.Hooks.OnDeadLetter = func(ctx context.Context, msg *azservicebus.ReceivedMessage, r broker.Report) {
+		if a.Alert != nil {
+			a.Alert(msg, r)
+		}
+		if a.Hooks.OnDeadLetter != nil {
+			a.Hooks.OnDeadLetter(ctx, msg, r)
+		}
+	}
+	return servicebus.Consume(ctx, r, g, a.Handler(), opts)
 }
 
 // Produce sends o with MessageId from its id (servicebus.Send).
@@ -151,6 +179,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer app.DB.Close()
 	app.Alert = func(msg *azservicebus.ReceivedMessage, r broker.Report) {
 		log.Printf("ALERT: order %s dead-lettered: %s", servicebus.MessageOf(msg).ID, r.Reason)
 	}
