@@ -27,9 +27,10 @@ type ahead struct {
 
 // claimsAhead reports whether the consumer claims in batches: the store
 // has batch claims, maxBatch allows more than one record, and h runs under
-// tickets (a Handle handler).
+// tickets (a Handle handler; not HandleTx, nor HandleCheckpoint, whose
+// transactions hold no claims).
 func claimsAhead(g *idem.Guard, h Handler, maxBatch int) (bool, error) {
-	if _, ok := g.Store().(idem.BatchStore); !ok || maxBatch <= 1 {
+	if _, ok := g.Store().(idem.BatchStore); !ok || maxBatch <= 1 || h.cp != nil {
 		return false, nil
 	}
 	return runsTickets(g, h)
@@ -50,7 +51,7 @@ func runsTickets(g *idem.Guard, h Handler) (bool, error) {
 		return false, fmt.Errorf("kafka: probe the handler for batch claims: %w", err)
 	}
 	_ = ts[0].Release(context.Background()) // unclaimed: nothing to give back, only spent
-	_, _, ok := h.RunTicket(context.Background(), ts[0], nil)
+	_, _, ok := h.h.RunTicket(context.Background(), ts[0], nil)
 	return ok, nil
 }
 
@@ -84,12 +85,12 @@ func (c *Consumer) runAhead(p *partition, rec *kgo.Record) (idem.Result, error) 
 		t := p.ahead[0].t
 		p.ahead[0] = ahead{}
 		p.ahead = p.ahead[1:]
-		if res, err, ok := c.h.RunTicket(p.ctx, t, rec); ok {
+		if res, err, ok := c.h.h.RunTicket(p.ctx, t, rec); ok {
 			return res, err
 		}
 	}
 	p.releaseAhead() // a ticket for another record is not this one's: give it back
-	return c.h.Run(p.ctx, c.g, MessageOf(rec), rec)
+	return c.h.h.Run(p.ctx, c.g, MessageOf(rec), rec)
 }
 
 // releaseAhead gives back the keys claimed ahead but not run, so that a

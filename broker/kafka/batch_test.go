@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,15 +268,7 @@ func TestHandleTxClaimsInTurn(t *testing.T) {
 	e := newEnv(t, "txinturn", 2)
 	w := buildWorkload(e.topic, 2, 20)
 	e.produce(w.recs...)
-	sq, err := sqlite.Open(filepath.Join(t.TempDir(), "idem.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sq.Close() })
-	if err := sq.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	st := &batchCounting{Store: sq}
+	st := &batchCounting{Store: openSQLite(t)}
 	g, err := idem.New(st, idem.Options{Scope: e.group})
 	if err != nil {
 		t.Fatal(err)

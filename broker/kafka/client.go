@@ -3,9 +3,10 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,18 +24,27 @@ import (
 //     consumer lets in-flight records finish, commits what is done and
 //     drops the rest; on a loss it cancels in-flight handlers and commits
 //     nothing.
+//   - kgo.AdjustFetchOffsetsFn: a consumer running a HandleCheckpoint
+//     handler starts each newly assigned partition from the position
+//     stored in the database, where there is one; other consumers start
+//     from the group's committed offsets, unchanged. An assignment that
+//     comes before NewConsumer has seen the client waits for it.
 //
 // Pass the result to kgo.NewClient together with kgo.ConsumerGroup and
 // kgo.ConsumeTopics. Do not set your own OnPartitionsRevoked or
 // OnPartitionsLost on that client: NewConsumer rejects a client whose hooks
-// are not the consumer's.
+// are not the consumer's. An AdjustFetchOffsetsFn of your own set after
+// these options replaces the consumer's, which NewConsumer rejects for a
+// HandleCheckpoint handler; one set before them is replaced.
 func ClientOptions(opts ...kgo.Opt) []kgo.Opt {
+	h := &configured{ready: make(chan struct{})}
 	return append(append([]kgo.Opt(nil), opts...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(onRevoked),
 		kgo.OnPartitionsLost(onLost),
-		kgo.WithHooks(configured{}),
+		kgo.AdjustFetchOffsetsFn(h.adjust),
+		kgo.WithHooks(h),
 	)
 }
 
@@ -42,10 +52,62 @@ func ClientOptions(opts ...kgo.Opt) []kgo.Opt {
 // rebalance hooks it is given, so their identity cannot be checked; this
 // hook's can. kgo accepts only hooks that implement one of its interfaces,
 // so it implements a no-op OnNewClient.
-type configured struct{}
+//
+// It also carries the client's consumer to the client's
+// AdjustFetchOffsetsFn, which, unlike the rebalance hooks, is not given
+// the client. The consumer is held weakly, as in the registry.
+type configured struct {
+	c     atomic.Pointer[weak.Pointer[Consumer]]
+	once  sync.Once
+	ready chan struct{} // closed once c is set
+}
 
 // OnNewClient implements kgo.HookNewClient.
-func (configured) OnNewClient(*kgo.Client) {}
+func (*configured) OnNewClient(*kgo.Client) {}
+
+// marks are the configured hooks of one client.
+type marks []*configured
+
+// set hands c to every mark: whichever one's adjust the client calls finds
+// it.
+func (ms marks) set(c *Consumer) {
+	wp := weak.Make(c)
+	for _, h := range ms {
+		h.c.Store(&wp)
+		h.once.Do(func() { close(h.ready) })
+	}
+}
+
+// adjust is the client's AdjustFetchOffsetsFn: the consumer's checkpoints,
+// if it keeps them, replace the fetched offsets of the partitions just
+// assigned. kgo joins the group as soon as the client exists, so the first
+// assignment can come before NewConsumer has handed the consumer over: it
+// waits for it (or for the session to end), so that no partition starts
+// from the group's offset where a stored position should win.
+func (h *configured) adjust(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	select {
+	case <-h.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c := h.c.Load().Value(); c != nil {
+		return c.resume(ctx, offsets)
+	}
+	return offsets, nil
+}
+
+// checkResume verifies that cl's AdjustFetchOffsetsFn is a mark's, so
+// that a consumer keeping checkpoints resumes from them.
+func (ms marks) checkResume(cl *kgo.Client) error {
+	fn, _ := cl.OptValue(kgo.AdjustFetchOffsetsFn).(func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error))
+	// A method value's code pointer is the same for every receiver: it
+	// says the function is configured.adjust, and every mark of the
+	// client is handed the consumer.
+	if fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf(ms[0].adjust).Pointer() {
+		return fmt.Errorf("%w: the client's kgo.AdjustFetchOffsetsFn is not the consumer's (set after kafka.ClientOptions?): HandleCheckpoint resumes from the stored positions through it", ErrClientConfig)
+	}
+	return nil
+}
 
 // The group hooks are set on the client before any Consumer exists, so they
 // find their consumer through this registry keyed by client. Both keys and
@@ -95,21 +157,28 @@ func onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
 }
 
 // checkClient verifies that cl was built with a consumer group and
-// ClientOptions, and returns the group.
-func checkClient(cl *kgo.Client) (string, error) {
+// ClientOptions, and returns the hooks that mark it (more than one when
+// ClientOptions was applied twice).
+func checkClient(cl *kgo.Client) (marks, error) {
 	group, _ := cl.OptValue(kgo.ConsumerGroup).(string)
 	if group == "" {
-		return "", fmt.Errorf("%w: no consumer group (kgo.ConsumerGroup)", ErrClientConfig)
+		return nil, fmt.Errorf("%w: no consumer group (kgo.ConsumerGroup)", ErrClientConfig)
 	}
 	if off, _ := cl.OptValue(kgo.DisableAutoCommit).(bool); !off {
-		return "", fmt.Errorf("%w: autocommit is on (build the client with kafka.ClientOptions, which sets kgo.DisableAutoCommit)", ErrClientConfig)
+		return nil, fmt.Errorf("%w: autocommit is on (build the client with kafka.ClientOptions, which sets kgo.DisableAutoCommit)", ErrClientConfig)
 	}
 	if block, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); !block {
-		return "", fmt.Errorf("%w: kgo.BlockRebalanceOnPoll is not set (build the client with kafka.ClientOptions)", ErrClientConfig)
+		return nil, fmt.Errorf("%w: kgo.BlockRebalanceOnPoll is not set (build the client with kafka.ClientOptions)", ErrClientConfig)
 	}
 	hooks, _ := cl.OptValue(kgo.WithHooks).([]kgo.Hook)
-	if !slices.Contains(hooks, kgo.Hook(configured{})) {
-		return "", fmt.Errorf("%w: the client was not built with kafka.ClientOptions (the consumer's rebalance hooks are missing)", ErrClientConfig)
+	var ms marks
+	for _, hk := range hooks {
+		if h, ok := hk.(*configured); ok {
+			ms = append(ms, h)
+		}
 	}
-	return group, nil
+	if len(ms) > 0 {
+		return ms, nil
+	}
+	return nil, fmt.Errorf("%w: the client was not built with kafka.ClientOptions (the consumer's rebalance hooks are missing)", ErrClientConfig)
 }

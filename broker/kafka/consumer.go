@@ -70,11 +70,17 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 	if cl == nil {
 		return nil, fmt.Errorf("%w: kafka: nil client", idem.ErrInvalidOptions)
 	}
-	if err := h.Check(g); err != nil {
+	if err := h.check(g); err != nil {
 		return nil, err
 	}
-	if _, err := checkClient(cl); err != nil {
+	hooks, err := checkClient(cl)
+	if err != nil {
 		return nil, err
+	}
+	if h.cp != nil {
+		if err := hooks.checkResume(cl); err != nil {
+			return nil, err
+		}
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -93,6 +99,7 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 	if err := register(cl, c); err != nil {
 		return nil, err
 	}
+	hooks.set(c)
 	return c, nil
 }
 

@@ -99,6 +99,14 @@ func startConsumer(t *testing.T, e *env, g *idem.Guard, opts kafka.Options, h ka
 	if opts.DeadLetterTopic == "" {
 		opts.DeadLetterTopic = e.dlq
 	}
+	r := runOn(t, cl, g, h, opts)
+	t.Cleanup(func() { r.stop(nil) })
+	return r
+}
+
+// runOn builds a consumer on cl and runs it.
+func runOn(t *testing.T, cl *kgo.Client, g *idem.Guard, h kafka.Handler, opts kafka.Options) *running {
+	t.Helper()
 	c, err := kafka.NewConsumer(cl, g, h, opts)
 	if err != nil {
 		cl.Close()
@@ -107,7 +115,6 @@ func startConsumer(t *testing.T, e *env, g *idem.Guard, opts kafka.Options, h ka
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{t: t, cl: cl, c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { r.stop(nil) })
 	return r
 }
 

@@ -10,7 +10,8 @@
 // github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
 // [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
 // [broker.Report] per attempt passed to [Options.Hooks], and [Replay] for
-// dead letters.
+// dead letters. Kafka adds [HandleCheckpoint]: the partition's position
+// kept in the business database (see Stream checkpoints below).
 //
 //   - processed or duplicate: the record is done, and its offset becomes
 //     committable only after the store's record is durable;
@@ -117,7 +118,9 @@
 // An offset is committed only when its record and every record before it in
 // the partition are done: every CommitInterval, when partitions are revoked,
 // and on shutdown. A crash between processing and committing redelivers the
-// records after the last commit; the store skips those already done.
+// records after the last commit; the store skips those already done. (With
+// [HandleCheckpoint] the consumer resumes from the position in the
+// database instead, and the committed offset is for monitoring.)
 //
 // # Rebalances and shutdown
 //
@@ -238,4 +241,62 @@
 // its turn: the transactional inbox marks a key inside the record's own
 // transaction, which cannot be taken ahead. MaxClaimBatch 1 does the same
 // for Handle.
+//
+// # Stream checkpoints
+//
+// [HandleCheckpoint] keeps the consumer's position in the business
+// database: one row per (scope, topic, partition) in [Checkpoints].Table,
+// moved past each record in the transaction of the record's effects, and
+// read when a partition is assigned, to start it there (through the
+// kgo.AdjustFetchOffsetsFn that ClientOptions installs). One row per
+// partition instead of one record per message: the lightest exactly-once
+// for a stream with one writer per partition.
+//
+//	cp := kafka.Checkpoints{Table: "ledger_checkpoints"}
+//	err := cp.Migrate(ctx, store) // store/postgres here; store/sqlite and store/mysql take *sql.Tx
+//	h := kafka.HandleCheckpoint(cp, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+//		_, err := tx.Exec(ctx, `update balances set cents = cents + $1 where account = $2`, rec.Value, rec.Key)
+//		return err
+//	})
+//	err = kafka.Consume(ctx, cl, g, h, kafka.Options{DeadLetterTopic: "ledger.dlq"})
+//
+// What it covers, and what it does not:
+//
+//   - Redelivery of a record: a crash between the database commit and the
+//     offset commit, a rebalance, a group offset lost (expired, reset) or
+//     never committed. The stored position says the record's effects
+//     committed; the partition resumes after it, and a record fetched
+//     below it anyway is reported as a duplicate before fn runs. Both
+//     modes.
+//   - A former owner still running a record (it lost the partition without
+//     noticing): the position's statement comes first in the transaction
+//     and locks the row, so the later of two transactions waits, finds the
+//     position moved, and rolls back before fn runs. Exactly once holds,
+//     and fn runs once per record, even with two writers on a partition
+//     (two groups sharing a scope); Kafka's group gives one.
+//   - A message the producer wrote twice (an application re-send, a retry
+//     without the idempotent producer, a replayed dead letter): two records
+//     at two offsets. By default each record's key is marked in the same
+//     transaction too (idem.DoTx, as [HandleTx]): the second is a
+//     duplicate, within the guard's Retention, at the cost of one idem
+//     record per message. With [Checkpoints].NoKeys it is applied twice:
+//     choose NoKeys when the stream cannot repeat a message (one producer
+//     with kgo's idempotent writes, which dedup its retries within a
+//     producer session; change data capture), or when fn is idempotent
+//     by itself (an upsert by business id). NoKeys needs no key on the
+//     records.
+//   - Effects outside tx (a call to another service) are not covered: only
+//     what fn writes through tx commits with the position. Use [Handle] and
+//     a derived key for those.
+//   - A dead-lettered record is done: the position moves past it once the
+//     dead letter is acknowledged (a crash in between dead-letters it again
+//     on restart, as for every dead letter).
+//
+// The stored position wins over the group's committed offset: to replay or
+// skip, update the row's next_offset (or delete the row to start from the
+// group's offset, or kgo.ConsumeResetOffset). A position the log no longer
+// holds (retention, a recreated topic) is reset by kgo.ConsumeResetOffset.
+// With keys marked, the guard's Observer sees each record as for
+// [HandleTx]; with NoKeys there is no key, and only [Options.Hooks] see the
+// records' reports.
 package kafka

@@ -5,13 +5,23 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 )
 
-// Handler is the work a Consumer runs for each record under the guard.
-// Build one with Handle (two-phase record) or HandleTx (transactional
-// inbox); NewConsumer checks it once against the guard.
-type Handler = broker.Handler[*kgo.Record]
+// Handler is the work a Consumer runs for each record. Build one with
+// Handle (two-phase record), HandleTx (transactional inbox) or
+// HandleCheckpoint (the partition's position in the business transaction);
+// NewConsumer checks it once against the guard. The zero Handler is
+// refused.
+//
+// Handle and HandleTx are broker.Handle and broker.HandleTx, as in every
+// idem broker adapter; HandleCheckpoint is Kafka's own, since it needs a
+// partitioned log whose consumer can seek.
+type Handler struct {
+	h  broker.Handler[*kgo.Record] // Handle, HandleTx
+	cp checkpointer                // HandleCheckpoint; nil otherwise
+}
 
 // Handle runs fn in two-phase mode (idem.Guard.Do): the record's key is
 // claimed with a lease, fn runs, and the record is completed with fn's
@@ -26,7 +36,7 @@ type Handler = broker.Handler[*kgo.Record]
 // together (Options.MaxClaimBatch); fn still runs for one record at a
 // time, in offset order.
 func Handle(fn func(ctx context.Context, rec *kgo.Record) ([]byte, error)) Handler {
-	return broker.Handle(fn)
+	return Handler{h: broker.Handle(fn)}
 }
 
 // HandleTx runs fn inside a transaction of the guard's store together with
@@ -39,5 +49,13 @@ func Handle(fn func(ctx context.Context, rec *kgo.Record) ([]byte, error)) Handl
 // the record's own transaction, so records are claimed one by one.
 // HandleTx(nil) is refused by NewConsumer.
 func HandleTx[Tx any](fn func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte, error)) Handler {
-	return broker.HandleTx(fn)
+	return Handler{h: broker.HandleTx(fn)}
+}
+
+// check reports whether h can run under g (see broker.Handler.Check).
+func (h Handler) check(g *idem.Guard) error {
+	if h.cp != nil {
+		return h.cp.check(g)
+	}
+	return h.h.Check(g)
 }

@@ -38,8 +38,14 @@ type env struct {
 
 func newEnv(t testing.TB, topic string, parts int32) *env {
 	t.Helper()
+	return newEnvWith(t, topic, parts)
+}
+
+// newEnvWith is newEnv with more cluster options.
+func newEnvWith(t testing.TB, topic string, parts int32, opts ...kfake.Opt) *env {
+	t.Helper()
 	dlq := topic + dlqSuffix
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic), kfake.SeedTopics(1, dlq))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(parts, topic), kfake.SeedTopics(1, dlq)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +108,15 @@ func (e *env) ends(topic string) map[int32]int64 {
 
 // committed returns the group's committed offsets read back from the
 // cluster (-1 where nothing is committed).
-func (e *env) committed() map[int32]int64 {
+func (e *env) committed() map[int32]int64 { return e.groupCommitted(e.group) }
+
+// groupCommitted returns group's committed offsets on e's topic (-1 where
+// nothing is committed).
+func (e *env) groupCommitted(group string) map[int32]int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	os, err := e.adm.FetchOffsets(ctx, e.group)
+	os, err := e.adm.FetchOffsets(ctx, group)
 	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		e.t.Fatal(err)
 	}

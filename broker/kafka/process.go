@@ -73,6 +73,9 @@ func (c *Consumer) process(p *partition, rec *kgo.Record) (broker.Report, bool) 
 		done = true
 	case idem.ActionDeadLetter:
 		r, done = c.deadLetter(ctx, p, rec, r)
+		if done && c.h.cp != nil {
+			c.passCheckpoint(p, rec)
+		}
 	}
 	if !done {
 		// Held: the claims made ahead for the records behind it would
@@ -86,10 +89,13 @@ func (c *Consumer) process(p *partition, rec *kgo.Record) (broker.Report, bool) 
 // partition's batch when the consumer claims in batches, else claiming rec
 // on its own.
 func (c *Consumer) handle(p *partition, rec *kgo.Record) (idem.Result, error) {
-	if c.batch {
+	switch {
+	case c.h.cp != nil:
+		return c.h.cp.run(p.ctx, c.g, rec)
+	case c.batch:
 		return c.runAhead(p, rec)
 	}
-	return c.h.Run(p.ctx, c.g, MessageOf(rec), rec)
+	return c.h.h.Run(p.ctx, c.g, MessageOf(rec), rec)
 }
 
 // Dead-letter headers. The idem headers (idem.HeaderReason, idem.HeaderError,
