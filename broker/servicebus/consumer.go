@@ -27,8 +27,10 @@ type Options struct {
 	// Backoff gives how long a transiently failed message waits, its lock
 	// renewed, before it is abandoned (Service Bus redelivers an abandoned
 	// message at once), from its DeliveryCount; and the pace at which a
-	// message whose key is in progress elsewhere is claimed again. Default
-	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff).
+	// message whose key is in progress elsewhere is claimed again. A
+	// message whose lock is lost waits for nothing: it is available again
+	// already. Default idem.ExponentialBackoff(DefaultMinBackoff,
+	// DefaultMaxBackoff).
 	Backoff func(attempt int) time.Duration
 	// MaxHold bounds how long a message whose key is in progress elsewhere
 	// is held, its lock renewed, and claimed again on the back-off (at the

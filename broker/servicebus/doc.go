@@ -47,9 +47,10 @@
 // While a message is in the consumer its lock is renewed (RenewMessageLock,
 // every third of the lock), beside the guard's own lease heartbeat; a lock
 // Service Bus reports lost cancels the handler's context with cause
-// ErrLockLost, the way a lost lease does. A completion that fails because
-// the lock was lost is harmless: the redelivery finds the record and is a
-// duplicate.
+// ErrLockLost, the way a lost lease does, and its delivery spends no
+// back-off (the message is available again already). A completion that
+// fails because the lock was lost is harmless: the redelivery finds the
+// record and is a duplicate.
 //
 // # Producer side and duplicate detection
 //

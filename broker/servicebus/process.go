@@ -92,9 +92,11 @@ func (c *Consumer) process(ctx context.Context, stop <-chan struct{}, msg *azser
 	if r.Action == idem.ActionRetry && last {
 		r.Action, r.Reason, r.Delay = idem.ActionDeadLetter, ReasonMaxDeliver, 0
 	}
-	if r.Action == idem.ActionRetry && !errors.Is(err, idem.ErrInProgress) {
+	if r.Action == idem.ActionRetry && !errors.Is(err, idem.ErrInProgress) && !errors.Is(context.Cause(hctx), ErrLockLost) {
 		// Service Bus redelivers an abandoned message at once: the back-off
-		// is spent here, with the lock renewed, unless shutting down.
+		// is spent here, with the lock renewed, unless shutting down. A
+		// message whose lock is lost is available again already: waiting
+		// would only keep a worker from it.
 		consume.Sleep(r.Delay, stop)
 	}
 	// Renewals end before the settlement, which the client must not race
