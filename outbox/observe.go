@@ -7,7 +7,8 @@ import (
 )
 
 // Observer receives the relay's events: metrics, logs, alerts. Observe
-// runs on the relay's goroutine, so it must be quick.
+// runs on the relay's goroutines, so it must be quick and safe for
+// concurrent use.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
@@ -134,6 +135,7 @@ type Relay struct {
 	// Owned by Run's goroutine.
 	lease       Lease // held; zero when not
 	nextCleanup time.Time
+	inflight    *marks // the last batch, while its outcomes are written
 }
 
 // NewRelay returns a relay over store publishing through pub. It validates
@@ -171,6 +173,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer func() {
 		stopListen()
 		wg.Wait()
+		r.waitMarks()
 		r.release()
 	}()
 	for ctx.Err() == nil {
@@ -289,11 +292,43 @@ func (r *Relay) release() {
 	r.observe(ctx, Event{Kind: EventLeaseLost, Lease: l})
 }
 
-// batch fetches one batch and publishes it in waves (see waves), and
-// reports whether the batch was full (more may be waiting).
+// marks are one batch's outcomes, written by settle while the next batch is
+// fetched and published.
+type marks struct {
+	start     time.Time
+	seqs      []int64         // every record of the batch: kept out of the next fetch until written
+	blocked   map[string]bool // ordering keys with a record that did not go out
+	published []int64
+	failures  []Failure
+	failed    []Record
+	lag       time.Duration
+	done      chan struct{}
+}
+
+// batch fetches one batch and publishes it in waves (see waves), starts
+// writing its outcomes, and reports whether the batch was full (more may
+// be waiting).
+//
+// The outcomes of one batch are written while the next is fetched and
+// published: the next fetch leaves the batch's records out, and its
+// failures hold back their keys in memory until they are written; the next
+// batch's outcomes wait for them.
 func (r *Relay) batch(ctx context.Context) (full bool, err error) {
-	start := time.Now()
-	recs, err := r.store.Fetch(ctx, FetchRequest{Now: r.opts.Clock(), Limit: r.opts.BatchSize})
+	if p := r.inflight; p != nil {
+		select {
+		case <-p.done:
+			r.inflight = nil
+		default:
+		}
+	}
+	m := &marks{start: time.Now(), blocked: map[string]bool{}, done: make(chan struct{})}
+	req := FetchRequest{Now: r.opts.Clock(), Limit: r.opts.BatchSize}
+	blocked := map[string]bool{} // ordering keys not to publish in this batch
+	if p := r.inflight; p != nil {
+		req.Exclude = p.seqs
+		maps.Copy(blocked, p.blocked)
+	}
+	recs, err := r.store.Fetch(ctx, req)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: fetch: %w", err)})
@@ -303,13 +338,6 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if len(recs) == 0 {
 		return false, nil
 	}
-	var (
-		published []int64
-		failures  []Failure
-		failed    []Record
-		lag       time.Duration
-		blocked   = map[string]bool{} // ordering keys with a failure in this batch
-	)
 	for _, wave := range waves(recs) {
 		wave = unblocked(wave, blocked)
 		if len(wave) == 0 {
@@ -330,8 +358,8 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		at := r.opts.Clock()
 		for i, rec := range wave {
 			if errs[i] == nil {
-				published = append(published, rec.Seq)
-				lag = max(lag, at.Sub(rec.CreatedAt))
+				m.published = append(m.published, rec.Seq)
+				m.lag = max(m.lag, at.Sub(rec.CreatedAt))
 				continue
 			}
 			if rec.OrderingKey != "" {
@@ -341,41 +369,72 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 				continue // shutting down: not the record's failure
 			}
 			f := r.failure(rec, errs[i], at)
-			failures = append(failures, f)
+			m.failures = append(m.failures, f)
 			rec.Attempts, rec.NextAttemptAt, rec.LastError, rec.Parked = f.Attempts, f.NextAttemptAt, f.Error, f.Park
-			failed = append(failed, rec)
+			m.failed = append(m.failed, rec)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	// Marks are written even when ctx has ended: what the broker confirmed
-	// should not go out again just because the service is stopping.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if len(published) > 0 {
-		if err := r.store.MarkPublished(mctx, published, r.opts.Clock()); err != nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d published (they will be published again): %w", len(published), err)})
-			return false, err
+	// The next batch holds back the keys of every record of this one that
+	// did not go out: failed, behind a failure, or not tried (the lease ran
+	// short). Its fetch does not see the records themselves.
+	sent := make(map[int64]bool, len(m.published))
+	for _, seq := range m.published {
+		sent[seq] = true
+	}
+	for _, rec := range recs {
+		m.seqs = append(m.seqs, rec.Seq)
+		if !sent[rec.Seq] && rec.OrderingKey != "" {
+			m.blocked[rec.OrderingKey] = true
 		}
 	}
-	if len(failures) > 0 {
-		if err := r.store.MarkFailed(mctx, failures); err != nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d failed: %w", len(failures), err)})
-			return false, err
+	r.waitMarks()
+	r.inflight = m
+	go func() {
+		defer close(m.done)
+		r.settle(ctx, m)
+	}()
+	return len(recs) == r.opts.BatchSize, nil
+}
+
+// waitMarks waits until the last batch's outcomes are written.
+func (r *Relay) waitMarks() {
+	if r.inflight != nil {
+		<-r.inflight.done
+		r.inflight = nil
+	}
+}
+
+// settle writes a batch's outcomes and reports them. Marks are written
+// even when ctx has ended: what the broker confirmed should not go out
+// again just because the service is stopping.
+func (r *Relay) settle(ctx context.Context, m *marks) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if len(m.published) > 0 {
+		if err := r.store.MarkPublished(mctx, m.published, r.opts.Clock()); err != nil {
+			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d published (they will be published again): %w", len(m.published), err)})
+			return
+		}
+	}
+	if len(m.failures) > 0 {
+		if err := r.store.MarkFailed(mctx, m.failures); err != nil {
+			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d failed: %w", len(m.failures), err)})
+			return
 		}
 	}
 	parked := 0
-	for i := range failed {
+	for i := range m.failed {
 		kind := EventFailed
-		if failed[i].Parked {
+		if m.failed[i].Parked {
 			kind, parked = EventParked, parked+1
 		}
-		r.observe(ctx, Event{Kind: kind, Record: &failed[i], Err: errors.New(failed[i].LastError)})
+		r.observe(ctx, Event{Kind: kind, Record: &m.failed[i], Err: errors.New(m.failed[i].LastError)})
 	}
-	r.observe(ctx, Event{Kind: EventBatch, Published: len(published), Failed: len(failures) - parked, Parked: parked,
-		Lag: lag, Duration: time.Since(start)})
-	return len(recs) == r.opts.BatchSize, nil
+	r.observe(ctx, Event{Kind: EventBatch, Published: len(m.published), Failed: len(m.failures) - parked, Parked: parked,
+		Lag: m.lag, Duration: time.Since(m.start)})
 }
 
 func (r *Relay) failure(rec Record, err error, at time.Time) Failure {

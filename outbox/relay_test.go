@@ -496,3 +496,45 @@ func TestNewRelayValidates(t *testing.T) {
 		t.Errorf("nil store: %v", err)
 	}
 }
+
+// slowMarks delays the writing of outcomes, so the relay's next batch is
+// fetched and published while they are in flight.
+type slowMarks struct {
+	*outboxmemory.Store
+}
+
+func (s slowMarks) MarkFailed(ctx context.Context, fs []outbox.Failure) error {
+	time.Sleep(30 * time.Millisecond)
+	return s.Store.MarkFailed(ctx, fs)
+}
+
+func (s slowMarks) MarkPublished(ctx context.Context, seqs []int64, now time.Time) error {
+	time.Sleep(30 * time.Millisecond)
+	return s.Store.MarkPublished(ctx, seqs, now)
+}
+
+// The next batch is published while the last one's outcomes are written:
+// a failure not written yet still holds back its key, and no record goes
+// out twice.
+func TestRelayPipelinedMarksKeepKeyOrder(t *testing.T) {
+	s := newStore(t)
+	msgs := messages([]string{"A", "B"}, 4)
+	enqueue(t, s, msgs...)
+	b := &broker{}
+	var failures atomic.Int32
+	b.setFail(func(r outbox.Record) error {
+		if (r.ID == "A0" || r.ID == "A2") && failures.Add(1) <= 4 {
+			return errors.New("broker timeout")
+		}
+		return nil
+	})
+	start(t, slowMarks{s}, b, outbox.RelayOptions{BatchSize: 1})
+	eventually(t, "every message published", func() bool { return stats(t, s).Published == int64(len(msgs)) })
+	got := b.ids()
+	if o := orderOf(msgs, got); !slices.Equal(o["A"], []string{"A0", "A1", "A2", "A3"}) || !slices.Equal(o["B"], []string{"B0", "B1", "B2", "B3"}) {
+		t.Fatalf("per-key order %v (publishes %v)", o, got)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("publishes %v: some went out twice", got)
+	}
+}

@@ -25,8 +25,9 @@ import (
 // Times come from the caller (the relay's clock), never the database's.
 type Store interface {
 	// Fetch returns up to req.Limit records ready at req.Now, by ascending
-	// Seq: pending, not parked, NextAttemptAt <= Now, and with no earlier
-	// pending record of the same ordering key that is parked or not due.
+	// Seq: pending, not parked, NextAttemptAt <= Now, not in req.Exclude,
+	// and with no earlier pending record of the same ordering key that is
+	// parked or not due.
 	Fetch(ctx context.Context, req FetchRequest) ([]Record, error)
 
 	// MarkPublished records that the broker confirmed the records seqs at
@@ -61,6 +62,10 @@ type Store interface {
 type FetchRequest struct {
 	Now   time.Time
 	Limit int
+	// Exclude are records not to return: the relay's previous batch, whose
+	// outcomes it is writing meanwhile. (Records behind them in their
+	// ordering keys are returned; the relay holds them back itself.)
+	Exclude []int64
 }
 
 // Failure is one failed publish.

@@ -174,6 +174,13 @@ func (s *Store) Fetch(ctx context.Context, req outbox.FetchRequest) ([]outbox.Re
 		if !r.Pending() {
 			continue
 		}
+		if slices.Contains(req.Exclude, r.Seq) {
+			// Still pending: what it holds back in its key, the caller holds.
+			if r.OrderingKey != "" && (r.Parked || r.NextAttemptAt.After(req.Now)) {
+				blocked[r.OrderingKey] = true
+			}
+			continue
+		}
 		ready := !r.Parked && !r.NextAttemptAt.After(req.Now)
 		if r.OrderingKey != "" {
 			if blocked[r.OrderingKey] {

@@ -77,6 +77,15 @@ func testFetchOrder(e *env) {
 	if got, err := e.s.Store.Fetch(e.ctx, outbox.FetchRequest{Now: e.clock.Now(), Limit: 0}); err != nil || len(got) != 0 {
 		e.t.Fatalf("fetch with Limit 0: %d records, %v; want none", len(got), err)
 	}
+	// The relay's previous batch, still being marked, is left out.
+	next := e.fetchAt(e.clock.Now(), 5)
+	got, err := e.s.Store.Fetch(e.ctx, outbox.FetchRequest{Now: e.clock.Now(), Limit: 5, Exclude: seqs(next)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !slices.Equal(ids(got), []string{"m15", "m16", "m17", "m18", "m19"}) {
+		e.t.Fatalf("fetch excluding m10..m14: %v", ids(got))
+	}
 }
 
 func testRollback(e *env) {

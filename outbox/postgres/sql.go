@@ -69,6 +69,7 @@ func buildStatements(table, lease string) statements {
 )
 SELECT ` + recordColumns + ` FROM {{T}} o
 WHERE o.published_at IS NULL AND NOT o.parked AND o.next_attempt_at <= $1
+	AND o.seq NOT IN (SELECT unnest($3::bigint[]))
 	AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq)
 ORDER BY o.seq
 LIMIT $2`),

@@ -61,6 +61,7 @@ func New(db *sql.DB, table, lease string, d Dialect) *Store {
 SELECT ` + Columns + ` FROM {{T}} o
 WHERE o.published_at IS NULL AND o.parked = 0 AND o.next_attempt_at <= ?
 	AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq)
+	{{EXCLUDE}}
 ORDER BY o.seq
 LIMIT ?`),
 		markPublished: r.Replace(`UPDATE {{T}} SET published_at = ? WHERE published_at IS NULL AND seq IN (`),
@@ -152,7 +153,15 @@ func (s *Store) Fetch(ctx context.Context, req outbox.FetchRequest) ([]outbox.Re
 		return nil, ctx.Err()
 	}
 	now := MS(req.Now)
-	rows, err := s.DB.QueryContext(ctx, s.q.fetch, now, now, req.Limit)
+	args := []any{now, now}
+	exclude := ""
+	if len(req.Exclude) > 0 {
+		exclude = "AND o.seq NOT IN (" + strings.TrimSuffix(strings.Repeat("?,", len(req.Exclude)), ",") + ")"
+		for _, seq := range req.Exclude {
+			args = append(args, seq)
+		}
+	}
+	rows, err := s.DB.QueryContext(ctx, strings.Replace(s.q.fetch, "{{EXCLUDE}}", exclude, 1), append(args, req.Limit)...)
 	if err != nil {
 		return nil, s.wrap("fetch", err)
 	}
