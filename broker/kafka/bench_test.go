@@ -41,13 +41,7 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	for i, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			e := newEnv(b, fmt.Sprintf("bench%d", i), 8)
-			recs := make([]*kgo.Record, b.N)
-			for n := range recs {
-				recs[n] = kafka.Record(e.topic, "", fmt.Sprintf("id-%d", n), payload(int32(n%8), n))
-				recs[n].Partition = int32(n % 8)
-			}
-			e.produce(recs...)
+			e := benchEnv(b, fmt.Sprintf("bench%d", i))
 			work := func() {
 				if bc.work > 0 {
 					time.Sleep(bc.work) // stands for a remote call
@@ -90,6 +84,19 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
+// benchEnv is a cluster with a topic of 8 partitions holding b.N records,
+// spread round robin.
+func benchEnv(b *testing.B, topic string) *env {
+	e := newEnv(b, topic, 8)
+	recs := make([]*kgo.Record, b.N)
+	for n := range recs {
+		recs[n] = kafka.Record(e.topic, "", fmt.Sprintf("id-%d", n), payload(int32(n%8), n))
+		recs[n].Partition = int32(n % 8)
+	}
+	e.produce(recs...)
+	return e
+}
+
 // plainLoop is the usual at-least-once kgo loop without dedup: process each
 // polled record, commit, poll again.
 func plainLoop(ctx context.Context, cl *kgo.Client, work func()) error {
@@ -107,5 +114,62 @@ func plainLoop(ctx context.Context, cl *kgo.Client, work func()) error {
 			return err
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// BenchmarkConsumeCheckpoint measures records per second through a
+// consumer whose handler inserts one row in the business database, on each
+// database, three ways: the transactional inbox (HandleTx: a marker per
+// record), HandleCheckpoint with keys (marker and position), and
+// HandleCheckpoint with NoKeys (the position alone); and the rows each
+// leaves behind per record (the store's records and the checkpoint rows;
+// the effect rows aside). Eight partitions, Concurrency 8. Run with
+// -benchtime=2000x: b.N is the record count.
+func BenchmarkConsumeCheckpoint(b *testing.B) {
+	modes := []struct {
+		name string
+		h    func(bk *cpBackend) kafka.Handler
+	}{
+		{"inbox", func(bk *cpBackend) kafka.Handler { return bk.txHandler() }},
+		{"checkpoint+keys", func(bk *cpBackend) kafka.Handler { return bk.handler(bk.cp, nil) }},
+		{"checkpoint", func(bk *cpBackend) kafka.Handler {
+			cp := bk.cp
+			cp.NoKeys = true
+			return bk.handler(cp, nil)
+		}},
+	}
+	for _, db := range cpBackends {
+		for i, m := range modes {
+			b.Run(db.name+"/"+m.name, func(b *testing.B) {
+				bk := db.open(b)
+				e := benchEnv(b, fmt.Sprintf("cpbench%d", i))
+				g, err := idem.New(bk.store, idem.Options{Scope: e.group})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cl := e.consumerClient()
+				defer cl.Close()
+				c, err := kafka.NewConsumer(cl, g, m.h(bk), kafka.Options{DeadLetterTopic: e.dlq, Concurrency: 8,
+					CommitInterval: 20 * time.Millisecond})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				b.ResetTimer()
+				go func() { done <- c.Run(ctx) }()
+				for !e.allCommitted() {
+					time.Sleep(5 * time.Millisecond) // polling for the end of the run, not synchronising
+				}
+				b.StopTimer()
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				records, checkpoints := bk.rows(b)
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+				b.ReportMetric(float64(records+checkpoints)/float64(b.N), "rows/record")
+			})
+		}
 	}
 }

@@ -35,7 +35,12 @@ type cpBackend struct {
 	// effect row in the transaction, then calls each (when not nil) there.
 	handler func(cp kafka.Checkpoints, each func(ctx context.Context, rec *kgo.Record) error) kafka.Handler
 	// effects returns the effect rows in the order they were committed.
-	effects func(t *testing.T) []applied
+	effects func(t testing.TB) []applied
+	// txHandler builds a HandleTx handler inserting the same effect rows
+	// (the transactional inbox, for comparison).
+	txHandler func() kafka.Handler
+	// rows counts the store's records and the checkpoint rows.
+	rows func(t testing.TB) (records, checkpoints int)
 }
 
 // applied is one effect row: the record it came from.
@@ -50,7 +55,7 @@ type applied struct {
 // IDEM_REQUIRE_SERVICES=1).
 var cpBackends = []struct {
 	name string
-	open func(t *testing.T) *cpBackend
+	open func(t testing.TB) *cpBackend
 }{
 	{"sqlite", openSQLiteBackend},
 	{"postgres", openPostgresBackend},
@@ -73,7 +78,7 @@ func suffix(t testing.TB) string {
 }
 
 // openSQLite returns a migrated SQLite store in a file of the test's own.
-func openSQLite(t *testing.T) *sqlite.Store {
+func openSQLite(t testing.TB) *sqlite.Store {
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "business.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +90,13 @@ func openSQLite(t *testing.T) *sqlite.Store {
 	return st
 }
 
-func openSQLiteBackend(t *testing.T) *cpBackend {
+func openSQLiteBackend(t testing.TB) *cpBackend {
 	st := openSQLite(t)
 	return sqlBackend(t, st, st.DB(), "checkpoints",
 		`CREATE TABLE effects (seq INTEGER PRIMARY KEY AUTOINCREMENT, partition_id INTEGER NOT NULL, off INTEGER NOT NULL, id TEXT NOT NULL)`)
 }
 
-func openMySQLBackend(t *testing.T) *cpBackend {
+func openMySQLBackend(t testing.TB) *cpBackend {
 	cfg, err := gomysql.ParseDSN(testenv.MySQL.Need(t))
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +133,13 @@ func openMySQLBackend(t *testing.T) *cpBackend {
 }
 
 // sqlBackend is the *sql.Tx backend over db, whose store is st.
-func sqlBackend(t *testing.T, st idem.Store, db *sql.DB, table, effectsDDL string) *cpBackend {
+func sqlBackend(t testing.TB, st idem.Store, db *sql.DB, table, effectsDDL string) *cpBackend {
 	ctx := context.Background()
+	insert := func(ctx context.Context, tx *sql.Tx, rec *kgo.Record) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO effects (partition_id, off, id) VALUES (?, ?, ?)`,
+			rec.Partition, rec.Offset, idOf(rec))
+		return err
+	}
 	cp := kafka.Checkpoints{Table: table}
 	if err := cp.Migrate(ctx, st); err != nil {
 		t.Fatal(err)
@@ -141,13 +151,14 @@ func sqlBackend(t *testing.T, st idem.Store, db *sql.DB, table, effectsDDL strin
 		store: st,
 		cp:    cp,
 		handler: func(cp kafka.Checkpoints, each func(context.Context, *kgo.Record) error) kafka.Handler {
-			return effectHandler(cp, each, func(ctx context.Context, tx *sql.Tx, rec *kgo.Record) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO effects (partition_id, off, id) VALUES (?, ?, ?)`,
-					rec.Partition, rec.Offset, idOf(rec))
-				return err
-			})
+			return effectHandler(cp, each, insert)
 		},
-		effects: func(t *testing.T) []applied {
+		txHandler: func() kafka.Handler { return txEffectHandler(insert) },
+		rows: func(t testing.TB) (int, int) {
+			return count(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM idem_records`)),
+				count(t, db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+table))
+		},
+		effects: func(t testing.TB) []applied {
 			t.Helper()
 			rows, err := db.QueryContext(context.Background(), `SELECT partition_id, off, id FROM effects ORDER BY seq`)
 			if err != nil {
@@ -170,7 +181,7 @@ func sqlBackend(t *testing.T, st idem.Store, db *sql.DB, table, effectsDDL strin
 	}
 }
 
-func openPostgresBackend(t *testing.T) *cpBackend {
+func openPostgresBackend(t testing.TB) *cpBackend {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testenv.Postgres.Need(t))
 	if err != nil {
@@ -206,17 +217,23 @@ func openPostgresBackend(t *testing.T) *cpBackend {
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+effects+` (seq bigserial PRIMARY KEY, partition_id int NOT NULL, off bigint NOT NULL, id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
+	insert := func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` (partition_id, off, id) VALUES ($1, $2, $3)`,
+			rec.Partition, rec.Offset, idOf(rec))
+		return err
+	}
 	return &cpBackend{
 		store: st,
 		cp:    cp,
 		handler: func(cp kafka.Checkpoints, each func(context.Context, *kgo.Record) error) kafka.Handler {
-			return effectHandler(cp, each, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-				_, err := tx.Exec(ctx, `INSERT INTO `+effects+` (partition_id, off, id) VALUES ($1, $2, $3)`,
-					rec.Partition, rec.Offset, idOf(rec))
-				return err
-			})
+			return effectHandler(cp, each, insert)
 		},
-		effects: func(t *testing.T) []applied {
+		txHandler: func() kafka.Handler { return txEffectHandler(insert) },
+		rows: func(t testing.TB) (int, int) {
+			return count(t, pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+schema+`.idem_records`)),
+				count(t, pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+schema+`.checkpoints`))
+		},
+		effects: func(t testing.TB) []applied {
 			t.Helper()
 			rows, err := pool.Query(context.Background(), `SELECT partition_id, off, id FROM `+effects+` ORDER BY seq`)
 			if err != nil {
@@ -245,6 +262,23 @@ func effectHandler[Tx any](cp kafka.Checkpoints, each func(context.Context, *kgo
 		}
 		return each(ctx, rec)
 	})
+}
+
+// txEffectHandler is HandleTx over the same insert.
+func txEffectHandler[Tx any](insert func(ctx context.Context, tx Tx, rec *kgo.Record) error) kafka.Handler {
+	return kafka.HandleTx(func(ctx context.Context, tx Tx, rec *kgo.Record) ([]byte, error) {
+		return nil, insert(ctx, tx, rec)
+	})
+}
+
+// count scans a COUNT(*).
+func count(t testing.TB, row interface{ Scan(...any) error }) int {
+	t.Helper()
+	var n int
+	if err := row.Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // checkOnce asserts that the effects are exactly one row per record of

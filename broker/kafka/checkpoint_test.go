@@ -32,7 +32,7 @@ func eachMode(t *testing.T, f func(t *testing.T, b *cpBackend, cp kafka.Checkpoi
 	}
 }
 
-func modes(t *testing.T, open func(t *testing.T) *cpBackend, f func(t *testing.T, b *cpBackend, cp kafka.Checkpoints)) {
+func modes(t *testing.T, open func(t testing.TB) *cpBackend, f func(t *testing.T, b *cpBackend, cp kafka.Checkpoints)) {
 	for _, noKeys := range []bool{false, true} {
 		name := "keys"
 		if noKeys {
