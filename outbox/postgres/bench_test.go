@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 // benchWorkers is the concurrency of the enqueue benchmark, as the issue asks.
@@ -31,7 +33,15 @@ const benchWorkers = 8
 //   - ordered: the same with an OrderingKey per order (the advisory lock
 //     travels in the same statement);
 //   - queued: the business insert and the message in one batch (Queue):
-//     BEGIN, the batch, COMMIT, the round trips of raw.
+//     BEGIN, the batch, COMMIT, the round trips of raw;
+//   - inbox: idem.DoTx on store/postgres with the business insert (the
+//     inbox marker with BEGIN, the insert, COMMIT), the transaction of a
+//     consumer that emits a message;
+//   - inbox+enqueue and inbox+queued: the same with the message, by
+//     Enqueue after the insert or queued with it.
+//
+// Ratios: enqueue, nonotify, ordered and queued to raw; inbox+enqueue and
+// inbox+queued to inbox.
 //
 // Each of the b.N rounds runs 1000 transactions of each kind. Metrics are
 // transactions per second and each kind's ratio to raw.
@@ -53,35 +63,66 @@ func BenchmarkEnqueueRatio(b *testing.B) {
 	type mode struct {
 		name string
 		tx   func(ctx context.Context, tx pgx.Tx, id string) error
+		run  func(ctx context.Context, id string) error // instead of tx in a plain transaction
+		base int                                        // the mode it is compared with
+	}
+	inbox, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := inbox.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	g, err := idem.New(inbox, idem.Options{Scope: "billing"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doTx := func(fn func(ctx context.Context, tx pgx.Tx, id string) error) func(ctx context.Context, id string) error {
+		return func(ctx context.Context, id string) error {
+			_, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: payload}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				return nil, fn(ctx, tx, id)
+			})
+			return err
+		}
+	}
+	enqueue := func(ctx context.Context, tx pgx.Tx, id string) error {
+		if err := charge(ctx, tx, id); err != nil {
+			return err
+		}
+		return s.Enqueue(ctx, tx, outbox.Message{Destination: "billing.charged", Payload: payload}) // id derived from the inbound key
+	}
+	queued := func(ctx context.Context, tx pgx.Tx, id string) error {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, id, 12345)
+		if err := s.Queue(ctx, b, outbox.Message{ID: id, Destination: "billing.charged", Payload: payload}); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
 	}
 	modes := []mode{
-		{"raw", charge},
-		{"enqueue", func(ctx context.Context, tx pgx.Tx, id string) error {
+		{name: "raw", tx: charge},
+		{name: "enqueue", tx: func(ctx context.Context, tx pgx.Tx, id string) error {
 			if err := charge(ctx, tx, id); err != nil {
 				return err
 			}
 			return s.Enqueue(ctx, tx, outbox.Message{ID: id, Destination: "billing.charged", Payload: payload})
 		}},
-		{"nonotify", func(ctx context.Context, tx pgx.Tx, id string) error {
+		{name: "nonotify", tx: func(ctx context.Context, tx pgx.Tx, id string) error {
 			if err := charge(ctx, tx, id); err != nil {
 				return err
 			}
 			return quiet.Enqueue(ctx, tx, outbox.Message{ID: id, Destination: "billing.charged", Payload: payload})
 		}},
-		{"ordered", func(ctx context.Context, tx pgx.Tx, id string) error {
+		{name: "ordered", tx: func(ctx context.Context, tx pgx.Tx, id string) error {
 			if err := charge(ctx, tx, id); err != nil {
 				return err
 			}
 			return s.Enqueue(ctx, tx, outbox.Message{ID: id, Destination: "billing.charged", OrderingKey: id, Payload: payload})
 		}},
-		{"queued", func(ctx context.Context, tx pgx.Tx, id string) error {
-			b := &pgx.Batch{}
-			b.Queue(`INSERT INTO charges (order_id, amount) VALUES ($1, $2)`, id, 12345)
-			if err := s.Queue(ctx, b, outbox.Message{ID: id, Destination: "billing.charged", Payload: payload}); err != nil {
-				return err
-			}
-			return tx.SendBatch(ctx, b).Close()
-		}},
+		{name: "queued", tx: queued},
+		{name: "inbox", run: doTx(charge)},
+		{name: "inbox+enqueue", run: doTx(enqueue), base: 5},
+		{name: "inbox+queued", run: doTx(queued), base: 5},
 	}
 	const perRound = 1000
 	elapsed := make([]time.Duration, len(modes))
@@ -96,7 +137,13 @@ func BenchmarkEnqueueRatio(b *testing.B) {
 				defer wg.Done()
 				for n.Add(1) <= perRound {
 					id := fmt.Sprintf("%s-%d", m.name, seq.Add(1))
-					if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return m.tx(ctx, tx, id) }); err != nil {
+					run := m.run
+					if run == nil {
+						run = func(ctx context.Context, id string) error {
+							return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return m.tx(ctx, tx, id) })
+						}
+					}
+					if err := run(ctx, id); err != nil {
 						b.Error(err)
 						return
 					}
@@ -121,8 +168,8 @@ func BenchmarkEnqueueRatio(b *testing.B) {
 	rate := func(i int) float64 { return float64(perRound*b.N) / elapsed[i].Seconds() }
 	for i, m := range modes {
 		b.ReportMetric(rate(i), m.name+"/s")
-		if i > 0 {
-			b.ReportMetric(rate(i)/rate(0), m.name+"/raw")
+		if i > 0 && m.run == nil || m.base > 0 {
+			b.ReportMetric(rate(i)/rate(m.base), m.name+"/"+modes[m.base].name)
 		}
 	}
 	b.ReportMetric(0, "ns/op")

@@ -26,12 +26,14 @@ const (
 		WITH ORDINALITY AS u(id, d, rk, ok, h, p, fp, ord)`
 )
 
+const onConflict = `
+	ON CONFLICT (id) DO UPDATE SET fingerprint = {{T}}.fingerprint WHERE {{T}}.fingerprint <> EXCLUDED.fingerprint
+	RETURNING id, fingerprint`
+
 func insert(m, where string) string {
 	return `INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at)
 	SELECT m.id, m.d, m.rk, m.ok, m.h, m.p, m.fp, $8::timestamptz, $8::timestamptz FROM (` + m + `) AS m` + where + `
-	ORDER BY m.ord
-	ON CONFLICT (id) DO UPDATE SET fingerprint = {{T}}.fingerprint WHERE {{T}}.fingerprint <> EXCLUDED.fingerprint
-	RETURNING id, fingerprint`
+	ORDER BY m.ord` + onConflict
 }
 
 // locked is the insert taking the ordering keys' locks ($10, $11) before
@@ -54,7 +56,8 @@ SELECT id, fingerprint, (SELECT count(*) FROM n) FROM ins`
 func buildStatements(table, lease string) statements {
 	r := strings.NewReplacer("{{T}}", table, "{{L}}", lease)
 	return statements{
-		insertOne:   r.Replace(insert(oneMessage, "")),
+		insertOne: r.Replace(`INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)` + onConflict),
 		insertMany:  r.Replace(insert(messages, "")),
 		enqueueOne:  r.Replace(locked(oneMessage)),
 		enqueueMany: r.Replace(locked(messages)),
