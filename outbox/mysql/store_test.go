@@ -9,10 +9,12 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
 	outboxmysql "github.com/idemgo/idem/outbox/mysql"
 	"github.com/idemgo/idem/outbox/outboxtest"
+	"github.com/idemgo/idem/store/mysql"
 )
 
 // openDB opens the test server with the DSN options given.
@@ -83,4 +85,28 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDoTx: Enqueue inside idem.DoTx on store/mysql, the inbox marker, the
+// business writes and the messages in one transaction.
+func TestDoTx(t *testing.T) {
+	db := openDB(t, true, false)
+	s := newStore(t, db, outboxmysql.Options{})
+	inbox, err := mysql.New(db, mysql.Options{Table: s.Table() + "_inbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, suffix := range []string{"_inbox", "_inbox_migrations"} {
+			db.Exec("DROP TABLE IF EXISTS `" + s.Table() + suffix + "`")
+		}
+	})
+	g, err := idem.New(inbox, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunDoTx(t, g, s, s.Enqueue)
 }

@@ -8,10 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 // newStore returns a migrated store in a schema of the test's own.
@@ -75,5 +77,50 @@ func TestConformanceQueue(t *testing.T) {
 				})
 			})
 		}}
+	})
+}
+
+// TestDoTx: Enqueue inside idem.DoTx on store/postgres, the inbox marker,
+// the business writes and the messages in one transaction.
+func TestDoTx(t *testing.T) {
+	s, pool := newStore(t, outboxpostgres.Options{})
+	inbox, err := postgres.New(pool, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g, err := idem.New(inbox, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("Enqueue", func(t *testing.T) { outboxtest.RunDoTx(t, g, s, s.Enqueue) })
+	q, pool2 := newStore(t, outboxpostgres.Options{})
+	inbox2, err := postgres.New(pool2, postgres.Options{MarkWithFirstStatement: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inbox2.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := idem.New(inbox2, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queued in a batch with a business statement, on an inbox whose marker
+	// travels with the handler's first statement.
+	t.Run("QueueMarkWithFirstStatement", func(t *testing.T) {
+		if _, err := pool2.Exec(context.Background(), `CREATE TABLE business (n int)`); err != nil {
+			t.Fatal(err)
+		}
+		outboxtest.RunDoTx(t, g2, q, func(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error {
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO business VALUES (1)`)
+			if err := q.Queue(ctx, b, msgs...); err != nil {
+				return err
+			}
+			return tx.SendBatch(ctx, b).Close()
+		})
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	outboxsqlite "github.com/idemgo/idem/outbox/sqlite"
@@ -49,4 +50,15 @@ func TestConformance(t *testing.T) {
 			SerialWriters: true,
 		}
 	})
+}
+
+// TestDoTx: Enqueue inside idem.DoTx on store/sqlite, the inbox marker, the
+// business writes and the messages in one transaction.
+func TestDoTx(t *testing.T) {
+	s, inbox := newStore(t, outboxsqlite.Options{})
+	g, err := idem.New(inbox, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RunDoTx(t, g, s, s.Enqueue)
 }
