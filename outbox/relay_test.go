@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 	outboxmemory "github.com/idemgo/idem/outbox/memory"
+	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -296,7 +297,7 @@ func TestRelayOneActiveAndTakeover(t *testing.T) {
 	s := newStore(t)
 	b := &broker{}
 	const lease = 600 * time.Millisecond
-	dying := &crashable{Store: s}
+	dying := outboxtest.NewCrashing(s, false)
 	var acquired sync.Map
 	obs := outbox.ObserverFunc(func(_ context.Context, e outbox.Event) {
 		if e.Kind == outbox.EventLeaseAcquired {
@@ -313,7 +314,7 @@ func TestRelayOneActiveAndTakeover(t *testing.T) {
 	if _, ok := acquired.Load("b"); ok {
 		t.Fatal("b acquired the lease while a held it")
 	}
-	dying.crash()
+	dying.Crash()
 	died := time.Now()
 	stopA()
 	enqueue(t, s, outbox.Message{ID: "after", Destination: "d", OrderingKey: "k"})
@@ -332,64 +333,17 @@ func TestRelayOneActiveAndTakeover(t *testing.T) {
 	}
 }
 
-// crashable is a store whose relay dies: after crash, every call fails, so
-// nothing is marked and the lease is not released.
-type crashable struct {
-	*outboxmemory.Store
-	dead     atomic.Bool
-	onMarked func() // after MarkPublished is refused
-}
-
-var errCrashed = errors.New("crashed")
-
-func (c *crashable) crash() { c.dead.Store(true) }
-
-func (c *crashable) Fetch(ctx context.Context, req outbox.FetchRequest) ([]outbox.Record, error) {
-	if c.dead.Load() {
-		return nil, errCrashed
-	}
-	return c.Store.Fetch(ctx, req)
-}
-
-func (c *crashable) MarkPublished(ctx context.Context, seqs []int64, now time.Time) error {
-	if c.dead.Load() {
-		if c.onMarked != nil {
-			c.onMarked()
-		}
-		return errCrashed
-	}
-	return c.Store.MarkPublished(ctx, seqs, now)
-}
-
-func (c *crashable) Lease(ctx context.Context, req outbox.LeaseRequest) (outbox.Lease, error) {
-	if c.dead.Load() {
-		return outbox.Lease{}, errCrashed
-	}
-	return c.Store.Lease(ctx, req)
-}
-
-func (c *crashable) ReleaseLease(ctx context.Context, req outbox.LeaseRequest) error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return c.Store.ReleaseLease(ctx, req)
-}
-
 // The relay dies between the broker's confirmation and the mark: the next
 // relay publishes the message again with the same id, and the consumer's
 // idem guard runs its handler once.
 func TestRelayKilledBetweenPublishAndMark(t *testing.T) {
 	s := newStore(t)
 	enqueue(t, s, outbox.Message{ID: "order-1-charged", Destination: "d", Payload: []byte("42")})
-	c := &crashable{Store: s}
-	stopped := make(chan struct{})
+	c := outboxtest.NewCrashing(s, true) // confirmed, then the process dies before the mark
 	b := &broker{}
-	b.fail = func(outbox.Record) error { c.crash(); return nil } // confirmed, then the process dies
-	c.onMarked = func() { close(stopped) }
 	_, stop := start(t, c, b, outbox.RelayOptions{Lease: 300 * time.Millisecond})
-	<-stopped
+	<-c.Crashed()
 	stop()
-	b.setFail(nil)
 	start(t, s, b, outbox.RelayOptions{Lease: 300 * time.Millisecond})
 	eventually(t, "published again", func() bool { return stats(t, s).Published == 1 })
 	got := b.ids()

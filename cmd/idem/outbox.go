@@ -68,6 +68,18 @@ func (f *outboxFlags) open(ctx context.Context) (*dsn.Handle, outboxStore, error
 	return h, s, nil
 }
 
+// run opens the outbox for the command, within its timeout, and runs fn.
+func (f *outboxFlags) run(c *cobra.Command, fn func(ctx context.Context, h *dsn.Handle, s outboxStore) error) error {
+	ctx, cancel := f.withTimeout(c)
+	defer cancel()
+	h, s, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return fn(ctx, h, s)
+}
+
 func newOutboxCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "outbox",
@@ -120,77 +132,13 @@ command for the next page is printed.`,
 			if limit <= 0 {
 				return usagef("--limit must be positive")
 			}
-			ctx, cancel := f.withTimeout(c)
-			defer cancel()
-			h, s, err := f.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer h.Close()
-			recs, err := s.List(ctx, filter)
-			if err != nil {
-				return fmt.Errorf("outbox list %s: %w", h.Redacted, err)
-			}
-			now := time.Now()
-			full := len(recs) == limit
-			if f.json {
-				type row struct {
-					Seq           int64             `json:"seq"`
-					ID            string            `json:"id"`
-					State         outbox.State      `json:"state"`
-					Destination   string            `json:"destination"`
-					RoutingKey    string            `json:"routing_key,omitempty"`
-					OrderingKey   string            `json:"ordering_key,omitempty"`
-					Headers       map[string]string `json:"headers,omitempty"`
-					PayloadBytes  int               `json:"payload_bytes"`
-					Attempts      int               `json:"attempts"`
-					LastError     string            `json:"last_error,omitempty"`
-					CreatedAt     time.Time         `json:"created_at"`
-					NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
-					PublishedAt   *time.Time        `json:"published_at,omitempty"`
+			return f.run(c, func(ctx context.Context, h *dsn.Handle, s outboxStore) error {
+				recs, err := s.List(ctx, filter)
+				if err != nil {
+					return fmt.Errorf("outbox list %s: %w", h.Redacted, err)
 				}
-				out := struct {
-					Messages []row `json:"messages"`
-					Next     int64 `json:"next_after,omitempty"`
-				}{Messages: make([]row, 0, len(recs))}
-				for _, r := range recs {
-					x := row{r.Seq, r.ID, r.State(), r.Destination, r.RoutingKey, r.OrderingKey, r.Headers, len(r.Payload),
-						r.Attempts, r.LastError, r.CreatedAt, nil, tptr(r.PublishedAt)}
-					if r.Pending() {
-						x.NextAttemptAt = tptr(r.NextAttemptAt)
-					}
-					out.Messages = append(out.Messages, x)
-				}
-				if full {
-					out.Next = recs[len(recs)-1].Seq
-				}
-				return writeJSON(c.OutOrStdout(), out)
-			}
-			w := c.OutOrStdout()
-			if len(recs) == 0 {
-				fmt.Fprintf(w, "No messages match (%s, table %s).\n", h.Redacted, f.table)
-				return nil
-			}
-			tw := newTable(w)
-			fmt.Fprintln(tw, "SEQ\tID\tSTATE\tDESTINATION\tKEY\tATTEMPTS\tCREATED\tNEXT/PUBLISHED\tLAST_ERROR")
-			for _, r := range recs {
-				when := ago(r.PublishedAt, now)
-				if r.Pending() {
-					when = ago(r.NextAttemptAt, now)
-					if r.Parked {
-						when = "-"
-					}
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Seq, clip(r.ID, 48), r.State(), clip(r.Destination, 32),
-					dash(clip(r.OrderingKey, 24)), r.Attempts, ago(r.CreatedAt, now), when, dash(clip(r.LastError, 60)))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if full {
-				fmt.Fprintf(w, "\n%d messages shown; next page: --after %d\n", len(recs), recs[len(recs)-1].Seq)
-			}
-			return nil
+				return printList(c, f, h, recs, limit)
+			})
 		},
 	}
 	f.add(c)
@@ -201,6 +149,70 @@ command for the next page is printed.`,
 	fl.Int64Var(&after, "after", 0, "start after this Seq (the previous page's last)")
 	fl.IntVar(&limit, "limit", 50, "messages per page")
 	return c
+}
+
+// printList prints a page of records, as a table or JSON.
+func printList(c *cobra.Command, f outboxFlags, h *dsn.Handle, recs []outbox.Record, limit int) error {
+	now := time.Now()
+	full := len(recs) == limit
+	if f.json {
+		type row struct {
+			Seq           int64             `json:"seq"`
+			ID            string            `json:"id"`
+			State         outbox.State      `json:"state"`
+			Destination   string            `json:"destination"`
+			RoutingKey    string            `json:"routing_key,omitempty"`
+			OrderingKey   string            `json:"ordering_key,omitempty"`
+			Headers       map[string]string `json:"headers,omitempty"`
+			PayloadBytes  int               `json:"payload_bytes"`
+			Attempts      int               `json:"attempts"`
+			LastError     string            `json:"last_error,omitempty"`
+			CreatedAt     time.Time         `json:"created_at"`
+			NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
+			PublishedAt   *time.Time        `json:"published_at,omitempty"`
+		}
+		out := struct {
+			Messages []row `json:"messages"`
+			Next     int64 `json:"next_after,omitempty"`
+		}{Messages: make([]row, 0, len(recs))}
+		for _, r := range recs {
+			x := row{r.Seq, r.ID, r.State(), r.Destination, r.RoutingKey, r.OrderingKey, r.Headers, len(r.Payload),
+				r.Attempts, r.LastError, r.CreatedAt, nil, tptr(r.PublishedAt)}
+			if r.Pending() {
+				x.NextAttemptAt = tptr(r.NextAttemptAt)
+			}
+			out.Messages = append(out.Messages, x)
+		}
+		if full {
+			out.Next = recs[len(recs)-1].Seq
+		}
+		return writeJSON(c.OutOrStdout(), out)
+	}
+	w := c.OutOrStdout()
+	if len(recs) == 0 {
+		fmt.Fprintf(w, "No messages match (%s, table %s).\n", h.Redacted, f.table)
+		return nil
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "SEQ\tID\tSTATE\tDESTINATION\tKEY\tATTEMPTS\tCREATED\tNEXT/PUBLISHED\tLAST_ERROR")
+	for _, r := range recs {
+		when := ago(r.PublishedAt, now)
+		if r.Pending() {
+			when = ago(r.NextAttemptAt, now)
+			if r.Parked {
+				when = "-"
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Seq, clip(r.ID, 48), r.State(), clip(r.Destination, 32),
+			dash(clip(r.OrderingKey, 24)), r.Attempts, ago(r.CreatedAt, now), when, dash(clip(r.LastError, 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if full {
+		fmt.Fprintf(w, "\n%d messages shown; next page: --after %d\n", len(recs), recs[len(recs)-1].Seq)
+	}
+	return nil
 }
 
 func newOutboxStatsCmd() *cobra.Command {
@@ -217,66 +229,66 @@ behind) and which relay holds the lease.`,
   IDEM_STORE=sqlite://app.db idem outbox stats --json`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
-			ctx, cancel := f.withTimeout(c)
-			defer cancel()
-			h, s, err := f.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer h.Close()
-			now := time.Now()
-			st, err := s.Stats(ctx, now)
-			if err != nil {
-				return fmt.Errorf("outbox stats %s: %w", h.Redacted, err)
-			}
-			held := st.Lease.Token != 0 && now.Before(st.Lease.Until)
-			if f.json {
-				type lease struct {
-					Owner string    `json:"owner"`
-					Token int64     `json:"token"`
-					Until time.Time `json:"until"`
+			return f.run(c, func(ctx context.Context, h *dsn.Handle, s outboxStore) error {
+				now := time.Now()
+				st, err := s.Stats(ctx, now)
+				if err != nil {
+					return fmt.Errorf("outbox stats %s: %w", h.Redacted, err)
 				}
-				out := struct {
-					Pending       int64      `json:"pending"`
-					Parked        int64      `json:"parked"`
-					Published     int64      `json:"published"`
-					OldestPending *time.Time `json:"oldest_pending,omitempty"`
-					LagSeconds    float64    `json:"lag_seconds"`
-					Lease         *lease     `json:"lease,omitempty"`
-				}{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPending: tptr(st.OldestPending),
-					LagSeconds: st.Lag(now).Seconds()}
-				if held {
-					out.Lease = &lease{st.Lease.Owner, st.Lease.Token, st.Lease.Until}
-				}
-				return writeJSON(c.OutOrStdout(), out)
-			}
-			w := c.OutOrStdout()
-			tw := newTable(w)
-			fmt.Fprintf(tw, "table\t%s (%s)\n", f.table, h.Redacted)
-			fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
-			fmt.Fprintf(tw, "parked\t%d\n", st.Parked)
-			fmt.Fprintf(tw, "published\t%d (kept until the relay's retention ends)\n", st.Published)
-			lag := "-"
-			if !st.OldestPending.IsZero() {
-				lag = short(st.Lag(now)) + " (oldest pending created " + ago(st.OldestPending, now) + ")"
-			}
-			fmt.Fprintf(tw, "lag\t%s\n", lag)
-			relay := "none active (no relay holds the lease)"
-			if held {
-				relay = fmt.Sprintf("%s, token %d, lease ends %s", st.Lease.Owner, st.Lease.Token, ago(st.Lease.Until, now))
-			}
-			fmt.Fprintf(tw, "relay\t%s\n", relay)
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if st.Parked > 0 {
-				fmt.Fprintf(w, "\n%d parked: see them with 'idem outbox list --state parked', retry with 'idem outbox retry --all'.\n", st.Parked)
-			}
-			return nil
+				return printStats(c, f, h, st, now)
+			})
 		},
 	}
 	f.add(c)
 	return c
+}
+
+// printStats prints an outbox's counts, as a table or JSON.
+func printStats(c *cobra.Command, f outboxFlags, h *dsn.Handle, st outbox.Stats, now time.Time) error {
+	held := st.Lease.Token != 0 && now.Before(st.Lease.Until)
+	if f.json {
+		type lease struct {
+			Owner string    `json:"owner"`
+			Token int64     `json:"token"`
+			Until time.Time `json:"until"`
+		}
+		out := struct {
+			Pending       int64      `json:"pending"`
+			Parked        int64      `json:"parked"`
+			Published     int64      `json:"published"`
+			OldestPending *time.Time `json:"oldest_pending,omitempty"`
+			LagSeconds    float64    `json:"lag_seconds"`
+			Lease         *lease     `json:"lease,omitempty"`
+		}{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPending: tptr(st.OldestPending),
+			LagSeconds: st.Lag(now).Seconds()}
+		if held {
+			out.Lease = &lease{st.Lease.Owner, st.Lease.Token, st.Lease.Until}
+		}
+		return writeJSON(c.OutOrStdout(), out)
+	}
+	w := c.OutOrStdout()
+	tw := newTable(w)
+	fmt.Fprintf(tw, "table\t%s (%s)\n", f.table, h.Redacted)
+	fmt.Fprintf(tw, "pending\t%d\n", st.Pending)
+	fmt.Fprintf(tw, "parked\t%d\n", st.Parked)
+	fmt.Fprintf(tw, "published\t%d (kept until the relay's retention ends)\n", st.Published)
+	lag := "-"
+	if !st.OldestPending.IsZero() {
+		lag = short(st.Lag(now)) + " (oldest pending created " + ago(st.OldestPending, now) + ")"
+	}
+	fmt.Fprintf(tw, "lag\t%s\n", lag)
+	relay := "none active (no relay holds the lease)"
+	if held {
+		relay = fmt.Sprintf("%s, token %d, lease ends %s", st.Lease.Owner, st.Lease.Token, ago(st.Lease.Until, now))
+	}
+	fmt.Fprintf(tw, "relay\t%s\n", relay)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.Parked > 0 {
+		fmt.Fprintf(w, "\n%d parked: see them with 'idem outbox list --state parked', retry with 'idem outbox retry --all'.\n", st.Parked)
+	}
+	return nil
 }
 
 func newOutboxRetryCmd() *cobra.Command {
@@ -306,16 +318,15 @@ what made it rejected (a size limit, a missing destination) was fixed.`,
 				}
 				seqs = append(seqs, n)
 			}
-			ctx, cancel := f.withTimeout(c)
-			defer cancel()
-			h, s, err := f.open(ctx)
+			var n int
+			err := f.run(c, func(ctx context.Context, h *dsn.Handle, s outboxStore) (err error) {
+				if n, err = s.Retry(ctx, outbox.RetryRequest{Seqs: seqs, Now: time.Now()}); err != nil {
+					return fmt.Errorf("outbox retry %s: %w", h.Redacted, err)
+				}
+				return nil
+			})
 			if err != nil {
 				return err
-			}
-			defer h.Close()
-			n, err := s.Retry(ctx, outbox.RetryRequest{Seqs: seqs, Now: time.Now()})
-			if err != nil {
-				return fmt.Errorf("outbox retry %s: %w", h.Redacted, err)
 			}
 			if f.json {
 				return writeJSON(c.OutOrStdout(), struct {

@@ -55,6 +55,21 @@ func fill(t *testing.T, s outbox.Store, enqueue func(ctx context.Context, msgs .
 	}
 }
 
+// inSQLTx runs enqueue in a transaction of db.
+func inSQLTx(db *sql.DB, enqueue func(context.Context, *sql.Tx, ...outbox.Message) error) func(context.Context, ...outbox.Message) error {
+	return func(ctx context.Context, msgs ...outbox.Message) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := enqueue(ctx, tx, msgs...); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
 var outboxFixtures = map[string]func(t *testing.T) outboxFixture{
 	"sqlite": func(t *testing.T) outboxFixture {
 		path := filepath.Join(t.TempDir(), "app.db")
@@ -70,17 +85,7 @@ var outboxFixtures = map[string]func(t *testing.T) outboxFixture{
 		if err := s.Migrate(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		fill(t, s, func(ctx context.Context, msgs ...outbox.Message) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if err := s.Enqueue(ctx, tx, msgs...); err != nil {
-				return err
-			}
-			return tx.Commit()
-		})
+		fill(t, s, inSQLTx(db, s.Enqueue))
 		return outboxFixture{"sqlite://" + filepath.ToSlash(path), "app_outbox"}
 	},
 	"postgres": func(t *testing.T) outboxFixture {
@@ -126,17 +131,7 @@ var outboxFixtures = map[string]func(t *testing.T) outboxFixture{
 		t.Cleanup(func() {
 			db.Exec("DROP TABLE `" + table + "`, `" + table + "_lease`, `" + table + "_keys`")
 		})
-		fill(t, s, func(ctx context.Context, msgs ...outbox.Message) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if err := s.Enqueue(ctx, tx, msgs...); err != nil {
-				return err
-			}
-			return tx.Commit()
-		})
+		fill(t, s, inSQLTx(db, s.Enqueue))
 		u, err := dsn.MySQLURL(addr)
 		if err != nil {
 			t.Fatal(err)

@@ -47,12 +47,11 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/outbox/internal/sqlname"
 	"github.com/idemgo/idem/outbox/internal/sqlout"
 )
 
 // DefaultTable is the outbox table used when Options.Table is empty.
-const DefaultTable = "idem_outbox"
+const DefaultTable = sqlout.DefaultTable
 
 // Options configure a Store. The zero value works.
 type Options struct {
@@ -91,20 +90,8 @@ var (
 // validates opts (errors wrap outbox.ErrInvalidOptions) and does not touch
 // the database: call Migrate once at start-up.
 func New(db *sql.DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: outboxmysql.New with a nil *sql.DB", outbox.ErrInvalidOptions)
-	}
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
-	if _, _, err := sqlname.Split(opts.Table, false, 64, "_published_idx"); err != nil {
+	if err := sqlout.Check("outboxmysql", db, &opts.Table, opts.Limits, &opts.Clock); err != nil {
 		return nil, err
-	}
-	if err := opts.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Clock == nil {
-		opts.Clock = time.Now
 	}
 	q := func(name string) string { return "`" + name + "`" }
 	s := &Store{db: db, opts: opts, table: q(opts.Table), lease: q(opts.Table + "_lease"), keys: q(opts.Table + "_keys")}
@@ -171,33 +158,22 @@ const maxRows = 500
 // return a *outbox.ConflictError: roll back. Invalid messages are refused
 // with a *outbox.MessageError before anything is written.
 func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if tx == nil {
-		return errors.New("outboxmysql: Enqueue with a nil transaction")
-	}
-	recs, err := outbox.Prepare(ctx, s.opts.Clock().Truncate(time.Millisecond), s.opts.Limits, msgs)
-	if err != nil {
-		return err
-	}
-	if err := s.lockKeys(ctx, tx, recs); err != nil {
-		return err
-	}
-	for len(recs) > 0 {
-		chunk := recs[:min(len(recs), maxRows)]
-		recs = recs[len(chunk):]
-		if err := s.insert(ctx, tx, chunk); err != nil {
-			return err
+	locked := false
+	return sqlout.Records(ctx, "outboxmysql", tx, s.opts.Clock, s.opts.Limits, msgs, maxRows, func(recs []outbox.Record) error {
+		if !locked {
+			if err := s.lockKeys(ctx, tx, msgs); err != nil {
+				return err
+			}
+			locked = true
 		}
-	}
-	return nil
+		return s.insert(ctx, tx, recs)
+	})
 }
 
-// lockKeys locks the slots of recs' ordering keys, in slot order.
-func (s *Store) lockKeys(ctx context.Context, tx *sql.Tx, recs []outbox.Record) error {
+// lockKeys locks the slots of msgs' ordering keys, in slot order.
+func (s *Store) lockKeys(ctx context.Context, tx *sql.Tx, msgs []outbox.Message) error {
 	var slots []any
-	for _, r := range recs {
+	for _, r := range msgs {
 		if r.OrderingKey == "" {
 			continue
 		}

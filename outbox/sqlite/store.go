@@ -27,19 +27,17 @@ package outboxsqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/outbox/internal/sqlname"
 	"github.com/idemgo/idem/outbox/internal/sqlout"
 )
 
 // DefaultTable is the outbox table used when Options.Table is empty.
-const DefaultTable = "idem_outbox"
+const DefaultTable = sqlout.DefaultTable
 
 // Options configure a Store. The zero value works.
 type Options struct {
@@ -76,23 +74,11 @@ var (
 // validates opts (errors wrap outbox.ErrInvalidOptions) and does not touch
 // the database: call Migrate once at start-up.
 func New(db *sql.DB, opts Options) (*Store, error) {
-	if db == nil {
-		return nil, fmt.Errorf("%w: outboxsqlite.New with a nil *sql.DB", outbox.ErrInvalidOptions)
-	}
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
-	if _, _, err := sqlname.Split(opts.Table, false, 64, "_published_idx"); err != nil {
+	if err := sqlout.Check("outboxsqlite", db, &opts.Table, opts.Limits, &opts.Clock); err != nil {
 		return nil, err
 	}
 	if strings.HasPrefix(strings.ToLower(opts.Table), "sqlite_") {
 		return nil, fmt.Errorf("%w: table %q: names starting with sqlite_ are SQLite's", outbox.ErrInvalidOptions, opts.Table)
-	}
-	if err := opts.Limits.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Clock == nil {
-		opts.Clock = time.Now
 	}
 	s := &Store{db: db, opts: opts, table: `"` + opts.Table + `"`, lease: `"` + opts.Table + `_lease"`}
 	s.relay = sqlout.New(db, s.table, s.lease, sqlout.Dialect{
@@ -165,24 +151,9 @@ const maxRows = 500
 // Invalid messages are refused with a *outbox.MessageError before anything
 // is written.
 func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	if tx == nil {
-		return errors.New("outboxsqlite: Enqueue with a nil transaction")
-	}
-	recs, err := outbox.Prepare(ctx, s.opts.Clock().Truncate(time.Millisecond), s.opts.Limits, msgs)
-	if err != nil {
-		return err
-	}
-	for len(recs) > 0 {
-		chunk := recs[:min(len(recs), maxRows)]
-		recs = recs[len(chunk):]
-		if err := s.insert(ctx, tx, chunk); err != nil {
-			return err
-		}
-	}
-	return nil
+	return sqlout.Records(ctx, "outboxsqlite", tx, s.opts.Clock, s.opts.Limits, msgs, maxRows, func(recs []outbox.Record) error {
+		return s.insert(ctx, tx, recs)
+	})
 }
 
 // insert writes recs and returns the first conflict: the statement returns

@@ -84,22 +84,31 @@ func Postgres(t *testing.T, clock func() time.Time) outboxtest.Subject {
 	}}
 }
 
-// MySQL is an outbox on tables of the test's own in the database testenv
-// names.
-func MySQL(t *testing.T, clock func() time.Time) outboxtest.Subject {
+// MySQLDB opens the database testenv names with the driver options given:
+// interpolated or server-side prepared statements, affected rows counted
+// as changed or as found rows.
+func MySQLDB(t testing.TB, interpolate, foundRows bool) *sql.DB {
+	t.Helper()
 	cfg, err := gomysql.ParseDSN(testenv.MySQL.Need(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.InterpolateParams = true
+	cfg.InterpolateParams, cfg.ClientFoundRows = interpolate, foundRows
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	table := fmt.Sprintf("outbox_%d", time.Now().UnixNano())
-	s, err := outboxmysql.New(db, outboxmysql.Options{Table: table, Clock: clock})
+	return db
+}
+
+// MySQLStore is a migrated outbox on db, on tables of the test's own
+// (opts.Table is replaced), dropped at the end.
+func MySQLStore(t testing.TB, db *sql.DB, opts outboxmysql.Options) *outboxmysql.Store {
+	t.Helper()
+	opts.Table = fmt.Sprintf("outbox_%d", time.Now().UnixNano())
+	s, err := outboxmysql.New(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,18 +117,32 @@ func MySQL(t *testing.T, clock func() time.Time) outboxtest.Subject {
 	}
 	t.Cleanup(func() {
 		for _, suffix := range []string{"", "_lease", "_keys"} {
-			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`"); err != nil {
+			if _, err := db.Exec("DROP TABLE IF EXISTS `" + opts.Table + suffix + "`"); err != nil {
 				t.Error(err)
 			}
 		}
 	})
+	return s
+}
+
+// MySQL is an outbox on tables of the test's own in the database testenv
+// names.
+func MySQL(t *testing.T, clock func() time.Time) outboxtest.Subject {
+	db := MySQLDB(t, true, false)
+	s := MySQLStore(t, db, outboxmysql.Options{Clock: clock})
+	return SQLSubject(s, db, s.Enqueue)
+}
+
+// SQLSubject is the subject for a store over db whose Enqueue writes in a
+// *sql.Tx of db.
+func SQLSubject(s outbox.Store, db *sql.DB, enqueue func(context.Context, *sql.Tx, ...outbox.Message) error) outboxtest.Subject {
 	return outboxtest.Subject{Store: s, InTx: func(ctx context.Context, fn func(context.Context, outboxtest.Enqueue) error) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		if err := fn(ctx, func(ctx context.Context, msgs ...outbox.Message) error { return s.Enqueue(ctx, tx, msgs...) }); err != nil {
+		if err := fn(ctx, func(ctx context.Context, msgs ...outbox.Message) error { return enqueue(ctx, tx, msgs...) }); err != nil {
 			return err
 		}
 		return tx.Commit()

@@ -14,7 +14,55 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/internal/sqlname"
 )
+
+// DefaultTable is the outbox table of a store whose Options name none.
+const DefaultTable = "idem_outbox"
+
+// Check validates a store's options for pkg's New, filling in the
+// defaults: a table name (DefaultTable) and a clock (time.Now). Errors
+// wrap outbox.ErrInvalidOptions.
+func Check(pkg string, db *sql.DB, table *string, lim outbox.Limits, clock *func() time.Time) error {
+	if db == nil {
+		return fmt.Errorf("%w: %s.New with a nil *sql.DB", outbox.ErrInvalidOptions, pkg)
+	}
+	if *table == "" {
+		*table = DefaultTable
+	}
+	if _, _, err := sqlname.Split(*table, false, 64, "_published_idx"); err != nil {
+		return err
+	}
+	if *clock == nil {
+		*clock = time.Now
+	}
+	return lim.Validate()
+}
+
+// Records prepares msgs for an Enqueue into tx, created at clock's
+// millisecond (the stored precision), and passes them to insert in chunks
+// of at most n.
+func Records(ctx context.Context, pkg string, tx *sql.Tx, clock func() time.Time, lim outbox.Limits, msgs []outbox.Message,
+	n int, insert func([]outbox.Record) error) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("%s: Enqueue with a nil transaction", pkg)
+	}
+	recs, err := outbox.Prepare(ctx, clock().Truncate(time.Millisecond), lim, msgs)
+	if err != nil {
+		return err
+	}
+	for len(recs) > 0 {
+		chunk := recs[:min(len(recs), n)]
+		recs = recs[len(chunk):]
+		if err := insert(chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Dialect holds what a database does its own way.
 type Dialect struct {
