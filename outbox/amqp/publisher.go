@@ -207,6 +207,33 @@ func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
 			fail(i, err)
 		}
 	}
+	// Returns are read while the confirms are awaited (a full returns
+	// channel would stall the connection's reader, and with it the
+	// confirms); a return precedes its message's confirm, so once every
+	// confirm is in, so is every return.
+	returned := make(chan map[string]amqp.Return, 1)
+	stop := make(chan struct{})
+	go func(rets chan amqp.Return) {
+		got := map[string]amqp.Return{}
+		for {
+			select {
+			case ret := <-rets:
+				got[ret.MessageId] = ret
+				continue
+			case <-stop:
+			}
+			for {
+				select {
+				case ret := <-rets:
+					got[ret.MessageId] = ret
+					continue
+				default:
+				}
+				returned <- got
+				return
+			}
+		}
+	}(p.returns)
 	for i, dc := range confirms {
 		if dc == nil {
 			continue
@@ -219,18 +246,11 @@ func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
 			fail(i, errors.New("nacked by the broker (or the channel closed)"))
 		}
 	}
-	// A return precedes its message's confirm on the channel: every return
-	// of these messages is in the channel by now.
-	for {
-		select {
-		case ret := <-p.returns:
-			if i, ok := byID[ret.MessageId]; ok && errs[i] == nil {
-				fail(i, fmt.Errorf("returned unroutable (%d %s): no queue is bound to take it", ret.ReplyCode, ret.ReplyText))
-			}
-			continue
-		default:
+	close(stop)
+	for id, ret := range <-returned {
+		if i, ok := byID[id]; ok && errs[i] == nil {
+			fail(i, fmt.Errorf("returned unroutable (%d %s): no queue is bound to take it", ret.ReplyCode, ret.ReplyText))
 		}
-		break
 	}
 	return errs
 }

@@ -21,6 +21,10 @@
 // client's (over the server's max_payload, a malformed subject) are
 // outbox.Reject'ed, so the relay parks the record; everything else (no
 // stream for the subject, a timeout, a disconnection) is retried.
+//
+// Records are published asynchronously, a relay batch's wave at once: give
+// the JetStream context an async window (jetstream.WithPublishAsyncMaxPending,
+// default 4000) no smaller than the relay's BatchSize.
 package outboxnats
 
 import (
