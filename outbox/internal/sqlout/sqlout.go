@@ -71,6 +71,13 @@ type Dialect struct {
 	// Cleanup deletes the rows published before ? (unix ms), at most ?,
 	// oldest first; {{T}} is the table.
 	Cleanup string
+	// Blocked selects (ordering_key, MIN(seq) AS seq) of the keys held
+	// back at ? (unix ms): pending records that are parked or backing off.
+	// Default: a query SQLite's partial index of failed rows answers.
+	Blocked string
+	// Pending follows "FROM {{T}} o" in Fetch: an index hint that makes
+	// the database walk its pending rows in Seq order ("" for none).
+	Pending string
 	// WrapErr names the operation and classifies the database's data
 	// errors (*idem.InvalidDataError); nil: fmt.Errorf with Name and op.
 	WrapErr func(op string, err error) error
@@ -96,17 +103,21 @@ const Columns = `seq, id, destination, routing_key, ordering_key, headers, paylo
 // database needs).
 func New(db *sql.DB, table, lease string, d Dialect) *Store {
 	r := strings.NewReplacer("{{T}}", table, "{{L}}", lease)
+	blocked := d.Blocked
+	if blocked == "" {
+		blocked = `SELECT ordering_key, MIN(seq) AS seq FROM {{T}}
+	WHERE published_at IS NULL AND ordering_key <> '' AND (parked <> 0 OR attempts > 0)
+		AND (parked <> 0 OR next_attempt_at > ?)
+	GROUP BY ordering_key`
+	}
 	return &Store{DB: db, d: d, q: queries{
 		// A key is blocked from its first pending record that is parked or
 		// backing off: few rows, found by the index of failed rows where
 		// the database has partial indexes.
 		fetch: r.Replace(`WITH blocked AS (
-	SELECT ordering_key, MIN(seq) AS seq FROM {{T}}
-	WHERE published_at IS NULL AND ordering_key <> '' AND (parked <> 0 OR attempts > 0)
-		AND (parked <> 0 OR next_attempt_at > ?)
-	GROUP BY ordering_key
+	` + blocked + `
 )
-SELECT ` + Columns + ` FROM {{T}} o
+SELECT ` + Columns + ` FROM {{T}} o ` + d.Pending + `
 WHERE o.published_at IS NULL AND o.parked = 0 AND o.next_attempt_at <= ?
 	AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.ordering_key = o.ordering_key AND b.seq < o.seq)
 	{{EXCLUDE}}
