@@ -2,6 +2,8 @@ package outboxpostgres
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem/outbox"
@@ -34,7 +36,17 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // List implements outbox.Inspector.
 func (s *Store) List(ctx context.Context, f outbox.ListFilter) ([]outbox.Record, error) {
-	rows, err := s.pool.Query(ctx, s.sql.list, f.AfterSeq, string(f.State), f.Destination, f.OrderingKey, f.PageLimit())
+	state, ok := map[outbox.State]string{
+		"":                    "true",
+		outbox.StatePending:   "published_at IS NULL AND NOT parked",
+		outbox.StateParked:    "published_at IS NULL AND parked",
+		outbox.StatePublished: "published_at IS NOT NULL",
+	}[f.State]
+	if !ok {
+		return nil, fmt.Errorf("outboxpostgres: list: unknown state %q", f.State)
+	}
+	q := strings.Replace(s.sql.list, "{{STATE}}", state, 1)
+	rows, err := s.pool.Query(ctx, q, f.AfterSeq, f.Destination, f.OrderingKey, f.PageLimit())
 	if err != nil {
 		return nil, wrapErr("list", err)
 	}

@@ -106,13 +106,13 @@ SELECT owner, token, until FROM {{L}} WHERE name = 'relay' AND NOT EXISTS (SELEC
 	(SELECT min(created_at) FROM {{T}} WHERE published_at IS NULL AND NOT parked),
 	l.owner, l.token, l.until
 FROM (SELECT 1) AS one LEFT JOIN {{L}} AS l ON l.name = 'relay'`),
+		// {{STATE}} is the state's own predicate, so that pending and
+		// parked records are listed through the pending rows' index.
 		list: r.Replace(`SELECT ` + recordColumns + ` FROM {{T}}
-WHERE seq > $1
-	AND ($2 = '' OR ($2 = 'published') = (published_at IS NOT NULL))
-	AND ($2 <> 'pending' OR NOT parked) AND ($2 <> 'parked' OR parked)
-	AND ($3 = '' OR destination = $3) AND ($4 = '' OR ordering_key = $4)
+WHERE seq > $1 AND {{STATE}}
+	AND ($2 = '' OR destination = $2) AND ($3 = '' OR ordering_key = $3)
 ORDER BY seq
-LIMIT $5`),
+LIMIT $4`),
 		retry: r.Replace(`UPDATE {{T}} SET parked = false, attempts = 0, next_attempt_at = $1
 WHERE published_at IS NULL AND parked AND (cardinality($2::bigint[]) = 0 OR seq = ANY($2::bigint[]))`),
 	}

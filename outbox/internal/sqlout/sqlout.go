@@ -142,10 +142,10 @@ WHERE name = 'relay' AND ((owner = ? AND token = ? AND ? <> 0 AND until > ?) OR 
 	(SELECT MIN(created_at) FROM {{T}} WHERE published_at IS NULL AND parked = 0),
 	owner, token, until
 FROM {{L}} WHERE name = 'relay'`),
-		list: r.Replace(`SELECT ` + Columns + ` FROM {{T}}
-WHERE seq > ?
-	AND (? = '' OR (? = 'published') = (published_at IS NOT NULL))
-	AND (? <> 'pending' OR parked = 0) AND (? <> 'parked' OR parked <> 0)
+		// {{HINT}} and {{STATE}}: the state's own predicate, and for pending
+		// and parked records the index of pending rows.
+		list: r.Replace(`SELECT ` + Columns + ` FROM {{T}} {{HINT}}
+WHERE seq > ? AND {{STATE}}
 	AND (? = '' OR destination = ?) AND (? = '' OR ordering_key = ?)
 ORDER BY seq
 LIMIT ?`),
@@ -346,9 +346,21 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (outbox.Stats, error) 
 
 // List implements outbox.Inspector.
 func (s *Store) List(ctx context.Context, f outbox.ListFilter) ([]outbox.Record, error) {
-	st := string(f.State)
-	rows, err := s.DB.QueryContext(ctx, s.q.list, f.AfterSeq, st, st, st, st,
-		f.Destination, f.Destination, f.OrderingKey, f.OrderingKey, f.PageLimit())
+	state, ok := map[outbox.State]string{
+		"":                    "1 = 1",
+		outbox.StatePending:   "published_at IS NULL AND parked = 0",
+		outbox.StateParked:    "published_at IS NULL AND parked <> 0",
+		outbox.StatePublished: "published_at IS NOT NULL",
+	}[f.State]
+	if !ok {
+		return nil, fmt.Errorf("%s: list: unknown state %q", s.d.Name, f.State)
+	}
+	hint := ""
+	if f.State == outbox.StatePending || f.State == outbox.StateParked {
+		hint = s.d.Pending
+	}
+	q := strings.NewReplacer("{{HINT}}", hint, "{{STATE}}", state).Replace(s.q.list)
+	rows, err := s.DB.QueryContext(ctx, q, f.AfterSeq, f.Destination, f.Destination, f.OrderingKey, f.OrderingKey, f.PageLimit())
 	if err != nil {
 		return nil, s.wrap("list", err)
 	}
