@@ -38,10 +38,18 @@ chaos.
 The report compares them and checks the exactly-once invariant: idem charged
 every order exactly once, every account balance is right, every reused id was
 dead-lettered as a conflict, no order was lost. The exit status is 0 only when
-it holds; otherwise the offending orders are listed.`,
+it holds; otherwise the offending orders are listed.
+
+--broker servicebus runs it on an in-process Azure Service Bus (the real
+azservicebus client against broker/servicebus/servicebustest): a topic with
+duplicate detection and a short lock, the producer on servicebus.Send (so the
+broker drops producer retries, but never a reused id with other content),
+idem's consumers on servicebus.NewConsumer in PeekLock; a crash closes the
+consumer's client, and its locked message comes back when the lock runs out.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
+  idem demo --broker servicebus --json
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -93,7 +101,7 @@ it holds; otherwise the offending orders are listed.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
-	fl.StringVar(&cfg.Broker, "broker", "", "broker URL (default: embedded NATS): nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")
@@ -124,12 +132,15 @@ func checkDemoFlags(c *cobra.Command, cfg *demo.Config) error {
 		return usagef("--consumers must be at least 1")
 	}
 	switch {
-	case cfg.Broker == "", strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"),
+	case cfg.Broker == "", cfg.Broker == demo.BrokerServiceBus,
+		strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"),
 		strings.HasPrefix(cfg.Broker, "amqp://"), strings.HasPrefix(cfg.Broker, "amqps://"):
 	case strings.HasPrefix(cfg.Broker, "kafka://"):
-		return usagef("--broker kafka://: not supported by the demo yet; use nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/ or leave it out for the embedded broker")
+		return usagef("--broker kafka://: not supported by the demo yet; use nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, servicebus or leave it out for the embedded broker")
+	case strings.HasPrefix(cfg.Broker, "sb://"), strings.HasPrefix(strings.ToLower(cfg.Broker), "endpoint="):
+		return usagef("--broker: the demo runs Service Bus in-process only (--broker servicebus); a namespace of yours is not supported yet")
 	default:
-		return usagef("--broker %q: want nats://HOST:PORT or amqp://USER:PASS@HOST:PORT/ (or nothing, for the embedded broker)", cfg.Broker)
+		return usagef("--broker %q: want nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/ or servicebus (or nothing, for the embedded broker)", cfg.Broker)
 	}
 	return nil
 }

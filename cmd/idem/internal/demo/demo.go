@@ -33,6 +33,14 @@ const (
 	DefaultDeadline     = 5 * time.Minute
 )
 
+// BrokerServiceBus as Config.Broker runs the demo on an in-process Azure
+// Service Bus (broker/servicebus/servicebustest) through the real
+// azservicebus client: a topic with duplicate detection and a subscription
+// per consumer group, locks of AckWait; idem's consumers are
+// servicebus.NewConsumer, the producer servicebus.Send, and a crash closes
+// the consumer's client.
+const BrokerServiceBus = "servicebus"
+
 // ErrStalled means the run stopped making progress before every message was
 // settled.
 var ErrStalled = errors.New("demo stalled")
@@ -47,7 +55,7 @@ type Config struct {
 	CrashRate    float64 // per delivery: crash after commit (and half as often a lost ack, a failed handler); default DefaultCrashRate, negative: none
 	Seed         uint64  // the faults and the orders; 0: random (reported)
 	Store        string  // store DSN; "": an embedded store in a temporary directory
-	Broker       string  // nats://...; "": an embedded nats-server
+	Broker       string  // nats://..., amqp://..., BrokerServiceBus; "": an embedded nats-server
 	Mode         string  // "auto" (tx where the store has a transactional inbox), "tx", "two-phase"
 	AckWait      time.Duration
 	Stall        time.Duration // fail when nothing settles for this long; default 30s
@@ -130,6 +138,7 @@ type Report struct {
 	Published            int      `json:"published"`             // messages the producer published
 	Unique               int      `json:"unique"`                // distinct orders among them
 	Retries              int      `json:"producer_retries"`      // re-sent copies
+	BrokerDropped        int      `json:"broker_dropped"`        // re-sent copies the broker's duplicate detection dropped before any consumer (Service Bus)
 	ConflictingSent      int      `json:"conflicting_sent"`      // messages reusing an id with other content
 	Deliveries           int64    `json:"deliveries"`            // deliveries to idem's consumers, redeliveries included
 	DuplicatesSuppressed int64    `json:"duplicates_suppressed"` // deliveries idem recognised and skipped

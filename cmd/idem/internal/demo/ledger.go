@@ -55,13 +55,16 @@ func (l *memLedger) apply(o Order) {
 func (l *memLedger) mode() string { return "two-phase" }
 
 func (l *memLedger) process(ctx context.Context, g *idem.Guard, msg idem.Message, o Order, fail bool) (idem.Result, error) {
-	return g.Do(ctx, msg, func(context.Context) ([]byte, error) {
-		if fail {
-			return nil, errDownstream
-		}
-		l.apply(o)
-		return receipt(o), nil
-	})
+	return g.Do(ctx, msg, func(context.Context) ([]byte, error) { return l.charge(o, fail) })
+}
+
+// charge is the work process runs under the guard.
+func (l *memLedger) charge(o Order, fail bool) ([]byte, error) {
+	if fail {
+		return nil, errDownstream
+	}
+	l.apply(o)
+	return receipt(o), nil
 }
 
 func (l *memLedger) charges(context.Context) ([]Order, error) {
@@ -118,19 +121,22 @@ func newSQLLedger(ctx context.Context, db *sql.DB, runID, dialect string) (*sqlL
 func (l *sqlLedger) mode() string { return "tx" }
 
 func (l *sqlLedger) process(ctx context.Context, g *idem.Guard, msg idem.Message, o Order, fail bool) (idem.Result, error) {
-	return idem.DoTx(ctx, g, msg, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-		if fail {
-			return nil, errDownstream
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+l.chargesT+` (order_id, account, amount) VALUES (?, ?, ?)`,
-			o.ID, o.Account, o.Amount); err != nil {
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, l.upsert, o.Account, o.Amount); err != nil {
-			return nil, err
-		}
-		return receipt(o), nil
-	})
+	return idem.DoTx(ctx, g, msg, func(ctx context.Context, tx *sql.Tx) ([]byte, error) { return l.charge(ctx, tx, o, fail) })
+}
+
+// charge is the work process runs in the marker's transaction.
+func (l *sqlLedger) charge(ctx context.Context, tx *sql.Tx, o Order, fail bool) ([]byte, error) {
+	if fail {
+		return nil, errDownstream
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+l.chargesT+` (order_id, account, amount) VALUES (?, ?, ?)`,
+		o.ID, o.Account, o.Amount); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, l.upsert, o.Account, o.Amount); err != nil {
+		return nil, err
+	}
+	return receipt(o), nil
 }
 
 func (l *sqlLedger) charges(ctx context.Context) ([]Order, error) {

@@ -36,20 +36,23 @@ func newPGLedger(ctx context.Context, pool *pgxpool.Pool, runID string) (*pgLedg
 func (l *pgLedger) mode() string { return "tx" }
 
 func (l *pgLedger) process(ctx context.Context, g *idem.Guard, msg idem.Message, o Order, fail bool) (idem.Result, error) {
-	return idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-		if fail {
-			return nil, errDownstream
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+l.chargesT+` (order_id, account, amount) VALUES ($1, $2, $3)`,
-			o.ID, o.Account, o.Amount); err != nil {
-			return nil, err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+l.accountsT+` (account, balance) VALUES ($1, $2)
-			ON CONFLICT (account) DO UPDATE SET balance = `+l.accountsT+`.balance + excluded.balance`, o.Account, o.Amount); err != nil {
-			return nil, err
-		}
-		return receipt(o), nil
-	})
+	return idem.DoTx(ctx, g, msg, func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return l.charge(ctx, tx, o, fail) })
+}
+
+// charge is the work process runs in the marker's transaction.
+func (l *pgLedger) charge(ctx context.Context, tx pgx.Tx, o Order, fail bool) ([]byte, error) {
+	if fail {
+		return nil, errDownstream
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+l.chargesT+` (order_id, account, amount) VALUES ($1, $2, $3)`,
+		o.ID, o.Account, o.Amount); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+l.accountsT+` (account, balance) VALUES ($1, $2)
+		ON CONFLICT (account) DO UPDATE SET balance = `+l.accountsT+`.balance + excluded.balance`, o.Account, o.Amount); err != nil {
+		return nil, err
+	}
+	return receipt(o), nil
 }
 
 func (l *pgLedger) charges(ctx context.Context) ([]Order, error) {

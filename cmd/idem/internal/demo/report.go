@@ -15,7 +15,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", label, alignRight(fmt.Sprint(v), 7), note)
 	}
-	row("published", r.Published, fmt.Sprintf("(%d producer retries, %d reusing an id with other content)", r.Retries, r.ConflictingSent))
+	published := fmt.Sprintf("(%d producer retries, %d reusing an id with other content)", r.Retries, r.ConflictingSent)
+	if r.BrokerDropped > 0 {
+		published = fmt.Sprintf("(%d producer retries, %d of them dropped by the broker's duplicate detection; %d reusing an id with other content)",
+			r.Retries, r.BrokerDropped, r.ConflictingSent)
+	}
+	row("published", r.Published, published)
 	row("unique orders", r.Unique, "")
 	row("deliveries", r.Deliveries, fmt.Sprintf("(chaos: %d crashes before ack, %d acks lost, %d handler failures)", r.Crashes, r.AcksLost, r.HandlerFailures))
 	row("duplicates suppressed", r.DuplicatesSuppressed, "")

@@ -88,8 +88,11 @@ type runner struct {
 	naive  *memLedger
 	idem   *side
 	naiveS *side
+	// retriesDropped: the broker's duplicate detection drops the
+	// producer's retries before any consumer sees them (dedupTransport).
+	retriesDropped bool
 
-	published atomic.Int64 // -1 until the producer has published everything
+	published atomic.Int64 // messages to settle; -1 until the producer has published everything
 }
 
 // Run runs the demo. The error reports a run that could not happen (the
@@ -167,6 +170,15 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	r.naiveS.handle = r.handleNaive
 
 	msgs := plan(cfg.Seed, cfg.Orders, cfg.DupRate, cfg.ConflictRate, accountsFor(cfg.Orders))
+	toSettle := len(msgs)
+	if dt, ok := b.(dedupTransport); ok && dt.dropsRetries() {
+		r.retriesDropped = true
+		for _, m := range msgs {
+			if m.Retry {
+				toSettle--
+			}
+		}
+	}
 
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -186,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 				return
 			}
 		}
-		r.published.Store(int64(len(msgs)))
+		r.published.Store(int64(toSettle))
 	}()
 	waitErr := r.wait(ctx, prodErr, start)
 	stopWorkers()
@@ -213,6 +225,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		switch {
 		case m.Retry:
 			rep.Retries++
+			if r.retriesDropped {
+				rep.BrokerDropped++
+			}
 		case m.Conflict:
 			rep.ConflictingSent++
 		}
@@ -297,8 +312,9 @@ func (r *runner) status() string {
 // then restarts with a fresh session, until ctx ends.
 func (r *runner) worker(ctx context.Context, s *side) {
 	for ctx.Err() == nil {
-		sess, err := r.b.open(ctx, s.group)
-		if err == nil {
+		if at, ok := r.b.(adapterTransport); ok && s == r.idem {
+			at.consumeIdem(ctx, r)
+		} else if sess, err := r.b.open(ctx, s.group); err == nil {
 			r.consume(ctx, s, sess)
 			sess.close()
 		}

@@ -58,10 +58,31 @@ type delivery interface {
 	deadLetter(ctx context.Context, reason string, cause error) error
 }
 
+// adapterTransport is a transport whose idem consumers are the broker's
+// idem adapter (its consumer receives, runs the guard, settles, and calls
+// hooks the demo's chaos and counts hang on) instead of the demo's own loop.
+// The naive consumers still open sessions.
+type adapterTransport interface {
+	// consumeIdem runs one idem consumer process until the chaos crashes
+	// it or ctx ends.
+	consumeIdem(ctx context.Context, r *runner)
+}
+
+// dedupTransport is a transport that may drop messages itself.
+type dedupTransport interface {
+	// dropsRetries is true when the broker's duplicate detection drops
+	// every producer retry (same id, same content) before any consumer
+	// sees it, while an id reused with other content gets through.
+	dropsRetries() bool
+}
+
 // startTransport starts the broker cfg.Broker names: "" for an embedded
 // nats-server, nats:// (or tls://) for a JetStream server, amqp:// (or
-// amqps://) for RabbitMQ.
+// amqps://) for RabbitMQ, servicebus for an in-process Azure Service Bus.
 func startTransport(ctx context.Context, cfg Config, runID string) (transport, error) {
+	if cfg.Broker == BrokerServiceBus {
+		return startServiceBus(ctx, runID, cfg)
+	}
 	scheme, _, _ := strings.Cut(cfg.Broker, "://")
 	switch scheme {
 	case "", "nats", "tls":
@@ -69,5 +90,5 @@ func startTransport(ctx context.Context, cfg Config, runID string) (transport, e
 	case "amqp", "amqps":
 		return startAMQP(ctx, cfg.Broker, runID)
 	}
-	return nil, fmt.Errorf("%w: broker %q is not supported by the demo (use nats://, amqp://, or nothing for the embedded broker)", ErrConfig, cfg.Broker)
+	return nil, fmt.Errorf("%w: broker %q is not supported by the demo (use nats://, amqp://, servicebus, or nothing for the embedded broker)", ErrConfig, cfg.Broker)
 }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDemoServiceBusJSON: idem demo --broker servicebus --json runs the
+// scenario on the in-process Service Bus and holds the invariant; the
+// topic's duplicate detection drops the producer's retries, and the
+// crashes' redeliveries are what idem suppresses.
+func TestDemoServiceBusJSON(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--broker", "servicebus", "--json", "--messages", "300", "--consumers", "4",
+		"--crash-rate", "0.3", "--dup-rate", "0.5", "--seed", "7")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	for _, k := range append(demoKeys, "broker_dropped") {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("JSON report lacks %q", k)
+		}
+	}
+	num := func(k string) int {
+		v, _ := rep[k].(float64)
+		return int(v)
+	}
+	if rep["invariant_ok"] != true {
+		t.Fatalf("invariant broken: %v", rep["offending"])
+	}
+	if !strings.Contains(rep["broker"].(string), "Service Bus") {
+		t.Errorf("broker %q", rep["broker"])
+	}
+	if num("unique") != 300 || num("effects_applied") != 300 {
+		t.Errorf("unique %d, effects_applied %d; want 300 each", num("unique"), num("effects_applied"))
+	}
+	if num("producer_retries") == 0 || num("broker_dropped") != num("producer_retries") {
+		t.Errorf("%d producer retries, %d dropped by the broker: want all of them", num("producer_retries"), num("broker_dropped"))
+	}
+	if num("duplicates_suppressed") == 0 || num("conflicts") == 0 || num("crashes") == 0 {
+		t.Errorf("chaos left no trace: %v", rep)
+	}
+	if num("naive_effects_applied") <= num("unique") {
+		t.Errorf("the naive consumer applied %d charges for %d orders: the crashes' redeliveries should make it over-apply",
+			num("naive_effects_applied"), num("unique"))
+	}
+}
+
+// TestDemoHelpNamesServiceBus: --help says how to run the demo on Service
+// Bus.
+func TestDemoHelpNamesServiceBus(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--help")
+	if code != exitOK {
+		t.Fatalf("exit status %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"--broker servicebus", "servicebus.NewConsumer", "or servicebus for an in-process Azure Service Bus"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo --help lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoServiceBusRefusesANamespace(t *testing.T) {
+	code, _, stderr := runCmd(t, "demo", "--broker", "Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s")
+	if code != exitUsage || !strings.Contains(stderr, "in-process only") {
+		t.Fatalf("exit status %d, stderr %q; want a usage error naming --broker servicebus", code, stderr)
+	}
+}
