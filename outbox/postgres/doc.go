@@ -15,7 +15,7 @@
 //
 // Enqueue is one statement in the transaction, one round trip; Queue adds
 // the same statement to a pgx.Batch of the caller's, at no round trip of its
-// own (see BENCH.md for what each costs).
+// own (see outbox/BENCH.md for what each costs).
 //
 // # Schema
 //
