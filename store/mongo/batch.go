@@ -63,6 +63,18 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	if len(existing) == 0 {
 		return out, nil
 	}
+	if serialFor(ctx, s.db.Client()) {
+		// FerretDB v1 scans the collection for an $in of ids: read each
+		// key by its _id instead.
+		for _, i := range existing {
+			c, err := s.claimExisting(ctx, prepared[i], fresh[i], nil)
+			if err != nil {
+				return nil, wrap("claim", fmt.Errorf("%s: %w", prepared[i].Key, err))
+			}
+			out[i] = c
+		}
+		return out, nil
+	}
 	ids := make(bson.A, len(existing))
 	for j, i := range existing {
 		ids[j] = idOf(prepared[i].Key)
@@ -75,7 +87,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	if err := cur.All(ctx, &found); err != nil {
 		return nil, wrap("claim", err)
 	}
-	byID := make(map[recordID]*recordDoc, len(found))
+	byID := make(map[string]*recordDoc, len(found))
 	for i := range found {
 		byID[found[i].ID] = &found[i]
 	}

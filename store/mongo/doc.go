@@ -23,19 +23,24 @@
 //
 // A record is one document of the collection:
 //
-//	{_id: {scope: "billing", id: "order-42"}, state: "completed", fingerprint: "…",
-//	 result: BinData, token: 4631…, attempts: 1, lease_until: ISODate, expires_at: ISODate,
-//	 created_at: ISODate, updated_at: ISODate, ttl_at: ISODate}
+//	{_id: "billing\x00order-42", scope: "billing", id: "order-42", state: "completed",
+//	 fingerprint: "…", result: BinData, token: 4631…, attempts: 1, lease_until: ISODate,
+//	 expires_at: ISODate, created_at: ISODate, updated_at: ISODate, ttl_at: ISODate}
 //
-// The compound _id is the key: the server's own unique _id index makes a
-// claim of a new key an insert that only one caller can win, costs no
-// second index, and orders records by scope, then stored id (bytewise), the
-// order List pages in. Ids over 200 bytes are stored as their
-// "sha256:<hex>" digest (idem.Key.StoredID) with the original in
-// display_id, which is absent otherwise. The result is omitted when empty.
-// Times are BSON dates, at millisecond precision; a time a BSON date
-// cannot hold is invalid data. Besides the _id index, Migrate creates one
-// on expires_at (Sweep, Stats) and the TTL index on ttl_at (see Expiry).
+// The _id is the key: the scope, a NUL byte and the stored id (neither
+// holds a NUL, so the split is unambiguous), with scope and id repeated as
+// plain fields for operators' queries. The server's own unique _id index
+// makes a claim of a new key an insert that only one caller can win, costs
+// no second index, and, NUL sorting before every other byte, orders
+// records by scope, then stored id (bytewise), the order List pages in. A
+// string _id is also what every server finds through its index (FerretDB
+// v1 scans the whole collection for an _id that is a document). Ids over
+// 200 bytes are stored as their "sha256:<hex>" digest
+// (idem.Key.StoredID) with the original in display_id, which is absent
+// otherwise. The result is omitted when empty. Times are BSON dates, at
+// millisecond precision; a time a BSON date cannot hold is invalid data.
+// Besides the _id index, Migrate creates one on expires_at (Sweep, Stats)
+// and the TTL index on ttl_at (see Expiry).
 // The sweep lock is a document of Collection + ".locks".
 //
 // # Atomicity

@@ -128,7 +128,7 @@ func TestForeignDocument(t *testing.T) {
 	s := newStore(t, c, mongostore.Options{})
 	ctx := context.Background()
 	k := idem.Key{Scope: "s", ID: "foreign"}
-	id := bson.D{{Key: "scope", Value: k.Scope}, {Key: "id", Value: k.ID}}
+	id := k.Scope + "\x00" + k.ID
 	if _, err := s.Collection().InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "state", Value: 42}}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestTTLAtFromServerClock(t *testing.T) {
 		var d struct {
 			TTLAt time.Time `bson:"ttl_at"`
 		}
-		if err := s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "scope", Value: "s"}, {Key: "id", Value: k.ID}}}}).Decode(&d); err != nil {
+		if err := s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: "s\x00" + k.ID}}).Decode(&d); err != nil {
 			t.Fatal(err)
 		}
 		// This machine is the server's: its clock is the server's.
@@ -178,7 +178,7 @@ func TestTTLAtFromServerClock(t *testing.T) {
 		if err := s.Renew(ctx, idem.RenewRequest{Key: k, Token: cl.Record.Token, Now: callerNow, LeaseUntil: callerNow.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "scope", Value: "s"}, {Key: "id", Value: k.ID}}}}).Decode(&d)
+		s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: "s\x00" + k.ID}}).Decode(&d)
 		if d.TTLAt.Before(before.Add(time.Hour)) {
 			t.Fatalf("after a renewal an hour ahead: ttl_at %v", d.TTLAt)
 		}

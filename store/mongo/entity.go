@@ -150,7 +150,9 @@ func (v *Versioned) Apply(ctx context.Context, id any, version int64, set any) e
 	fields = append(fields, bson.E{Key: v.field(), Value: version})
 	filter := bson.D{{Key: "_id", Value: id}, {Key: v.field(), Value: bson.D{{Key: "$lt", Value: version}}}}
 	update := bson.D{{Key: "$set", Value: fields}}
-	defer lockDoc(ctx, v.Collection, id)()
+	if serialFor(ctx, v.Collection.Database().Client()) {
+		return v.applySerial(ctx, id, version, fields, update)
+	}
 	_, err = v.Collection.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
 	if err == nil {
 		return nil
@@ -166,6 +168,47 @@ func (v *Versioned) Apply(ctx context.Context, id any, version int64, set any) e
 		return fmt.Errorf("%s %v at version %d: %w", v.Collection.Name(), id, version, idem.ErrSuperseded)
 	}
 	return nil
+}
+
+// applySerial is Apply on FerretDB v1, whose conditional writes are not
+// atomic and whose only indexed filter is _id alone: under the document's
+// lock, read it by _id, compare the version in Go, and insert or update by
+// _id.
+func (v *Versioned) applySerial(ctx context.Context, id any, version int64, fields, update bson.D) error {
+	defer lockDoc(ctx, v.Collection, id)()
+	for range 2 {
+		var stored bson.M
+		err := v.Collection.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&stored)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			_, err := v.Collection.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, fields...))
+			if mongo.IsDuplicateKeyError(err) {
+				continue // another process inserted it: compare with it
+			}
+			return wrap("apply", err)
+		}
+		if err != nil {
+			return wrap("apply", err)
+		}
+		if cur, ok := asInt64(stored[v.field()]); ok && cur >= version {
+			return fmt.Errorf("%s %v at version %d: %w", v.Collection.Name(), id, version, idem.ErrSuperseded)
+		}
+		_, err = v.Collection.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
+		return wrap("apply", err)
+	}
+	return fmt.Errorf("mongostore: apply of %v: the document kept changing; retry", id)
+}
+
+// asInt64 is a stored version as an int64.
+func asInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 // toD is doc as a bson.D (nil: an empty one).

@@ -20,17 +20,16 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	var and bson.A
 	lower := bson.E{}
 	if f.After != (idem.Key{}) {
-		lower = bson.E{Key: "$gt", Value: idOf(f.After)}
+		lower = bson.E{Key: "$gt", Value: recordID(f.After.Scope, f.After.StoredID())}
 	}
 	if f.Scope != "" {
-		first := recordID{Scope: f.Scope}
-		if f.After == (idem.Key{}) || lessID(idOf(f.After), first) {
+		// The scope's _ids are scope+"\x00"+id; ids hold no NUL, so they
+		// all sort below scope+"\x01", and every later scope's above.
+		first := recordID(f.Scope, "")
+		if lower.Key == "" || lower.Value.(string) < first {
 			lower = bson.E{Key: "$gte", Value: first}
 		}
-		// Scopes hold no NUL byte, so scope+"\x00" is the first scope past
-		// this one's ids.
-		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: recordID{Scope: f.Scope + "\x00"}}}}})
-		and = append(and, bson.D{{Key: fIDScope, Value: f.Scope}})
+		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: f.Scope + "\x01"}}}})
 	}
 	if lower.Key != "" {
 		and = append(and, bson.D{{Key: "_id", Value: bson.D{lower}}})
@@ -72,10 +71,6 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	return out, nil
 }
 
-func lessID(a, b recordID) bool {
-	return a.Scope < b.Scope || a.Scope == b.Scope && a.ID < b.ID
-}
-
 // Stats implements idem.Inspector with three aggregations (counts per
 // scope and state, stale in-progress records per scope, expired records
 // per scope by the sweep's condition) and one find per scope with records
@@ -101,7 +96,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 	}
 	if err := s.aggregate(ctx, mongo.Pipeline{
 		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "scope", Value: "$" + fIDScope}, {Key: "state", Value: "$" + fState}}},
+			{Key: "_id", Value: bson.D{{Key: "scope", Value: "$" + fScope}, {Key: "state", Value: "$" + fState}}},
 			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
 		}}},
 	}, &states); err != nil {
@@ -133,7 +128,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		}
 		if err := s.aggregate(ctx, mongo.Pipeline{
 			{{Key: "$match", Value: c.match}},
-			{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + fIDScope}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$" + fScope}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
 		}, &counts); err != nil {
 			return nil, err
 		}
@@ -146,7 +141,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		if st.InProgress > 0 {
 			var d recordDoc
 			err := s.coll.FindOne(ctx,
-				bson.D{{Key: fIDScope, Value: st.Scope}, {Key: fState, Value: string(idem.StateInProgress)}},
+				bson.D{{Key: fScope, Value: st.Scope}, {Key: fState, Value: string(idem.StateInProgress)}},
 				options.FindOne().SetSort(bson.D{{Key: fCreatedAt, Value: 1}})).Decode(&d)
 			if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 				return nil, wrap("stats", err)

@@ -9,19 +9,21 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// recordID is a record's _id: the key's scope and stored id, in this
-// order. Comparing two such documents compares the scope, then the id,
-// bytewise, so the _id index is the (scope, id) order List pages in.
-type recordID struct {
-	Scope string `bson:"scope"`
-	ID    string `bson:"id"`
-}
+// idOf is the _id of k's record: the scope, a NUL byte and the stored id.
+// Neither holds a NUL (idem.Key.Validate), so the split is unambiguous, and
+// NUL sorts before every other byte, so the _id index orders records by
+// scope, then id, bytewise: the order List pages in. A string _id is what
+// every server finds by its index (FerretDB v1 scans its whole collection
+// for an _id that is a document).
+func idOf(k idem.Key) string { return recordID(k.Scope, k.StoredID()) }
 
-func idOf(k idem.Key) recordID { return recordID{Scope: k.Scope, ID: k.StoredID()} }
+func recordID(scope, id string) string { return scope + "\x00" + id }
 
 // recordDoc is one record as the collection holds it.
 type recordDoc struct {
-	ID          recordID   `bson:"_id"`
+	ID          string     `bson:"_id"`
+	Scope       string     `bson:"scope"`
+	KeyID       string     `bson:"id"`                   // the stored id
 	DisplayID   string     `bson:"display_id,omitempty"` // only for hashed ids
 	State       string     `bson:"state"`
 	Fingerprint string     `bson:"fingerprint"`
@@ -45,14 +47,16 @@ const (
 	fCreatedAt  = "created_at"
 	fUpdatedAt  = "updated_at"
 	fTTLAt      = "ttl_at"
-	fIDScope    = "_id.scope"
+	fScope      = "scope"
 )
 
 // docOf is r as stored, with its times at millisecond precision (BSON
 // dates), and ttl its server-clock deletion time (nil: none).
 func docOf(r idem.Record, ttl *time.Time) recordDoc {
 	d := recordDoc{
-		ID:          recordID{Scope: r.Scope, ID: r.ID},
+		ID:          recordID(r.Scope, r.ID),
+		Scope:       r.Scope,
+		KeyID:       r.ID,
 		State:       string(r.State),
 		Fingerprint: r.Fingerprint,
 		Result:      r.Result,
@@ -80,11 +84,15 @@ func (d recordDoc) record() (idem.Record, error) {
 	case idem.StateInProgress, idem.StateCompleted, idem.StateReleased:
 	default:
 		return idem.Record{}, &idem.InvalidDataError{Op: "read",
-			Err: fmt.Errorf("mongostore: document %v is not a record (state %q)", d.ID, d.State)}
+			Err: fmt.Errorf("mongostore: document %q is not a record (state %q)", d.ID, d.State)}
+	}
+	if d.ID != recordID(d.Scope, d.KeyID) {
+		return idem.Record{}, &idem.InvalidDataError{Op: "read",
+			Err: fmt.Errorf("mongostore: document %q is not a record (scope %q, id %q)", d.ID, d.Scope, d.KeyID)}
 	}
 	r := idem.Record{
-		Scope:       d.ID.Scope,
-		ID:          d.ID.ID,
+		Scope:       d.Scope,
+		ID:          d.KeyID,
 		DisplayID:   d.DisplayID,
 		State:       idem.State(d.State),
 		Fingerprint: d.Fingerprint,
@@ -135,17 +143,42 @@ func checkTimes(op string, ts ...time.Time) error {
 	return nil
 }
 
-// casFilter matches the record d read only while nothing a claim decides
-// on has changed: the token (every claim changes it), the state (complete
-// and release change it), and the lease end and expiry (a renewal moves
-// them under the same token).
-func casFilter(d recordDoc) bson.D {
-	return bson.D{
-		{Key: "_id", Value: d.ID},
-		{Key: fToken, Value: d.Token},
-		{Key: fState, Value: d.State},
-		{Key: fLeaseUntil, Value: d.LeaseUntil},
-		{Key: fExpiresAt, Value: d.ExpiresAt},
+// unchanged holds while nothing a claim that read cur decides on has
+// changed: the token (every claim changes it), the state (complete and
+// release change it), and the lease end and expiry (a renewal moves them
+// under the same token).
+func unchanged(cur recordDoc) cond {
+	return cond{
+		filter: bson.D{
+			{Key: fToken, Value: cur.Token},
+			{Key: fState, Value: cur.State},
+			{Key: fLeaseUntil, Value: cur.LeaseUntil},
+			{Key: fExpiresAt, Value: cur.ExpiresAt},
+		},
+		match: func(d recordDoc) bool {
+			return d.Token == cur.Token && d.State == cur.State &&
+				d.LeaseUntil.Equal(cur.LeaseUntil) && d.ExpiresAt.Equal(cur.ExpiresAt)
+		},
+	}
+}
+
+// heldBy holds while the record is in progress under token.
+func heldBy(token int64) cond {
+	return cond{
+		filter: bson.D{{Key: fToken, Value: token}, {Key: fState, Value: string(idem.StateInProgress)}},
+		match:  func(d recordDoc) bool { return d.Token == token && d.State == string(idem.StateInProgress) },
+	}
+}
+
+// expired holds while the record is expired at now (idem.Record.Expired).
+func expired(now time.Time) cond {
+	now = ms(now)
+	return cond{
+		filter: expiredAt(now),
+		match: func(d recordDoc) bool {
+			live := d.State == string(idem.StateInProgress) && d.LeaseUntil.After(now)
+			return !d.ExpiresAt.After(now) && !live
+		},
 	}
 }
 

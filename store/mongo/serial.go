@@ -2,6 +2,7 @@ package mongostore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,20 +108,49 @@ func (t *lockTable) lock(name string) (unlock func()) {
 	}
 }
 
-// lockKey serializes the conditional writes of one record when the server
-// needs it, and returns the unlock (a no-op otherwise).
-func (s *Store) lockKey(ctx context.Context, id recordID) (unlock func()) {
-	if !serialFor(ctx, s.db.Client()) {
-		return func() {}
-	}
-	return keyLocks.lock(s.db.Name() + "\x00" + s.opts.Collection + "\x00" + id.Scope + "\x00" + id.ID)
-}
-
-// lockDoc is lockKey for the document with _id id of coll (entity mode).
+// lockDoc serializes the conditional writes of the document with _id id
+// of coll when the server needs it (entity mode), and returns the unlock.
 func lockDoc(ctx context.Context, coll *mongo.Collection, id any) (unlock func()) {
 	if !serialFor(ctx, coll.Database().Client()) {
 		return func() {}
 	}
 	raw, _ := bson.Marshal(bson.D{{Key: "_id", Value: id}})
 	return keyLocks.lock(coll.Database().Name() + "\x00" + coll.Name() + "\x00" + string(raw))
+}
+
+// cond is the condition of a conditional write: the filter the server
+// evaluates (besides _id), and the same condition in Go, for servers whose
+// conditional writes are not atomic.
+type cond struct {
+	filter bson.D
+	match  func(d recordDoc) bool
+}
+
+// writeIf runs write, a write of the record with _id id, only while cond
+// holds, and reports whether it did. On a server with atomic conditional
+// writes the write carries the whole filter. On FerretDB v1, under the
+// key's lock, the record is read by _id, cond checked in Go, and the write
+// sent with a filter on _id alone: the only filter FerretDB v1 finds
+// through its index (any other makes it scan the collection in its own
+// process), and under the lock as atomic within the process as its own
+// read-then-write would be.
+func (s *Store) writeIf(ctx context.Context, id string, c cond, write func(ctx context.Context, filter bson.D) (int64, error)) (bool, error) {
+	if !serialFor(ctx, s.db.Client()) {
+		n, err := write(ctx, append(bson.D{{Key: "_id", Value: id}}, c.filter...))
+		return n > 0, err
+	}
+	defer keyLocks.lock(s.db.Name() + "\x00" + s.opts.Collection + "\x00" + id)()
+	var d recordDoc
+	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !c.match(d) {
+		return false, nil
+	}
+	n, err := write(ctx, bson.D{{Key: "_id", Value: id}})
+	return n > 0, err
 }

@@ -159,13 +159,18 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 		if err != nil {
 			return idem.Claim{}, err
 		}
-		unlock := s.lockKey(ctx, id)
-		res, err := s.coll.ReplaceOne(ctx, casFilter(*cur), docOf(c.Record, ttl))
-		unlock()
+		doc := docOf(c.Record, ttl)
+		ok, err := s.writeIf(ctx, id, unchanged(*cur), func(ctx context.Context, filter bson.D) (int64, error) {
+			res, err := s.coll.ReplaceOne(ctx, filter, doc)
+			if err != nil {
+				return 0, err
+			}
+			return res.MatchedCount, nil
+		})
 		if err != nil {
 			return idem.Claim{}, err
 		}
-		if res.MatchedCount == 1 {
+		if ok {
 			return c, nil
 		}
 		cur = nil // changed under us: read again
@@ -173,25 +178,20 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 	return idem.Claim{}, fmt.Errorf("the record of %s changed %d times during one claim; retry", req.Key, maxClaimRounds)
 }
 
-// owner filters the record of k held in progress under token.
-func owner(k idem.Key, token int64) bson.D {
-	return bson.D{
-		{Key: "_id", Value: idOf(k)},
-		{Key: fToken, Value: token},
-		{Key: fState, Value: string(idem.StateInProgress)},
-	}
-}
-
 // fenced runs one update of the record of k held in progress under token,
 // and returns idem.ErrLeaseLost when there is no such record.
 func (s *Store) fenced(ctx context.Context, op string, k idem.Key, token int64, update bson.D) error {
-	unlock := s.lockKey(ctx, idOf(k))
-	res, err := s.coll.UpdateOne(ctx, owner(k, token), update)
-	unlock()
+	ok, err := s.writeIf(ctx, idOf(k), heldBy(token), func(ctx context.Context, filter bson.D) (int64, error) {
+		res, err := s.coll.UpdateOne(ctx, filter, update)
+		if err != nil {
+			return 0, err
+		}
+		return res.MatchedCount, nil
+	})
 	if err != nil {
 		return wrap(op, err)
 	}
-	if res.MatchedCount == 0 {
+	if !ok {
 		return idem.ErrLeaseLost
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -40,8 +41,21 @@ func newClient(t testing.TB) *mongo.Client {
 	return c
 }
 
-// testDB is the database the tests write to.
-func testDB(c *mongo.Client) *mongo.Database { return c.Database("idemtest") }
+// testDB is the database the tests write to: one per run, dropped by
+// TestMain (on FerretDB over SQLite a database is a file, and a fresh one
+// keeps each run as fast as the first).
+func testDB(c *mongo.Client) *mongo.Database { return c.Database("idemtest_" + runID) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if c, err := mongo.Connect(options.Client().ApplyURI(testenv.Mongo.Addr()).SetServerSelectionTimeout(2 * time.Second)); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = testDB(c).Drop(ctx)
+		_ = c.Disconnect(ctx)
+		cancel()
+	}
+	os.Exit(code)
+}
 
 // uniqueCollection returns a collection name no other test (or run) uses.
 func uniqueCollection() string {

@@ -53,7 +53,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		return 0, wrap("sweep", err)
 	}
 	var found []struct {
-		ID recordID `bson:"_id"`
+		ID string `bson:"_id"`
 	}
 	if err := cur.All(ctx, &found); err != nil {
 		return 0, wrap("sweep", err)
@@ -71,13 +71,19 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		// expiry and its delete.
 		n := 0
 		for _, f := range found {
-			unlock := s.lockKey(ctx, f.ID)
-			res, err := s.coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: f.ID}}, expiredAt(req.Now)...))
-			unlock()
+			ok, err := s.writeIf(ctx, f.ID, expired(req.Now), func(ctx context.Context, filter bson.D) (int64, error) {
+				res, err := s.coll.DeleteOne(ctx, filter)
+				if err != nil {
+					return 0, err
+				}
+				return res.DeletedCount, nil
+			})
 			if err != nil {
 				return n, wrap("sweep", err)
 			}
-			n += int(res.DeletedCount)
+			if ok {
+				n++
+			}
 		}
 		return n, nil
 	}

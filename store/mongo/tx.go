@@ -219,7 +219,7 @@ func (s *Store) Mark(ctx context.Context, tx *mongo.Session, req idem.ClaimReque
 	if ttl, err = s.ttl(ctx, req.Now, c.Record.ExpiresAt); err != nil {
 		return idem.Claim{}, wrap("mark", err)
 	}
-	rr, err := s.coll.ReplaceOne(sctx, casFilter(cur), docOf(c.Record, ttl))
+	rr, err := s.coll.ReplaceOne(sctx, append(bson.D{{Key: "_id", Value: cur.ID}}, unchanged(cur).filter...), docOf(c.Record, ttl))
 	if err != nil {
 		return idem.Claim{}, wrap("mark", err)
 	}
