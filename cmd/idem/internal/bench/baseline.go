@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+	mongostore "github.com/idemgo/idem/store/mongo"
 )
 
 // baseline is the same write as idem's claim, without idem.
@@ -33,6 +34,9 @@ func newBaseline(ctx context.Context, h *dsn.Handle, runID string) (*baseline, e
 		return redisBaseline(h.Redis, runID), nil
 	case h.Scheme == "memory":
 		return memBaseline(), nil
+	}
+	if ms, ok := h.Native.(*mongostore.Store); ok {
+		return mongoBaseline(ms, runID), nil
 	}
 	return nil, fmt.Errorf("%w: no baseline for the %s store", ErrMode, h.Scheme)
 }

@@ -11,10 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/memory"
+	mongostore "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/mysql"
 	"github.com/idemgo/idem/store/postgres"
 	redisstore "github.com/idemgo/idem/store/redis"
@@ -119,6 +121,12 @@ func (s *demoStore) removeRecords(ctx context.Context, scope string) (int64, err
 		return tag.RowsAffected(), err
 	case *redisstore.Store:
 		return removeRedisRecords(ctx, st, s.h.Redis, scope)
+	case *mongostore.Store:
+		res, err := st.Collection().DeleteMany(ctx, bson.D{{Key: "scope", Value: scope}})
+		if err != nil {
+			return 0, err
+		}
+		return res.DeletedCount, nil
 	case *memory.Store:
 		return 0, nil // gone with the process
 	}

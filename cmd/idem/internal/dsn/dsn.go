@@ -6,6 +6,7 @@
 //	postgres://USER@HOST:PORT/DB[?table=T&partitions=N&...]  PostgreSQL (also postgresql://)
 //	mysql://USER@HOST:PORT/DB[?table=T&...]  MariaDB / MySQL (also mariadb://)
 //	redis://HOST:PORT[/DB][?prefix=P&...]    Redis (also rediss://)
+//	mongodb://HOST:PORT/[DB][?collection=C&...]  MongoDB API (also mongodb+srv://)
 //
 // Forms is the whole reference, as --help prints it.
 //

@@ -23,7 +23,10 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"", ErrBadDSN, "IDEM_STORE"},
 		{"idem.db", ErrBadDSN, "has no scheme"},
-		{"mongodb://localhost", ErrUnknownScheme, "available: memory://"},
+		{"cassandra://localhost", ErrUnknownScheme, "available: memory://"},
+		{"mongodb://127.0.0.1:27017/app?ttl=sometimes", ErrBadDSN, "ttl"},
+		{"mongodb://127.0.0.1:27017/app?collection=a$b", ErrBadDSN, "a$b"},
+		{"mongodb://127.0.0.1:27017/bad.db", ErrBadDSN, "bad.db"},
 		{"sqlite://", ErrBadDSN, "name the database file"},
 		{"sqlite://x.db?sync=sometimes", ErrBadDSN, "sync"},
 		{"sqlite://x.db?tabel=t", ErrBadDSN, `unknown parameter "tabel"`},
@@ -51,7 +54,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestSchemes(t *testing.T) {
 	got := strings.Join(Schemes(), " ")
-	if got != "memory mysql postgres redis sqlite" {
+	if got != "memory mongodb mysql postgres redis sqlite" {
 		t.Fatalf("Schemes() = %q", got)
 	}
 	h, err := Open(context.Background(), "postgresql://u@127.0.0.1:1/db")

@@ -18,6 +18,10 @@ const Forms = `Store DSNs (--store DSN, or the IDEM_STORE environment variable):
   redis://[USER:PASS@]HOST[:PORT][/DB][?prefix=P][&GO_REDIS_PARAM=V...]
       Redis (rediss:// for TLS); other parameters go to go-redis:
       dial_timeout, max_retries, ...
+  mongodb://[USER:PASS@]HOST[:PORT][,HOST...]/[DB][?collection=C][&ttl=none][&DRIVER_PARAM=V...]
+      MongoDB API: MongoDB, Cosmos DB for MongoDB, FerretDB (also mongodb+srv://);
+      database idem when left out; other parameters go to the driver:
+      replicaSet, authSource, tls, ...
 
 Parameters idem reads:
   table=T       the records table of an SQL store (default idem_records);
@@ -28,6 +32,9 @@ Parameters idem reads:
                 migrate that creates the table reads it
   sync=normal   SQLite: sync the WAL at checkpoints only (faster; the last
                 commits before a power loss can be lost); default full
+  collection=C  the records collection of a MongoDB store (default idem_records)
+  ttl=none      MongoDB: migrate creates no TTL index (ttl=required: fail
+                where the server has none; default: create it where it can)
 
 Every command on one store needs the same table or prefix as the program
 that writes it: stats on a DSN without ?table= reads idem_records.
@@ -36,4 +43,5 @@ DSN examples:
   sqlite://idem.db
   postgres://app:secret@db.internal:5432/app?sslmode=require&table=billing_inbox
   mysql://root@127.0.0.1:3306/test?table=idem_records
-  redis://127.0.0.1:6379/0?prefix=billing`
+  redis://127.0.0.1:6379/0?prefix=billing
+  mongodb://127.0.0.1:27017/shop?collection=idem_records`
