@@ -74,8 +74,10 @@
 // Its inserts are atomic. The store asks the server what it is once
 // (buildInfo) and, on FerretDB 1.x, makes its own conditional writes of
 // one key one at a time within the process (for every Store of the
-// process, and Versioned.Apply too), which is what the conformance suite
-// runs against. Two processes writing one key on one FerretDB v1 can
+// process, and Versioned.Apply too): under the key's lock it reads the
+// record by _id, checks the condition in Go and writes with a filter on
+// _id alone, the only filter FerretDB v1 finds through its index. That is
+// what the conformance suite runs against. Two processes writing one key on one FerretDB v1 can
 // still race (two owners of a retaken key, a zombie's completion
 // applied): run one process per FerretDB v1 database, or use MongoDB,
 // whose own conditional writes need no such help.
