@@ -1,0 +1,18 @@
+module github.com/idemgo/idem/store/redis
+
+go 1.26.0
+
+replace github.com/idemgo/idem => ../..
+
+replace github.com/idemgo/idem/store/redis => ../../store/redis
+
+require (
+	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
