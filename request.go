@@ -68,9 +68,7 @@ func (r ClaimRequest) Prepare() (ClaimRequest, error) {
 		return r, invalidRequest("claim", "zero ExpiresAt (every record has a retention end)")
 	}
 	r.Fingerprint = StoredFingerprint(r.Fingerprint)
-	if r.ExpiresAt.Before(r.LeaseUntil) {
-		r.ExpiresAt = r.LeaseUntil
-	}
+	r.ExpiresAt = Later(r.ExpiresAt, r.LeaseUntil)
 	if r.NewToken == 0 {
 		r.NewToken = NewToken()
 	}

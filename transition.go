@@ -9,9 +9,7 @@ package idem
 // conformance suite to prove it. req is expected to be Prepare'd.
 func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 	now := req.Now
-	if req.ExpiresAt.Before(req.LeaseUntil) {
-		req.ExpiresAt = req.LeaseUntil
-	}
+	req.ExpiresAt = Later(req.ExpiresAt, req.LeaseUntil)
 	acquire := func(r Record) Claim {
 		r.State = StateInProgress
 		r.LeaseUntil = req.LeaseUntil
