@@ -1,13 +1,14 @@
 // Package chaos is the harness behind `idem chaos`: a producer, K consumer
 // OS processes written as a user writes them (the transactional inbox on
-// PostgreSQL, or two-phase on Redis with the charge an HTTP call to a bank
-// process that dedups by the derived key), and a supervisor that SIGKILLs
+// PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
+// HTTP call to a bank process that dedups by the derived key), over NATS
+// JetStream, RabbitMQ or Kafka (kfake), and a supervisor that SIGKILLs
 // consumers at random and at the worst moments (through the library's
 // BeforeSettle hook: after the commit, before the ack; and in the handler:
 // after the side effect, before Complete), restarts them, and restarts the
 // store and broker servers mid-run. The verdict is read from the effects
 // only (charge rows and balances, the bank's ledger, the dead-letter
-// stream), never from idem's counters; the same run with a naive consumer
+// stream, queue or topic), never from idem's counters; the same run with a naive consumer
 // must find doubles, or the harness proves nothing.
 package chaos
 
@@ -24,9 +25,16 @@ import (
 // Config describes one chaos run. The zero value of each field but Store
 // is a default.
 type Config struct {
-	Store     string // "postgres" (transactional inbox) or "redis" (two-phase with the bank)
-	StoreURL  string // the user's store; "": a private server the harness starts
-	BrokerURL string // the user's NATS JetStream; "": a private nats-server
+	// Store is "postgres", "mysql" (MariaDB) or "sqlite" (the
+	// transactional inbox) or "redis" (two-phase with the bank).
+	Store    string
+	StoreURL string // the user's store; "": a private server (a file for SQLite) the harness starts
+	// Broker is "nats" (JetStream), "amqp" (RabbitMQ) or "kafka" (kfake,
+	// hosted by the harness).
+	Broker string
+	// BrokerURL is the user's NATS JetStream or RabbitMQ; "": a private
+	// nats-server, or the RabbitMQ of AMQPURL (its own queues only).
+	BrokerURL string
 	// RestartStore and RestartBroker are shell commands that restart the
 	// user's servers (with StoreURL, BrokerURL); without them the user's
 	// servers are not restarted. The private servers are restarted by the
@@ -57,11 +65,30 @@ type Config struct {
 
 func (c *Config) defaults() error {
 	switch c.Store {
-	case "postgres", "redis":
+	case "postgres", "mysql", "sqlite", "redis":
 	case "":
 		c.Store = "postgres"
 	default:
-		return fmt.Errorf("chaos: unknown store %q (postgres or redis)", c.Store)
+		return fmt.Errorf("chaos: unknown store %q (postgres, mysql, sqlite or redis)", c.Store)
+	}
+	switch c.Broker {
+	case "nats", "amqp":
+	case "kafka":
+		if c.BrokerURL != "" {
+			return fmt.Errorf("chaos: Kafka runs on the harness's own kfake: no broker URL")
+		}
+	case "":
+		c.Broker = "nats"
+	default:
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp or kafka)", c.Broker)
+	}
+	// Nothing to restart: SQLite has no server, and a RabbitMQ node is
+	// never the harness's (only the user's own, with their command).
+	if c.Store == "sqlite" {
+		c.StoreRestarts = -1
+	}
+	if c.Broker == "amqp" && c.RestartBroker == "" {
+		c.BrokerRestarts = -1
 	}
 	if c.Orders <= 0 {
 		c.Orders = 3000
@@ -145,6 +172,7 @@ func (p *Pass) Restarts() int { return p.StoreRestart + p.BrokerRestrt }
 // Result is a chaos run: idem's pass, the naive contrast, and the verdict.
 type Result struct {
 	Store        string   `json:"store"`
+	Broker       string   `json:"broker"`
 	Mode         string   `json:"mode"`
 	Seed         uint64   `json:"seed"`
 	Orders       int      `json:"orders"`
@@ -176,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer env.close()
 	plan := NewPlan(cfg.Seed, cfg.Orders)
-	res := &Result{Store: cfg.Store, Mode: modeOf(cfg.Store), Seed: cfg.Seed, Orders: plan.Unique()}
+	res := &Result{Store: cfg.Store, Broker: cfg.Broker, Mode: modeOf(cfg.Store), Seed: cfg.Seed, Orders: plan.Unique()}
 	idemPass, err := runPass(ctx, cfg, env, plan, false)
 	if err != nil {
 		return nil, err
@@ -204,6 +232,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, nil
 }
 
+var (
+	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
+	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)"}
+)
+
 func modeOf(store string) string {
 	if store == "redis" {
 		return "two-phase (bank call with the derived key)"
@@ -229,9 +262,20 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 	if e.logs, err = os.MkdirTemp("", "idem-chaos-logs-"); err != nil {
 		return nil, err
 	}
-	if cfg.BrokerURL != "" {
+	switch {
+	case cfg.BrokerURL != "":
 		e.broker = userServer{url: cfg.BrokerURL, restart: cfg.RestartBroker}
-	} else if e.broker, err = StartNATS(ctx); err != nil {
+	case cfg.Broker == "amqp":
+		e.broker = userServer{url: AMQPURL()} // the machine's node: never restarted
+		if err := checkAMQP(ctx, e.broker.URL()); err != nil {
+			return nil, err
+		}
+	case cfg.Broker == "kafka":
+		e.broker, err = StartKafka(ctx)
+	default:
+		e.broker, err = StartNATS(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -239,6 +283,10 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		e.store = userServer{url: cfg.StoreURL, restart: cfg.RestartStore}
 	case cfg.Store == "redis":
 		e.store, err = StartRedis(ctx)
+	case cfg.Store == "mysql":
+		e.store, err = StartMariaDB(ctx)
+	case cfg.Store == "sqlite":
+		e.store, err = StartSQLite(ctx)
 	default:
 		e.store, err = StartPostgres(ctx)
 	}
@@ -280,7 +328,14 @@ func IsNoServer(err error) bool { return errors.Is(err, ErrNoServer) }
 // Table renders the result as the table `idem chaos` prints.
 func (r *Result) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem chaos: %s on %s + NATS JetStream, seed %d\n\n", r.Mode, r.Store, r.Seed)
+	fmt.Fprintf(&b, "idem chaos: %s on %s + %s, seed %d\n", r.Mode, storeNames[r.Store], brokerNames[r.Broker], r.Seed)
+	if r.Store == "sqlite" && r.Idem != nil && r.Idem.StoreRestart == 0 {
+		b.WriteString("(SQLite is a file shared by the consumer processes: no server, so no store restarts; the kills apply)\n")
+	}
+	if r.Broker == "amqp" && r.Idem != nil && r.Idem.BrokerRestrt == 0 {
+		b.WriteString("(RabbitMQ through queues of this run only: a shared node is never restarted)\n")
+	}
+	b.WriteString("\n")
 	passes := []*Pass{r.Idem}
 	if r.Naive != nil {
 		passes = append(passes, r.Naive)

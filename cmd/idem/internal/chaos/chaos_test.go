@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,34 @@ func TestShortFormTwoPhase(t *testing.T) {
 	if res.Idem.BankCalls < res.Idem.BankApplied {
 		t.Errorf("bank calls %d < applied %d", res.Idem.BankCalls, res.Idem.BankApplied)
 	}
+}
+
+// TestShortFormMariaDBRabbitMQ is the short form for the transactional
+// inbox on a private MariaDB (two SIGKILL restarts) over queues of this run
+// on the machine's RabbitMQ (never restarted).
+func TestShortFormMariaDBRabbitMQ(t *testing.T) {
+	res := runShort(t, Config{Store: "mysql", Broker: "amqp", Orders: shortOrders()})
+	if res.Idem.BrokerRestrt != 0 {
+		t.Errorf("the shared RabbitMQ was restarted %d times", res.Idem.BrokerRestrt)
+	}
+}
+
+// TestShortFormSQLiteKafka is the short form for the transactional inbox
+// on one SQLite file shared by the consumer processes (no server: no store
+// restarts) over Kafka on the harness's kfake (one restart).
+func TestShortFormSQLiteKafka(t *testing.T) {
+	res := runShort(t, Config{Store: "sqlite", Broker: "kafka", Orders: shortOrders()})
+	if res.Idem.StoreRestart != 0 {
+		t.Errorf("SQLite has no server, yet %d store restarts", res.Idem.StoreRestart)
+	}
+}
+
+// shortOrders is the short form's size: 3000, or IDEM_CHAOS_ORDERS.
+func shortOrders() int {
+	if n, err := strconv.Atoi(os.Getenv("IDEM_CHAOS_ORDERS")); err == nil && n > 0 {
+		return n
+	}
+	return 3000
 }
 
 func TestPlanIsSeeded(t *testing.T) {
@@ -145,7 +174,7 @@ func TestStaleCheckSeesAnOrphan(t *testing.T) {
 			defer srv.Stop()
 			cfg := Config{Store: kind}
 			e := &env{store: srv}
-			_, _, _, _, tbl := passNames(false)
+			tbl := passTables(false)
 			prefix := "idemchaos:orphan"
 			if kind == "postgres" {
 				if err := setupStore(ctx, cfg, e, tbl, prefix); err != nil {

@@ -25,14 +25,20 @@ const (
 
 // childConfig is what a child reads from ChildEnv.
 type childConfig struct {
-	Role        string // "consumer" or "bank"
-	Store       string // "postgres", "redis"
-	Naive       bool   // no idem: charge, commit, ack
-	StoreURL    string
-	BrokerURL   string
-	Stream      string
-	Durable     string
-	DLQSubject  string
+	Role      string // "consumer" or "bank"
+	Store     string // "postgres", "mysql", "sqlite", "redis"
+	Broker    string // "nats", "amqp", "kafka"
+	Naive     bool   // no idem: charge, commit, ack
+	StoreURL  string
+	BrokerURL string
+	// Source is what the consumers read: the JetStream stream, the AMQP
+	// queue or the Kafka topic; Durable the JetStream durable or the Kafka
+	// group; DLQ the dead-letter subject, queue or topic.
+	Source, Durable, DLQ string
+	// Counts is a directory where each consumer process counts the
+	// deliveries it received, in a file of its own (brokers that count no
+	// deliveries the harness can read: RabbitMQ, Kafka); "": none.
+	Counts      string
 	Tables      tables
 	BankURL     string
 	BankAddr    string // the bank's listen address
@@ -43,7 +49,7 @@ type childConfig struct {
 	Prefix      string // the Redis store's key prefix, fresh per run
 }
 
-// tables names one run's business tables (PostgreSQL).
+// tables names one run's business tables (the SQL stores).
 type tables struct{ Charges, Balances, Records string }
 
 // IsChild reports whether this process was started as a harness child.

@@ -3,29 +3,28 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	natsidem "github.com/idemgo/idem/broker/nats"
-	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
 )
 
-// The consumers below are written as a user would write them from the
-// package docs: a NATS JetStream consumer charging orders, with the dedup
-// marker in the charge's PostgreSQL transaction, or two-phase on Redis with
-// the charge a call to the bank carrying the derived key.
+// The consumers are written as a user would write them from the package
+// docs: a NATS JetStream, RabbitMQ or Kafka consumer charging orders, with
+// the dedup marker in the charge's transaction (PostgreSQL, MariaDB,
+// SQLite), or two-phase on Redis with the charge a call to the bank
+// carrying the derived key (ledger.go holds the store side).
 
 func connectNATS(url string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
@@ -76,92 +75,52 @@ func charge(ctx context.Context, tx pgx.Tx, t tables, o Order) error {
 }
 
 func runConsumer(ctx context.Context, cfg childConfig) error {
+	kill := newKiller(cfg.KillAt, cfg.KillAfter)
+	l, err := openLedger(ctx, cfg, kill)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	switch cfg.Broker {
+	case "amqp":
+		return runAMQP(ctx, cfg, l)
+	case "kafka":
+		return runKafka(ctx, cfg, l)
+	}
+	return runNATS(ctx, cfg, l)
+}
+
+// settleKill is the BeforeSettle kill point: the outcome is committed (or
+// completed) and the broker does not know yet.
+func settleKill(kill *killer, r broker.Report) {
+	if r.Action == idem.ActionAck && r.Result.Outcome == idem.OutcomeProcessed {
+		kill.pass(pointSettle)
+	}
+}
+
+func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 	nc, js, err := connectNATS(cfg.BrokerURL)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	cons, err := durable(ctx, js, cfg.Stream, cfg.Durable)
+	cons, err := durable(ctx, js, cfg.Source, cfg.Durable)
 	if err != nil {
 		return err
 	}
-	kill := newKiller(cfg.KillAt, cfg.KillAfter)
-	var pool *pgxpool.Pool
-	var rdb *goredis.Client
-	switch cfg.Store {
-	case "postgres":
-		if pool, err = pgxpool.New(ctx, cfg.StoreURL); err != nil {
-			return err
-		}
-		defer pool.Close()
-	case "redis":
-		opt, err := goredis.ParseURL(cfg.StoreURL)
-		if err != nil {
-			return err
-		}
-		rdb = goredis.NewClient(opt)
-		defer rdb.Close()
-	default:
-		return fmt.Errorf("unknown store %q", cfg.Store)
-	}
-	bank := &http.Client{Timeout: 5 * time.Second}
 	if cfg.Naive {
-		return runNaive(ctx, cons, cfg, pool, bank, kill)
+		return runNaive(ctx, cons, cfg, l)
 	}
-
-	var store idem.Store
-	var h natsidem.Handler
-	gopts := idem.Options{}
-	switch cfg.Store {
-	case "postgres":
-		s, err := postgres.New(pool, postgres.Options{Table: cfg.Tables.Records})
-		if err != nil {
-			return err
-		}
-		store = s
-		h = natsidem.HandleTx(func(ctx context.Context, tx pgx.Tx, msg jetstream.Msg) ([]byte, error) {
-			o, err := decode(msg.Data())
-			if err != nil {
-				return nil, err
-			}
-			if err := charge(ctx, tx, cfg.Tables, o); err != nil {
-				return nil, err
-			}
-			kill.pass(pointEffect) // written, not committed: the transaction dies with the process
-			return nil, nil
-		})
-	case "redis":
-		s, err := redisstore.New(rdb, redisstore.Options{Prefix: cfg.Prefix})
-		if err != nil {
-			return err
-		}
-		store = s
-		gopts.Lease = cfg.Lease
-		h = natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
-			o, err := decode(msg.Data())
-			if err != nil {
-				return nil, err
-			}
-			if err := callBank(ctx, bank, cfg.BankURL, idem.DeriveKey(ctx, "charge"), o); err != nil {
-				return nil, err
-			}
-			kill.pass(pointEffect) // the bank has charged; the record is not completed
-			return nil, nil
-		})
-	}
-	g, err := natsidem.NewGuard(store, cons, gopts)
+	h := handlerFor(l, jetstream.Msg.Data, natsidem.Handle, natsidem.HandleTx[pgx.Tx], natsidem.HandleTx[*sql.Tx])
+	g, err := natsidem.NewGuard(l.store, cons, l.options())
 	if err != nil {
 		return err
 	}
 	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{
-		JetStream: js, DeadLetterSubject: cfg.DLQSubject, Concurrency: cfg.Concurrency,
+		JetStream: js, DeadLetterSubject: cfg.DLQ, Concurrency: cfg.Concurrency,
 		Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 		Hooks: broker.Hooks[jetstream.Msg]{
-			BeforeSettle: func(ctx context.Context, msg jetstream.Msg, r broker.Report) {
-				if r.Action == idem.ActionAck && r.Result.Outcome == idem.OutcomeProcessed {
-					kill.pass(pointSettle) // committed (completed), not acked
-				}
-			},
+			BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
 		},
 	})
 	if err != nil {
@@ -191,34 +150,20 @@ func callBank(ctx context.Context, c *http.Client, url, key string, o Order) err
 
 // runNaive is the same consumer without idem: charge, commit (or call the
 // bank), ack. It double-charges every redelivery and producer retry.
-func runNaive(ctx context.Context, cons jetstream.Consumer, cfg childConfig, pool *pgxpool.Pool, bank *http.Client, kill *killer) error {
+func runNaive(ctx context.Context, cons jetstream.Consumer, cfg childConfig, l *ledger) error {
 	work := make(chan jetstream.Msg)
 	for range max(cfg.Concurrency, 1) {
 		go func() {
 			for msg := range work {
-				o, err := decode(msg.Data())
-				if err != nil {
+				switch err := l.naive(ctx, msg.Data()); {
+				case errors.Is(err, errPoison):
 					msg.Term()
-					continue
-				}
-				if pool != nil {
-					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-						if err := charge(ctx, tx, cfg.Tables, o); err != nil {
-							return err
-						}
-						kill.pass(pointEffect)
-						return nil
-					})
-				} else {
-					err = callBank(ctx, bank, cfg.BankURL, "", o)
-					kill.pass(pointEffect)
-				}
-				if err != nil {
+				case err != nil:
 					msg.NakWithDelay(200 * time.Millisecond)
-					continue
+				default:
+					l.kill.pass(pointSettle)
+					msg.Ack()
 				}
-				kill.pass(pointSettle)
-				msg.Ack()
 			}
 		}()
 	}

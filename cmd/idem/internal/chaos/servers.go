@@ -323,3 +323,23 @@ func (s userServer) Restart(ctx context.Context) error {
 }
 
 func (s userServer) Stop() {}
+
+// sqliteFile is the SQLite variant's "server": a database file in a
+// private directory that the consumer processes share (WAL). There is no
+// server to restart: Restart does nothing, and the harness schedules none.
+type sqliteFile struct{ dir, url string }
+
+// StartSQLite makes the private directory of the database file. The
+// consumers open it with sync=normal: a process crash, the fault here,
+// loses no commit (only a power loss could).
+func StartSQLite(context.Context) (Server, error) {
+	dir, err := privateDir("sqlite")
+	if err != nil {
+		return nil, err
+	}
+	return sqliteFile{dir: dir, url: "sqlite://" + filepath.Join(dir, "chaos.db") + "?sync=normal"}, nil
+}
+
+func (s sqliteFile) URL() string                   { return s.url }
+func (s sqliteFile) Restart(context.Context) error { return nil }
+func (s sqliteFile) Stop()                         { os.RemoveAll(s.dir) }

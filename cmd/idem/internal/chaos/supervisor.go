@@ -13,9 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // child is one process the harness started.
@@ -100,20 +97,16 @@ func arming(cfg Config, slot, incarnation, unique int) (point string, after int)
 	return "", 0
 }
 
-// names of one pass's broker objects and tables.
-func passNames(naive bool) (stream, subject, dlqStream, dlqSubject string, t tables) {
+// passTables names one pass's business tables and idem's records table.
+func passTables(naive bool) tables {
 	if naive {
-		return "CHAOS_NAIVE", "chaos.naive.orders", "CHAOS_NAIVE_DLQ", "chaos.naive.dlq",
-			tables{"idem_chaos_naive_charges", "idem_chaos_naive_balances", ""}
+		return tables{"idem_chaos_naive_charges", "idem_chaos_naive_balances", ""}
 	}
-	return "CHAOS_ORDERS", "chaos.orders", "CHAOS_DLQ", "chaos.dlq",
-		tables{"idem_chaos_charges", "idem_chaos_balances", "idem_chaos_records"}
+	return tables{"idem_chaos_charges", "idem_chaos_balances", "idem_chaos_records"}
 }
 
-const durableName = "billing"
-
-// runPass runs one pass: it sets up the streams and tables, starts the
-// consumers and the producer, injects the faults, waits until every
+// runPass runs one pass: it sets up the broker objects and tables, starts
+// the consumers and the producer, injects the faults, waits until every
 // message is settled and reads the effects.
 func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*Pass, error) {
 	start := time.Now()
@@ -121,15 +114,12 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	if naive {
 		p.Consumer = "naive"
 	}
-	stream, subject, dlqStream, dlqSubject, tbl := passNames(naive)
-	nc, js, err := connectNATS(e.broker.URL())
+	tbl := passTables(naive)
+	b, err := openBus(ctx, cfg, e, naive)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: NATS at %s: %w", e.broker.URL(), err)
-	}
-	defer func() { nc.Close() }()
-	if err := setupStreams(ctx, js, stream, subject, dlqStream, dlqSubject); err != nil {
 		return nil, err
 	}
+	defer b.close()
 	prefix := fmt.Sprintf("idemchaos:%d", time.Now().UnixNano())
 	if err := setupStore(ctx, cfg, e, tbl, prefix); err != nil {
 		return nil, err
@@ -141,7 +131,7 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	slots := make([]*child, cfg.Consumers)
 	incarnations := make([]int, cfg.Consumers)
 	randomKilled := map[*child]bool{}
-	stopping := false
+	stopping, paused := false, false
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -149,12 +139,13 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	startSlot = func(slot int) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if stopping {
+		if stopping || paused {
 			return nil
 		}
-		cc := childConfig{Role: "consumer", Store: cfg.Store, Naive: naive, StoreURL: e.store.URL(), BrokerURL: e.broker.URL(),
-			Stream: stream, Durable: durableName, DLQSubject: dlqSubject, Tables: tbl, BankURL: e.bankURL,
+		cc := childConfig{Role: "consumer", Store: cfg.Store, Broker: cfg.Broker, Naive: naive, StoreURL: e.store.URL(),
+			BrokerURL: e.broker.URL(), Tables: tbl, BankURL: e.bankURL,
 			Concurrency: cfg.Concurrency, Lease: 2 * time.Second, Prefix: prefix}
+		b.names(&cc)
 		if float64(settled.Load()) < faultHorizon*float64(total) {
 			cc.KillAt, cc.KillAfter = arming(cfg, slot, incarnations[slot], plan.Unique())
 		}
@@ -170,7 +161,7 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 			<-c.done
 			mu.Lock()
 			switch {
-			case stopping:
+			case stopping || paused:
 			case randomKilled[c]:
 				p.RandomKills++
 			case c.signaled == syscall.SIGKILL:
@@ -180,7 +171,10 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 			default:
 				p.Exits++
 			}
-			again := !stopping
+			again := !stopping && !paused
+			if slots[slot] == c {
+				slots[slot] = nil
+			}
 			mu.Unlock()
 			if again {
 				time.Sleep(100 * time.Millisecond)
@@ -191,14 +185,22 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 		}()
 		return nil
 	}
-	for s := range cfg.Consumers {
-		if err := startSlot(s); err != nil {
-			return nil, err
+	startAll := func() error {
+		for s := range cfg.Consumers {
+			if err := startSlot(s); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	defer func() {
+	// stopAll kills every consumer and waits for them; the kills count as
+	// nothing.
+	stopAll := func(forGood bool) {
 		mu.Lock()
-		stopping = true
+		if forGood {
+			stopping = true
+		}
+		paused = true
 		for _, c := range slots {
 			if c != nil {
 				c.kill()
@@ -206,10 +208,17 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 		}
 		mu.Unlock()
 		wg.Wait()
-	}()
+		mu.Lock()
+		paused = false
+		mu.Unlock()
+	}
+	if err := startAll(); err != nil {
+		return nil, err
+	}
+	defer stopAll(true)
 
 	produced := make(chan error, 1)
-	go func() { produced <- produce(runCtx, e.broker.URL(), subject, plan, &settled) }()
+	go func() { produced <- b.produce(runCtx, plan, &settled) }()
 
 	faults := schedule(cfg)
 	producerDone := false
@@ -218,6 +227,10 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	lastReport := time.Now()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	quietTicks := 3
+	if _, ok := b.(drainer); ok {
+		quietTicks = 15 // deliveries held by live consumers are invisible: wait longer before the drain
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,9 +243,9 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 			deadline = time.Now().Add(cfg.Settle)
 		case <-tick.C:
 		}
-		pending, ackPending, last, ok := progress(ctx, js, stream)
+		n, idle, ok := b.progress(ctx)
 		if ok {
-			settled.Store(int64(last) - int64(pending) - int64(ackPending))
+			settled.Store(n)
 		}
 		for len(faults) > 0 && float64(settled.Load()) >= faults[0].at*float64(total) {
 			f := faults[0]
@@ -266,118 +279,41 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 				p.Consumer, settled.Load(), total, p.Kills(), p.Restarts())
 			mu.Unlock()
 		}
-		if producerDone && ok && pending == 0 && ackPending == 0 {
-			if quiet++; quiet >= 3 {
-				break
-			}
+		if producerDone && ok && idle {
+			quiet++
 		} else {
 			quiet = 0
+		}
+		if quiet >= quietTicks {
+			d, ok := b.(drainer)
+			if !ok {
+				break
+			}
+			stopAll(false)
+			done, err := d.idleWithoutConsumers(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if done {
+				break
+			}
+			quiet = 0
+			if err := startAll(); err != nil {
+				return nil, err
+			}
 		}
 		if producerDone && time.Now().After(deadline) {
 			p.Problems = append(p.Problems, fmt.Sprintf("%s: messages still unsettled %s after the producer finished", p.Consumer, cfg.Settle))
 			break
 		}
 	}
-	mu.Lock()
-	stopping = true
-	mu.Unlock()
-	if info, err := consumerInfo(ctx, js, stream); err == nil {
-		p.Deliveries = int(info.Delivered.Consumer)
-	}
+	stopAll(true)
+	p.Deliveries = b.deliveries(ctx)
 	p.Messages = len(plan.Msgs)
-	if err := verdict(ctx, cfg, e, js, plan, p, tbl, dlqStream, prefix, naive); err != nil {
+	if err := verdict(ctx, cfg, e, b, plan, p, tbl, prefix, naive); err != nil {
 		return nil, err
 	}
 	p.Wall = time.Since(start)
 	p.WallSecs = p.Wall.Seconds()
 	return p, nil
-}
-
-func setupStreams(ctx context.Context, js jetstream.JetStream, stream, subject, dlqStream, dlqSubject string) error {
-	for _, s := range []jetstream.StreamConfig{
-		{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage},
-		{Name: dlqStream, Subjects: []string{dlqSubject}, Storage: jetstream.FileStorage},
-	} {
-		_ = js.DeleteStream(ctx, s.Name)
-		if _, err := js.CreateStream(ctx, s); err != nil {
-			return fmt.Errorf("chaos: create stream %s: %w", s.Name, err)
-		}
-	}
-	_, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable: durableName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxDeliver: 100, MaxAckPending: 512,
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: create consumer: %w", err)
-	}
-	return nil
-}
-
-func consumerInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.ConsumerInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := js.Consumer(ctx, stream, durableName)
-	if err != nil {
-		return nil, err
-	}
-	return c.Info(ctx)
-}
-
-// progress reads the consumer's pending and unacknowledged counts and the
-// stream's last sequence (ok false while the broker is away).
-func progress(ctx context.Context, js jetstream.JetStream, stream string) (pending, ackPending int, last uint64, ok bool) {
-	info, err := consumerInfo(ctx, js, stream)
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	s, err := js.Stream(sctx, stream)
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	return int(info.NumPending), info.NumAckPending, s.CachedInfo().State.LastSeq, true
-}
-
-// produce publishes the plan, keeping at most a window of messages ahead
-// of the consumers so the broker restarts hit the producer too. A publish
-// that fails is retried until the stream acknowledges it: when the ack is
-// the part that was lost, the order is in the stream twice (the producer
-// retries the plan adds on purpose come on top). The messages carry the
-// order id in Idem-Id and no Nats-Msg-Id: the stream's duplicate window is
-// off, as on a broker without one, so every retry reaches the consumers.
-func produce(ctx context.Context, url, subject string, plan *Plan, settled *atomic.Int64) error {
-	nc, js, err := connectNATS(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	const window = 400
-	for i, m := range plan.Msgs {
-		for int64(i)-settled.Load() > window {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		msg := nats.NewMsg(subject)
-		msg.Data = m.Data
-		msg.Header.Set("Content-Type", "application/json")
-		if m.ID != "" {
-			msg.Header.Set("Idem-Id", m.ID)
-		}
-		for {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := js.PublishMsg(pctx, msg)
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return nil
 }

@@ -8,19 +8,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/postgres"
 	redisstore "github.com/idemgo/idem/store/redis"
 )
 
-// setupStore makes one pass's tables afresh (PostgreSQL) or empties the
+// setupStore makes one pass's tables afresh (the SQL stores) or empties the
 // bank (Redis: the store's prefix is new for every pass).
 func setupStore(ctx context.Context, cfg Config, e *env, t tables, prefix string) error {
-	if cfg.Store == "redis" {
+	switch cfg.Store {
+	case "redis":
 		return bankGet(ctx, e.bankURL+"/reset", nil)
+	case "mysql", "sqlite":
+		return setupSQL(ctx, cfg.Store, e.store.URL(), t)
 	}
 	pool, err := pgxpool.New(ctx, e.store.URL())
 	if err != nil {
@@ -90,6 +93,9 @@ func readEffects(ctx context.Context, cfg Config, e *env, t tables, p *Pass) (*e
 		ef.balances = st.Balances
 		return ef, nil
 	}
+	if cfg.Store == "mysql" || cfg.Store == "sqlite" {
+		return ef, readSQL(ctx, e.store.URL(), t, ef)
+	}
 	pool, err := pgxpool.New(ctx, e.store.URL())
 	if err != nil {
 		return nil, err
@@ -124,37 +130,11 @@ func readEffects(ctx context.Context, cfg Config, e *env, t tables, p *Pass) (*e
 	return ef, rows.Err()
 }
 
-// deadLetter is one message of the dead-letter stream.
+// deadLetter is one message of the dead-letter stream, queue or topic.
 type deadLetter struct {
 	id, reason string
 	order      Order
 	decodes    bool
-}
-
-func readDeadLetters(ctx context.Context, js jetstream.JetStream, stream string) ([]deadLetter, error) {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	var dls []deadLetter
-	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			return nil, fmt.Errorf("chaos: dead letter %d: %w", seq, err)
-		}
-		d := deadLetter{id: m.Header.Get("Idem-Id"), reason: m.Header.Get(idem.HeaderReason)}
-		d.decodes = json.Unmarshal(m.Data, &d.order) == nil
-		if d.id == "" {
-			d.id = d.order.Order
-		}
-		if d.id == "" {
-			var partial struct{ Order string }
-			json.Unmarshal(m.Data, &partial)
-			d.id = partial.Order
-		}
-		dls = append(dls, d)
-	}
-	return dls, nil
 }
 
 func contains(os []Order, o Order) bool {
@@ -168,15 +148,14 @@ func contains(os []Order, o Order) bool {
 
 // verdict reads the effects and the dead letters and fills p's figures;
 // for idem's pass each failure is a problem.
-func verdict(ctx context.Context, cfg Config, e *env, js jetstream.JetStream, plan *Plan, p *Pass, t tables,
-	dlqStream, prefix string, naive bool) error {
+func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass, t tables, prefix string, naive bool) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	ef, err := readEffects(ctx, cfg, e, t, p)
 	if err != nil {
 		return fmt.Errorf("chaos: read the effects: %w", err)
 	}
-	dls, err := readDeadLetters(ctx, js, dlqStream)
+	dls, err := b.deadLetters(ctx)
 	if err != nil {
 		return err
 	}
@@ -307,8 +286,8 @@ func merge(a, b map[string]int64) map[string]bool {
 
 // staleInProgress counts the records left in progress past their lease.
 func staleInProgress(ctx context.Context, cfg Config, e *env, t tables, prefix string) (int, error) {
-	var in idem.Inspector
-	if cfg.Store == "redis" {
+	switch cfg.Store {
+	case "redis":
 		opt, err := goredis.ParseURL(e.store.URL())
 		if err != nil {
 			return 0, err
@@ -319,7 +298,17 @@ func staleInProgress(ctx context.Context, cfg Config, e *env, t tables, prefix s
 		if err != nil {
 			return 0, err
 		}
-		in = s
+		return countStale(ctx, s)
+	case "mysql", "sqlite":
+		h, err := dsn.Open(ctx, withTable(e.store.URL(), t.Records))
+		if err != nil {
+			return 0, err
+		}
+		defer h.Close()
+		in, ok := h.Store.(idem.Inspector)
+		if !ok {
+			return 0, fmt.Errorf("chaos: the %s store lists no records", cfg.Store)
+		}
 		return countStale(ctx, in)
 	}
 	pool, err := pgxpool.New(ctx, e.store.URL())
