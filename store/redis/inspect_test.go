@@ -15,8 +15,10 @@ import (
 // TestInspectorMatchesMemory applies the same history to this store and to
 // the in-memory reference store and compares List (filters, paging) and
 // Stats.
-func TestInspectorMatchesMemory(t *testing.T) {
-	rs := newStore(t, newClient(t))
+func TestInspectorMatchesMemory(t *testing.T) { testInspectorMatchesMemory(t, standalone) }
+
+func testInspectorMatchesMemory(t *testing.T, on backend) {
+	rs := newStore(t, on.client(t))
 	ms := memory.New()
 	ctx := context.Background()
 	t0 := storetest.T0

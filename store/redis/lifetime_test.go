@@ -17,11 +17,13 @@ import (
 // deleted at once (clock behind: the old absolute PXAT was already past),
 // not kept an hour longer (clock ahead) — and Redis removes it once that
 // retention is over.
-func TestSkewedClockKeepsItsRetention(t *testing.T) {
+func TestSkewedClockKeepsItsRetention(t *testing.T) { testSkewedClockKeepsItsRetention(t, standalone) }
+
+func testSkewedClockKeepsItsRetention(t *testing.T, on backend) {
 	for name, skew := range map[string]time.Duration{"behind": -time.Hour, "ahead": time.Hour} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			c := newClient(t)
+			c := on.client(t)
 			s := newStore(t, c)
 			ctx := context.Background()
 			clock := func() time.Time { return time.Now().Add(skew) }
@@ -71,9 +73,11 @@ func TestSkewedClockKeepsItsRetention(t *testing.T) {
 // whole time. Renewals alternate between the store that claimed (its
 // compare-and-set path) and another one (the script's parsing path). When
 // the renewals stop, Redis removes the key once the last lease ends.
-func TestRenewKeepsKeyPastRetention(t *testing.T) {
-	a, b := twoStores(t)
-	c := newClient(t)
+func TestRenewKeepsKeyPastRetention(t *testing.T) { testRenewKeepsKeyPastRetention(t, standalone) }
+
+func testRenewKeepsKeyPastRetention(t *testing.T, on backend) {
+	a, b := twoStores(t, on)
+	c := on.client(t)
 	ctx := context.Background()
 	clock := func() time.Time { return time.Now().Add(-time.Hour) } // behind Redis's, for good measure
 	const (

@@ -15,9 +15,9 @@ import (
 
 // twoStores returns two stores on one prefix through two separate clients
 // (two connection pools), as two consumer processes would have.
-func twoStores(t *testing.T) (a, b *redisstore.Store) {
+func twoStores(t *testing.T, on backend) (a, b *redisstore.Store) {
 	t.Helper()
-	ca, cb := newClient(t), newClient(t)
+	ca, cb := on.client(t), on.client(t)
 	p := uniquePrefix(t, ca)
 	var err error
 	if a, err = redisstore.New(ca, redisstore.Options{Prefix: p}); err != nil {
@@ -48,8 +48,10 @@ func race(fa, fb func()) {
 // TestTwoClientsRaceToClaim: two clients claim each of 2000 fresh keys at
 // the same moment; exactly one acquires each key and the other sees it in
 // progress under the winner's token.
-func TestTwoClientsRaceToClaim(t *testing.T) {
-	a, b := twoStores(t)
+func TestTwoClientsRaceToClaim(t *testing.T) { testTwoClientsRaceToClaim(t, standalone) }
+
+func testTwoClientsRaceToClaim(t *testing.T, on backend) {
+	a, b := twoStores(t, on)
 	ctx := context.Background()
 	const keys = 2000
 	now := storetest.T0
@@ -86,7 +88,11 @@ func TestTwoClientsRaceToClaim(t *testing.T) {
 // one: either the completion lands and the retake finds a duplicate, or the
 // retake lands and the completion gets ErrLeaseLost.
 func TestRaceRetakeAgainstLateComplete(t *testing.T) {
-	a, b := twoStores(t)
+	testRaceRetakeAgainstLateComplete(t, standalone)
+}
+
+func testRaceRetakeAgainstLateComplete(t *testing.T, on backend) {
+	a, b := twoStores(t, on)
 	ctx := context.Background()
 	const keys = 1000
 	now := storetest.T0
@@ -130,8 +136,10 @@ func TestRaceRetakeAgainstLateComplete(t *testing.T) {
 
 // TestGuardAcrossClients: two Guards on two clients deliver each message at
 // once; the handler runs once per message.
-func TestGuardAcrossClients(t *testing.T) {
-	a, b := twoStores(t)
+func TestGuardAcrossClients(t *testing.T) { testGuardAcrossClients(t, standalone) }
+
+func testGuardAcrossClients(t *testing.T, on backend) {
+	a, b := twoStores(t, on)
 	ctx := context.Background()
 	ga, err := idem.New(a, idem.Options{Scope: "mailer"})
 	if err != nil {

@@ -37,16 +37,43 @@ func newClient(t testing.TB) *goredis.Client {
 	return c
 }
 
+// backend is a Redis the portable tests run on: the standalone test server
+// (standalone), or a Redis Cluster (cluster_test.go runs them all on one).
+type backend struct {
+	// client returns a new client, closed when the test ends.
+	client func(t testing.TB) goredis.UniversalClient
+}
+
+var standalone = backend{client: func(t testing.TB) goredis.UniversalClient { return newClient(t) }}
+
 // uniquePrefix returns a key prefix no other test (or run) uses and deletes
 // every key under it when the test ends.
-func uniquePrefix(t testing.TB, c *goredis.Client) string {
+func uniquePrefix(t testing.TB, c goredis.UniversalClient) string {
 	t.Helper()
 	p := "idemtest:" + runID + ":" + strconv.FormatInt(prefixSeq.Add(1), 10)
 	t.Cleanup(func() { deletePrefix(t, c, p) })
 	return p
 }
 
-func deletePrefix(t testing.TB, c *goredis.Client, prefix string) {
+// deletePrefix deletes every key under prefix: on each master of a cluster,
+// one key per command (a command's keys must share a slot there).
+func deletePrefix(t testing.TB, c goredis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	cc, ok := c.(*goredis.ClusterClient)
+	if !ok {
+		deleteOnNode(t, c, prefix, false)
+		return
+	}
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+		deleteOnNode(t, n, prefix, true)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("cleanup %s: %v", prefix, err)
+	}
+}
+
+func deleteOnNode(t testing.TB, c goredis.UniversalClient, prefix string, oneByOne bool) {
 	ctx := context.Background()
 	var cursor uint64
 	for {
@@ -56,7 +83,18 @@ func deletePrefix(t testing.TB, c *goredis.Client, prefix string) {
 			return
 		}
 		if len(keys) > 0 {
-			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+			var err error
+			if oneByOne {
+				_, err = c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+					for _, k := range keys {
+						p.Unlink(ctx, k)
+					}
+					return nil
+				})
+			} else {
+				err = c.Unlink(ctx, keys...).Err()
+			}
+			if err != nil {
 				t.Errorf("cleanup unlink: %v", err)
 				return
 			}
@@ -68,7 +106,7 @@ func deletePrefix(t testing.TB, c *goredis.Client, prefix string) {
 	}
 }
 
-func newStore(t testing.TB, c *goredis.Client) *redisstore.Store {
+func newStore(t testing.TB, c goredis.UniversalClient) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t, c)})
 	if err != nil {
@@ -77,8 +115,10 @@ func newStore(t testing.TB, c *goredis.Client) *redisstore.Store {
 	return s
 }
 
-func TestConformance(t *testing.T) {
-	c := newClient(t)
+func TestConformance(t *testing.T) { testConformance(t, standalone) }
+
+func testConformance(t *testing.T, on backend) {
+	c := on.client(t)
 	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c) })
 }
 
@@ -177,8 +217,10 @@ func TestRedisDown(t *testing.T) {
 // *idem.InvalidDataError (the message would fail the same way on every
 // redelivery, so it is dead-lettered rather than retried), and never
 // claimed over or deleted.
-func TestForeignValue(t *testing.T) {
-	c := newClient(t)
+func TestForeignValue(t *testing.T) { testForeignValue(t, standalone) }
+
+func testForeignValue(t *testing.T, on backend) {
+	c := on.client(t)
 	s := newStore(t, c)
 	ctx := context.Background()
 	now := storetest.T0
@@ -224,8 +266,10 @@ func TestForeignValue(t *testing.T) {
 // (its expiry, eviction, a restart without persistence), the next claim
 // starts at the request's fresh random token, so no zombie of an earlier
 // lifetime can complete, renew or release over the new owner.
-func TestTokenAfterRedisDeletesRecord(t *testing.T) {
-	c := newClient(t)
+func TestTokenAfterRedisDeletesRecord(t *testing.T) { testTokenAfterRedisDeletesRecord(t, standalone) }
+
+func testTokenAfterRedisDeletesRecord(t *testing.T, on backend) {
+	c := on.client(t)
 	s := newStore(t, c)
 	ctx := context.Background()
 	now := storetest.T0
@@ -269,7 +313,9 @@ func TestTokenAfterRedisDeletesRecord(t *testing.T) {
 	}
 }
 
-func TestConformanceInspector(t *testing.T) {
-	c := newClient(t)
+func TestConformanceInspector(t *testing.T) { testConformanceInspector(t, standalone) }
+
+func testConformanceInspector(t *testing.T, on backend) {
+	c := on.client(t)
 	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, c) })
 }

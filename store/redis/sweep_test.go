@@ -38,8 +38,10 @@ func seed(t *testing.T, s idem.Store, name string, n int, ret time.Duration) []i
 // TestSweepBoundedBatches: with far more expired records than Limit, every
 // call deletes at most Limit, repeated calls delete them all, and live
 // records stay.
-func TestSweepBoundedBatches(t *testing.T) {
-	s := newStore(t, newClient(t))
+func TestSweepBoundedBatches(t *testing.T) { testSweepBoundedBatches(t, standalone) }
+
+func testSweepBoundedBatches(t *testing.T, on backend) {
+	s := newStore(t, on.client(t))
 	ctx := context.Background()
 	old := seed(t, s, "old", 2500, time.Hour)
 	live := seed(t, s, "live", 300, 48*time.Hour)
@@ -78,8 +80,10 @@ func TestSweepBoundedBatches(t *testing.T) {
 
 // TestSweepOneInstanceAtATime: while another instance holds the sweep lock,
 // Sweep returns 0 and deletes nothing.
-func TestSweepOneInstanceAtATime(t *testing.T) {
-	c := newClient(t)
+func TestSweepOneInstanceAtATime(t *testing.T) { testSweepOneInstanceAtATime(t, standalone) }
+
+func testSweepOneInstanceAtATime(t *testing.T, on backend) {
+	c := on.client(t)
 	s := newStore(t, c)
 	ctx := context.Background()
 	old := seed(t, s, "old", 10, time.Hour)
@@ -109,8 +113,10 @@ func TestSweepOneInstanceAtATime(t *testing.T) {
 // TestSweepSparesReclaimed: records expired at the sweep's Now are claimed
 // again while two instances sweep; the sweep re-checks each record in its
 // delete script, so no fresh claim is deleted.
-func TestSweepSparesReclaimed(t *testing.T) {
-	a, b := twoStores(t)
+func TestSweepSparesReclaimed(t *testing.T) { testSweepSparesReclaimed(t, standalone) }
+
+func testSweepSparesReclaimed(t *testing.T, on backend) {
+	a, b := twoStores(t, on)
 	ctx := context.Background()
 	old := seed(t, a, "old", 1000, time.Hour)
 	now := storetest.T0.Add(2 * time.Hour)
@@ -168,8 +174,10 @@ func TestSweepSparesReclaimed(t *testing.T) {
 // single claims: acquired with the next token, the stored fingerprint kept
 // through a release; a key with no record gets the request's own fresh
 // token.
-func TestBatchRewrites(t *testing.T) {
-	s := newStore(t, newClient(t))
+func TestBatchRewrites(t *testing.T) { testBatchRewrites(t, standalone) }
+
+func testBatchRewrites(t *testing.T, on backend) {
+	s := newStore(t, on.client(t))
 	ctx := context.Background()
 	t0 := storetest.T0
 	keys := seed(t, s, "rw", 3, time.Hour) // lease t0+1m, expires t0+1h, no fingerprint
