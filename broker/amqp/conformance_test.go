@@ -32,6 +32,8 @@ type suiteBroker struct {
 	declared bool
 	pub      *amqp.Channel // in confirm mode, for Publish
 	dls      []brokertest.DeadLetter
+	raw      []amqp.Delivery // each dead letter as taken, for Replay
+	replayed int             // dead letters replayed so far
 
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
@@ -140,7 +142,27 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 		}
 		m := amqpidem.MessageOf(d)
 		b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: d.Body, Headers: m.Headers})
+		b.raw = append(b.raw, d)
 	}
+}
+
+// Replay re-publishes, with amqpidem.Replay on the confirming channel,
+// every dead letter taken and not yet replayed.
+func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
+	if err := b.declare(0); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, d := range b.raw[b.replayed:] {
+		if err := amqpidem.Replay(ctx, b.pub, d); err != nil {
+			return n, err
+		}
+		b.replayed++
+		n++
+	}
+	return n, nil
 }
 
 // Start runs a consumer of the queue on a connection of its own, with its

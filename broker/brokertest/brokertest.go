@@ -158,6 +158,7 @@ var cases = []suiteCase{
 	{name: "ConflictDeadLetterHeaders", fn: testConflictHeaders},
 	{name: "InProgressWaitsForLease", fn: testInProgressWaits},
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
+	{name: "Replay", fn: testReplay},
 	{name: "DeliveryLimitDeadLetters", needs: func(f Features) string {
 		if !f.DeliveryLimit {
 			return "no delivery limit"

@@ -34,6 +34,8 @@ type queue struct {
 	seq   atomic.Int64
 	mu    sync.Mutex
 	dls   []brokertest.DeadLetter
+	dlMsg []brokertest.Message // the original of each dead letter, for Replay
+	nrep  int                  // dead letters replayed so far
 }
 
 func newQueue() *queue { return &queue{ready: make(chan *delivery, 1<<16)} }
@@ -53,6 +55,16 @@ func (q *queue) DeadLetters(context.Context) ([]brokertest.DeadLetter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]brokertest.DeadLetter(nil), q.dls...), nil
+}
+
+// Replay puts the original of every dead letter not yet replayed back on
+// the queue, as an adapter's Replay re-publishes it with its id.
+func (q *queue) Replay(ctx context.Context) (int, error) {
+	q.mu.Lock()
+	msgs := q.dlMsg[q.nrep:]
+	q.nrep = len(q.dlMsg)
+	q.mu.Unlock()
+	return len(msgs), q.Publish(ctx, msgs...)
 }
 
 type consumer struct {
@@ -141,6 +153,7 @@ func (cs *consumer) process(d *delivery) {
 		h["Idem-Original-Seq"] = strconv.Itoa(d.seq)
 		cs.q.mu.Lock()
 		cs.q.dls = append(cs.q.dls, brokertest.DeadLetter{ID: d.msg.ID, Payload: d.msg.Payload, Headers: h})
+		cs.q.dlMsg = append(cs.q.dlMsg, d.msg)
 		cs.q.mu.Unlock()
 		hooks.CallOnDeadLetter(context.Background(), im, r)
 	}

@@ -38,9 +38,11 @@ type sbBroker struct {
 	client *azservicebus.Client
 	sender *azservicebus.Sender
 
-	mu  sync.Mutex
-	dls []brokertest.DeadLetter
-	dlq *azservicebus.Receiver
+	mu       sync.Mutex
+	dls      []brokertest.DeadLetter
+	raw      []*azservicebus.ReceivedMessage // each dead letter as received, for Replay
+	replayed int                             // dead letters replayed so far
+	dlq      *azservicebus.Receiver
 }
 
 func newServer(t *testing.T) *servicebustest.Server {
@@ -161,6 +163,7 @@ func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 				h["DeadLetterReason"] = *m.DeadLetterReason
 			}
 			b.dls = append(b.dls, brokertest.DeadLetter{ID: servicebus.MessageOf(m).ID, Payload: m.Body, Headers: h})
+			b.raw = append(b.raw, m)
 			if err := b.dlq.CompleteMessage(ctx, m, nil); err != nil {
 				return nil, err
 			}
@@ -168,6 +171,22 @@ func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 		}
 	}
 	return append([]brokertest.DeadLetter(nil), b.dls...), nil
+}
+
+// Replay re-sends, with servicebus.Replay, every dead letter received and
+// not yet replayed.
+func (b *sbBroker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, m := range b.raw[b.replayed:] {
+		if err := servicebus.Replay(ctx, b.sender, m); err != nil {
+			return n, err
+		}
+		b.replayed++
+		n++
+	}
+	return n, nil
 }
 
 type running struct {
