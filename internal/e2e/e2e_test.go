@@ -22,7 +22,7 @@ const workers = 8
 // defaultMessages is how many messages a benchmark run consumes unless
 // IDEM_E2E_MESSAGES says otherwise; testMessages, a test run.
 const (
-	defaultMessages = 20000
+	defaultMessages = 10000
 	testMessages    = 200
 )
 
@@ -186,7 +186,7 @@ func TestE2E(t *testing.T) {
 // BenchmarkE2E runs each side on its own, for profiles
 // (-bench 'E2E/kafka/idem-tx$' -cpuprofile ...): msgs/s is the rate from
 // the first settled message to the last. IDEM_E2E_MESSAGES sets the
-// messages per run (default 20000).
+// messages per run (default 10000).
 func BenchmarkE2E(b *testing.B) {
 	n := messages(b)
 	for _, br := range brokers {

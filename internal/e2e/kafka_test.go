@@ -82,11 +82,16 @@ func (e *kafkaEnv) clientOpts(group string) []kgo.Opt {
 	}
 }
 
-// hand is the consumer a user writes with franz-go alone, as in its
-// goroutine-per-partition example: one goroutine per partition runs work
-// for each of its records in order and marks the record, and the client
-// commits the marked offsets every second (idem's CommitInterval); polls
-// of 500 records (idem's MaxPollRecords).
+// hand is the consumer a user writes with franz-go alone, with idem's
+// concurrency model: one goroutine per partition runs work for each of its
+// records in order and marks the record, and the client commits the marked
+// offsets every second (idem's CommitInterval). The poll loop (500 records,
+// idem's MaxPollRecords) never waits for a partition: it queues each
+// partition's records, and pauses fetching a partition whose queue holds
+// 1000 records (idem's MaxBuffered) until half of them are done. (Handing
+// the records over through a bounded channel instead, as simpler loops do,
+// processed one partition at a time here: a poll holds one partition's
+// records, and the loop waits on its full channel.)
 func (e *kafkaEnv) hand(ctx context.Context, r *run, work func(context.Context, *kgo.Record) error) error {
 	cl, err := kgo.NewClient(append(e.clientOpts("hand"),
 		kgo.AutoCommitMarks(), kgo.AutoCommitInterval(kafka.DefaultCommitInterval), kgo.BlockRebalanceOnPoll())...)
@@ -97,13 +102,8 @@ func (e *kafkaEnv) hand(ctx context.Context, r *run, work func(context.Context, 
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var wg sync.WaitGroup
-	parts := make(map[int32]chan []*kgo.Record)
-	defer func() {
-		for _, ch := range parts {
-			close(ch)
-		}
-		wg.Wait()
-	}()
+	defer wg.Wait()
+	parts := make(map[int32]*handQueue)
 	for {
 		fs := cl.PollRecords(ctx, kafka.DefaultMaxPollRecords)
 		if ctx.Err() != nil {
@@ -117,29 +117,84 @@ func (e *kafkaEnv) hand(ctx context.Context, r *run, work func(context.Context, 
 			if len(p.Records) == 0 {
 				return
 			}
-			ch := parts[p.Partition]
-			if ch == nil {
-				ch = make(chan []*kgo.Record, 2)
-				parts[p.Partition] = ch
+			q := parts[p.Partition]
+			if q == nil {
+				q = &handQueue{cl: cl, topic: p.Topic, partition: p.Partition, wake: make(chan struct{}, 1)}
+				parts[p.Partition] = q
 				wg.Go(func() {
-					for recs := range ch {
-						for _, rec := range recs {
-							if err := work(ctx, rec); err != nil {
-								stop(err)
-								return
-							}
-							cl.MarkCommitRecords(rec)
-							r.settled()
-						}
+					if err := q.work(ctx, r, work); err != nil {
+						stop(err)
 					}
 				})
 			}
-			select {
-			case ch <- p.Records:
-			case <-ctx.Done():
-			}
+			q.push(p.Records)
 		})
 		cl.AllowRebalance()
+	}
+}
+
+// handQueue is one partition's records waiting for its goroutine.
+type handQueue struct {
+	cl        *kgo.Client
+	topic     string
+	partition int32
+	wake      chan struct{}
+
+	mu     sync.Mutex
+	recs   []*kgo.Record
+	paused bool
+}
+
+func (q *handQueue) push(recs []*kgo.Record) {
+	q.mu.Lock()
+	q.recs = append(q.recs, recs...)
+	if !q.paused && len(q.recs) >= kafka.DefaultMaxBuffered {
+		q.paused = true
+		q.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *handQueue) pop() *kgo.Record {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.recs) == 0 {
+		return nil
+	}
+	rec := q.recs[0]
+	q.recs[0] = nil
+	q.recs = q.recs[1:]
+	if q.paused && len(q.recs) <= kafka.DefaultMaxBuffered/2 {
+		q.paused = false
+		q.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+	return rec
+}
+
+// work runs work for each record in turn until ctx ends.
+func (q *handQueue) work(ctx context.Context, r *run, work func(context.Context, *kgo.Record) error) error {
+	for {
+		rec := q.pop()
+		if rec == nil {
+			select {
+			case <-q.wake:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if err := work(ctx, rec); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		q.cl.MarkCommitRecords(rec)
+		r.settled()
 	}
 }
 

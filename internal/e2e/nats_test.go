@@ -67,11 +67,20 @@ func loadNATS(t testing.TB, d *db, n int) map[string]side {
 		if _, err := js.PublishMsgAsync(m); err != nil {
 			t.Fatal(err)
 		}
+		if (i+1)%1000 == 0 || i == n-1 { // the client stalls past 4000 unacknowledged
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal("publishing timed out")
+			}
+		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal("publishing timed out")
+	info, err := js.Stream(ctx, e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != uint64(n) {
+		t.Fatalf("the stream holds %d messages, want %d", got, n)
 	}
 	tx := func(ctx context.Context, r *run, fn func(context.Context, pgx.Tx, jetstream.Msg) ([]byte, error)) error {
 		return e.idem(ctx, r, natsidem.HandleTx(fn))
