@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/bench"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
 func TestBenchJSON(t *testing.T) {
@@ -110,5 +116,82 @@ func TestBenchSQLiteTx(t *testing.T) {
 	}
 	if res["errors"] != float64(0) {
 		t.Errorf("errors: %v", res["errors"])
+	}
+}
+
+// --prefill loads the records on every kind of store, with the ids and
+// fingerprints the loaders share, the expired share asked for, and a second
+// run reuses them; --sweep then deletes the expired ones.
+func TestBenchPrefill(t *testing.T) {
+	for _, kind := range []string{"memory", "sqlite", "postgres", "mysql", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			d := operatorStores[kind](t)
+			if kind == "postgres" || kind == "mysql" {
+				runOK(t, "migrate", "--store", d)
+			}
+			expired := "0.3"
+			if kind == "memory" || kind == "redis" {
+				expired = "0" // written through the store's claims: live records only
+			}
+			args := []string{"bench", "--store", d, "--prefill", "1000", "--prefill-expired", expired, "--prefill-result", "16",
+				"--concurrency", "2", "--duration", "100ms", "--rounds", "1", "--json"}
+			first := args
+			if kind == "sqlite" || kind == "postgres" {
+				first = append(first[:len(first):len(first)], "--sweep", "--sweep-batch", "100")
+			}
+			res := decode(t, runOK(t, first...))
+			pre, _ := res["prefill"].(map[string]any)
+			want := 0.0
+			if expired != "0" {
+				want = 300
+			}
+			if pre["records"] != float64(1000) || pre["loaded"] != float64(1000) || pre["expired"].(float64) < want*0.9 || pre["expired"].(float64) > want*1.1+0.5 {
+				t.Fatalf("prefill = %v", pre)
+			}
+			if sz, ok := res["size"].(map[string]any); kind != "memory" && kind != "redis" && (!ok || sz["rows"].(float64) < 1000 || sz["bytes_per_record"].(float64) <= 0) {
+				t.Errorf("size = %v", res["size"])
+			}
+			ctx := context.Background()
+			h, err := dsn.Open(ctx, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			k, fp := bench.PrefillKey(1) // live (record 999 is among the expired)
+			if r, err := h.Store.Get(ctx, k); err != nil || r.Fingerprint != fp || r.State != idem.StateCompleted || len(r.Result) != 16 {
+				t.Fatalf("record 1: %+v %v; want completed, fingerprint %s, 16-byte result", r, err, fp)
+			}
+			left := int64(1000)
+			if sw, ok := res["sweep"].(map[string]any); ok {
+				if sw["swept"].(float64) < pre["expired"].(float64) {
+					t.Errorf("sweep = %v; want the %v expired records swept", sw, pre["expired"])
+				}
+				left -= int64(pre["expired"].(float64))
+			}
+			if in, ok := h.Store.(idem.Inspector); ok {
+				st, err := in.Stats(ctx, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var completed int64
+				for _, s := range st {
+					if s.Scope == bench.PrefillScope {
+						completed = s.Completed
+					}
+				}
+				if completed != left {
+					t.Errorf("Stats: %d completed records in %s, want %d", completed, bench.PrefillScope, left)
+				}
+			}
+			// The second run finds the prefill there (or reloads only what
+			// the sweep removed) and refuses a smaller size.
+			again := decode(t, runOK(t, args...))
+			if p := again["prefill"].(map[string]any); p["loaded"] != float64(1000-left) {
+				t.Errorf("second prefill = %v; want %d reloaded", p, 1000-left)
+			}
+			if code, _, errs := runCmd(t, "bench", "--store", d, "--prefill", "10", "--duration", "100ms"); code != exitUsage || !strings.Contains(errs, "more than 10 records") {
+				t.Errorf("smaller prefill: exit %d: %s", code, errs)
+			}
+		})
 	}
 }

@@ -39,6 +39,29 @@ type Config struct {
 	Duration    time.Duration // per side (idem, baseline) in all; default 5s
 	Batch       int           // keys per batch in batch mode; default 100
 	Rounds      int           // slices each side's Duration is cut into, run alternately; default 4
+
+	// Prefill, when its N is positive, loads that many records (scope
+	// PrefillScope) before the run; see RunPrefill.
+	Prefill Prefill
+	// Sweep adds a measurement after the run: idem's calls for one slice
+	// idle, then while idem.Sweeper deletes every expired record in
+	// batches of SweepBatch (default 1000), then one slice idle again.
+	Sweep      bool
+	SweepBatch int
+}
+
+// SweepResult is what the sweep measurement found.
+type SweepResult struct {
+	Batch      int     `json:"batch"`
+	Swept      int64   `json:"swept"`
+	Seconds    float64 `json:"seconds"`
+	RowsPerSec float64 `json:"rows_per_sec"`
+
+	IdleOpsPerSec     float64 `json:"idle_ops_per_sec"` // idem's calls in the idle slices
+	IdleP99ms         float64 `json:"idle_p99_ms"`
+	SweepingOpsPerSec float64 `json:"sweeping_ops_per_sec"` // idem's calls while the sweeper ran
+	SweepingP99ms     float64 `json:"sweeping_p99_ms"`
+	P99Ratio          float64 `json:"p99_ratio"` // sweeping_p99_ms / idle_p99_ms
 }
 
 // Result is what a run measured. Ops count keys: a batch of 100 is 100 ops.
@@ -62,6 +85,10 @@ type Result struct {
 	BaselineOpsPerSec float64 `json:"baseline_ops_per_sec"`
 	BaselineP50ms     float64 `json:"baseline_p50_ms"`
 	BaselineP99ms     float64 `json:"baseline_p99_ms"`
+
+	Prefill *PrefillResult `json:"prefill,omitempty"`
+	Size    *Size          `json:"size,omitempty"` // the records table after the run (SQL stores, with a prefill)
+	Sweep   *SweepResult   `json:"sweep,omitempty"`
 
 	Ratio float64 `json:"ratio"` // ops_per_sec / baseline_ops_per_sec
 	// RatioNote says how to read the ratio against this baseline, and why it
@@ -104,6 +131,13 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	}
 	if cfg.Rounds <= 0 {
 		cfg.Rounds = 4
+	}
+	var pre *PrefillResult
+	if cfg.Prefill.N > 0 {
+		var err error
+		if pre, err = RunPrefill(ctx, h, cfg.Prefill); err != nil {
+			return nil, err
+		}
 	}
 	runID := fmt.Sprintf("%08x", rand.Uint32())
 	g, err := idem.New(h.Store, idem.Options{Scope: "idem-bench-" + runID, Lease: 30 * time.Second, Retention: time.Minute})
@@ -151,7 +185,7 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 	}
 
 	res := &Result{Store: h.Redacted, Mode: cfg.Mode, Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(),
-		Rounds: cfg.Rounds, Baseline: base.name, RatioNote: ratioNote(base, cfg.Mode)}
+		Rounds: cfg.Rounds, Baseline: base.name, RatioNote: ratioNote(base, cfg.Mode), Prefill: pre}
 	if cfg.Mode == ModeBatch {
 		res.Batch, res.Baseline = cfg.Batch, base.manyName
 	}
@@ -164,7 +198,17 @@ func Run(ctx context.Context, h *dsn.Handle, cfg Config) (*Result, error) {
 			if r%2 == 1 {
 				i = 1 - j
 			}
-			sides[i].run(ctx, cfg.Concurrency, ops[i], slice)
+			sides[i].run(ctx, cfg.Concurrency, ops[i], slice, nil)
+		}
+	}
+	if pre != nil { // before the sweep, which leaves dead rows behind
+		if res.Size, err = sizeOf(ctx, h); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Sweep {
+		if res.Sweep, err = sweepWhile(ctx, h.Store, cfg, idemOp, sides[0].next, slice); err != nil {
+			return nil, err
 		}
 	}
 	ph, err := sides[0].result()
@@ -210,16 +254,21 @@ type phase struct {
 	firstErr error
 }
 
-// run runs o from workers goroutines for d. Calls are never cancelled
+// run runs o from workers goroutines for d, or until until is closed when
+// it is not nil. Calls are never cancelled
 // half-way (a claim whose answer was cut off would be left in progress):
 // workers stop starting new ones when the time is up.
-func (p *phase) run(ctx context.Context, workers int, o op, d time.Duration) {
+func (p *phase) run(ctx context.Context, workers int, o op, d time.Duration, until <-chan struct{}) {
 	if p.next == nil {
 		p.next = make([]int, workers)
 	}
 	var stop atomic.Bool
-	timer := time.AfterFunc(d, func() { stop.Store(true) })
-	defer timer.Stop()
+	if until == nil {
+		timer := time.AfterFunc(d, func() { stop.Store(true) })
+		defer timer.Stop()
+	} else {
+		go func() { <-until; stop.Store(true) }()
+	}
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
@@ -288,3 +337,49 @@ func (p *phase) result() (phaseResult, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// sweepWhile measures idem's calls idle for one slice, then while a
+// sweeper deletes every expired record, then idle for one slice again.
+// next is the run's per-worker key counters, so that keys stay new.
+func sweepWhile(ctx context.Context, s idem.Store, cfg Config, o op, next []int, slice time.Duration) (*SweepResult, error) {
+	batch := cfg.SweepBatch
+	if batch <= 0 {
+		batch = 1000
+	}
+	idle, during := phase{next: next}, phase{next: next}
+	idle.run(ctx, cfg.Concurrency, o, slice, nil)
+	var (
+		swept    int
+		sweepErr error
+		took     time.Duration
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		st := time.Now()
+		swept, sweepErr = (&idem.Sweeper{Store: s, BatchSize: batch}).SweepOnce(ctx)
+		took = time.Since(st)
+	}()
+	during.run(ctx, cfg.Concurrency, o, 0, done)
+	if sweepErr != nil {
+		return nil, fmt.Errorf("sweep: %w", sweepErr)
+	}
+	idle.run(ctx, cfg.Concurrency, o, slice, nil)
+	ir, err := idle.result()
+	if err != nil {
+		return nil, fmt.Errorf("idem %s, idle: %w", cfg.Mode, err)
+	}
+	dr, err := during.result()
+	if err != nil {
+		return nil, fmt.Errorf("idem %s while sweeping: %w", cfg.Mode, err)
+	}
+	r := &SweepResult{Batch: batch, Swept: int64(swept), Seconds: took.Seconds(),
+		IdleOpsPerSec: ir.rate, IdleP99ms: ir.p99, SweepingOpsPerSec: dr.rate, SweepingP99ms: dr.p99}
+	if took > 0 {
+		r.RowsPerSec = float64(swept) / took.Seconds()
+	}
+	if ir.p99 > 0 {
+		r.P99Ratio = dr.p99 / ir.p99
+	}
+	return r, nil
+}
