@@ -30,15 +30,19 @@ const suiteAckWait = 2 * time.Second
 
 // suiteBroker is the adapter on one stream, as brokertest sees it.
 type suiteBroker struct {
-	e    *env
+	e *env
+	// dial connects a consumer Start runs (nil: to the env's server).
+	dial func() (*nats.Conn, error)
 	mu   sync.Mutex
 	dls  []brokertest.DeadLetter
 	next uint64         // next dead-letter stream sequence to read
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
-func newSuiteBroker(t *testing.T) *suiteBroker {
-	b := &suiteBroker{e: newEnv(t), next: 1}
+func newSuiteBroker(t *testing.T) *suiteBroker { return newSuiteBrokerOn(t, newEnv(t)) }
+
+func newSuiteBrokerOn(t *testing.T, e *env) *suiteBroker {
+	b := &suiteBroker{e: e, next: 1}
 	t.Cleanup(b.down.Wait) // before newEnv's cleanup deletes the streams
 	return b
 }
@@ -55,35 +59,52 @@ func (b *suiteBroker) Features() brokertest.Features {
 // reads it: without Nats-Msg-Id the stream deduplicates nothing, and the
 // suite's producer retries are all stored.
 func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
+	out := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		out[i] = b.natsMsg(m)
+	}
+	_, err := b.send(ctx, out)
+	return err
+}
+
+// natsMsg is m as Publish sends it.
+func (b *suiteBroker) natsMsg(m brokertest.Message) *nats.Msg {
+	msg := nats.NewMsg(b.e.subject + ".orders")
+	if m.OrderKey != "" {
+		msg.Subject = b.e.subject + ".key." + m.OrderKey
+	}
+	msg.Data = m.Payload
+	for k, v := range m.Headers {
+		msg.Header.Set(k, v)
+	}
+	if m.ID != "" {
+		msg.Header.Set(natsidem.HeaderID, m.ID)
+	}
+	return msg
+}
+
+// send publishes msgs asynchronously and waits for every ack. It returns
+// the messages whose publish failed, with the last failure.
+func (b *suiteBroker) send(ctx context.Context, msgs []*nats.Msg) (failed []*nats.Msg, err error) {
 	acks := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		msg := nats.NewMsg(b.e.subject + ".orders")
-		if m.OrderKey != "" {
-			msg.Subject = b.e.subject + ".key." + m.OrderKey
-		}
-		msg.Data = m.Payload
-		for k, v := range m.Headers {
-			msg.Header.Set(k, v)
-		}
-		if m.ID != "" {
-			msg.Header.Set(natsidem.HeaderID, m.ID)
-		}
-		f, err := b.e.js.PublishMsgAsync(msg)
-		if err != nil {
-			return err
+		f, perr := b.e.js.PublishMsgAsync(m)
+		if perr != nil {
+			failed, err = append(failed, m), perr
+			continue
 		}
 		acks = append(acks, f)
 	}
 	for _, f := range acks {
 		select {
 		case <-f.Ok():
-		case err := <-f.Err():
-			return err
+		case perr := <-f.Err():
+			failed, err = append(failed, f.Msg()), perr
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return nil
+	return failed, err
 }
 
 // DeadLetters reads the dead-letter stream up to its last message.
@@ -123,7 +144,11 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 // closes the connection: JetStream redelivers what it had not acked after
 // AckWait.
 func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.Running, error) {
-	nc, err := nats.Connect(b.e.nc.ConnectedUrl(), nats.Name("brokertest"))
+	dial := b.dial
+	if dial == nil {
+		dial = func() (*nats.Conn, error) { return nats.Connect(b.e.nc.ConnectedUrl(), nats.Name("brokertest")) }
+	}
+	nc, err := dial()
 	if err != nil {
 		return nil, err
 	}

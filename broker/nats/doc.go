@@ -149,6 +149,24 @@
 // again. Inside the stream's duplicate window the server drops the replay
 // as the original's duplicate ([ErrReplayDuplicate]).
 //
+// # On a cluster
+//
+// TestClusterNodeKilled runs the effectively-once cases of
+// broker/brokertest on a three-node JetStream cluster that the test starts
+// itself: three nats-server processes on private ports and directories,
+// routed to each other, streams (the input and the dead letters) replicated
+// on all three in files, and each consumer connected to a different node
+// first, with every node's URL to reconnect to. A quarter of the way
+// through each case the node leading the durable consumer is SIGKILLed; it
+// is restarted halfway through. Every unique message is still applied
+// once, every reused id dead-lettered once as a conflict, none lost; the
+// restarted node catches up (every replica current) and the clients that
+// were on it reconnect to the survivors. It runs in the default test run
+// (about 30 s; skipped without nats-server on PATH, failed under
+// IDEM_REQUIRE_SERVICES=1):
+//
+//	go test -run TestClusterNodeKilled ./broker/nats/
+//
 // # Producer side
 //
 // [Publish] sets Nats-Msg-Id, which turns on JetStream's duplicate window for

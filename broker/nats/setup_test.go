@@ -35,8 +35,15 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
+	return newEnvOn(t, nc, func(*jetstream.StreamConfig) {})
+}
+
+// newEnvOn makes the env on nc, which it closes at the end; adjust changes
+// both streams' configuration before they are created.
+func newEnvOn(t testing.TB, nc *nats.Conn, adjust func(*jetstream.StreamConfig), opts ...jetstream.JetStreamOpt) *env {
+	t.Helper()
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +56,7 @@ func newEnv(t testing.TB) *env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	in := jetstream.StreamConfig{
 		Name:     e.stream,
 		Subjects: []string{e.subject + ".>"},
 		Storage:  jetstream.MemoryStorage,
@@ -58,14 +65,18 @@ func newEnv(t testing.TB) *env {
 		// production, so the broker stores and delivers them and only the
 		// consumer-side guard can drop them.
 		Duplicates: dupWindow,
-	}); err != nil {
-		t.Fatalf("create stream: %v", err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	dlq := jetstream.StreamConfig{
 		Name:     e.stream + "_DLQ",
 		Subjects: []string{e.dlq},
 		Storage:  jetstream.MemoryStorage,
-	}); err != nil {
+	}
+	adjust(&in)
+	adjust(&dlq)
+	if _, err := js.CreateStream(ctx, in); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	if _, err := js.CreateStream(ctx, dlq); err != nil {
 		t.Fatalf("create dead-letter stream: %v", err)
 	}
 	t.Cleanup(func() {
