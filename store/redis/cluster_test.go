@@ -181,16 +181,18 @@ func waitFor(ctx context.Context, f func() error) error {
 }
 
 // clusterHealthy reports whether every node at addrs says cluster_state:ok
-// with all 16384 slots served, and masters of them have a replica each in
-// sync (master_link_status:up on the replica).
-func clusterHealthy(ctx context.Context, addrs []string, masters int) error {
+// with all 16384 slots served, and sees at least replicated masters with a
+// replica, and whether that many replicas are in sync
+// (master_link_status:up).
+func clusterHealthy(ctx context.Context, addrs []string, replicated int) error {
 	synced := 0
 	for _, a := range addrs {
 		c := nodeClient(a)
 		info, err := c.ClusterInfo(ctx).Result()
 		repl, err2 := c.Info(ctx, "replication").Result()
+		slots, err3 := c.ClusterSlots(ctx).Result()
 		c.Close()
-		if err := errors.Join(err, err2); err != nil {
+		if err := errors.Join(err, err2, err3); err != nil {
 			return fmt.Errorf("%s: %w", a, err)
 		}
 		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
@@ -199,9 +201,18 @@ func clusterHealthy(ctx context.Context, addrs []string, masters int) error {
 		if strings.Contains(repl, "master_link_status:up") {
 			synced++
 		}
+		withReplica := map[string]bool{}
+		for _, r := range slots {
+			if len(r.Nodes) > 1 {
+				withReplica[r.Nodes[0].Addr] = true
+			}
+		}
+		if len(withReplica) < replicated {
+			return fmt.Errorf("%s sees %d masters with a replica, want %d", a, len(withReplica), replicated)
+		}
 	}
-	if synced < masters {
-		return fmt.Errorf("%d replicas in sync, want %d", synced, masters)
+	if synced < replicated {
+		return fmt.Errorf("%d replicas in sync, want %d", synced, replicated)
 	}
 	return nil
 }

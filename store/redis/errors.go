@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,6 +28,23 @@ func wrap(op string, err error) error {
 	err = fmt.Errorf("redisstore: %s: %w", op, err)
 	if isDataError(err) {
 		return &idem.InvalidDataError{Op: op, Err: err}
+	}
+	return err
+}
+
+// fail is wrap for the Store's operations. On a cluster client it also
+// asks for a fresh slot map after any failure that is not the data's:
+// go-redis reloads its map on MOVED replies and on a timer
+// (ClusterOptions.ClusterStateReloadInterval, 60 s by default), not when a
+// master stops answering, so without this a store kept sending the dead
+// master's slots to its address for up to a minute after its replica had
+// taken over (TestClusterFailover). The reload is asynchronous and
+// coalesced (at most one per 200 ms) and costs one CLUSTER SLOTS to a live
+// node.
+func (s *Store) fail(op string, err error) error {
+	err = wrap(op, err)
+	if c, ok := s.client.(*goredis.ClusterClient); ok && !errors.Is(err, idem.ErrInvalidData) {
+		c.ReloadState(context.Background())
 	}
 	return err
 }

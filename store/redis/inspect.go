@@ -70,7 +70,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		return nil
 	})
 	if err != nil {
-		return nil, wrap("list", err)
+		return nil, s.fail("list", err)
 	}
 	trim()
 	return out, nil
@@ -151,7 +151,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		return nil
 	})
 	if err != nil {
-		return nil, wrap("stats", err)
+		return nil, s.fail("stats", err)
 	}
 	out := make([]idem.ScopeStats, 0, len(by))
 	for _, st := range by {

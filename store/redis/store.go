@@ -148,16 +148,16 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		}
 	}
 	if err != nil {
-		return idem.Claim{}, wrap("claim", err)
+		return idem.Claim{}, s.fail("claim", err)
 	}
 	value := fresh
 	if !done {
 		reply, err := claimScript.Run(ctx, s.client, []string{key}, claimArgs(req, fresh)...).Result()
 		if err != nil {
-			return idem.Claim{}, wrap("claim", err)
+			return idem.Claim{}, s.fail("claim", err)
 		}
 		if c, value, err = decodeClaim(reply); err != nil {
-			return idem.Claim{}, wrap("claim", err)
+			return idem.Claim{}, s.fail("claim", err)
 		}
 	}
 	s.held.acquired(key, c, value)
@@ -261,7 +261,7 @@ func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k
 	all := append([]any{strconv.FormatInt(token, 10), expected, next, ttl}, args...)
 	n, err := s.flights.run(s.client, &fencedCall{ctx: ctx, script: script, key: key, args: all})
 	if err != nil {
-		return idem.Record{}, false, wrap(op, err)
+		return idem.Record{}, false, s.fail(op, err)
 	}
 	if n != 1 {
 		return idem.Record{}, false, idem.ErrLeaseLost
@@ -339,11 +339,11 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 		return idem.Record{}, idem.ErrNotFound
 	}
 	if err != nil {
-		return idem.Record{}, wrap("get", err)
+		return idem.Record{}, s.fail("get", err)
 	}
 	r, err := decodeRecord(v)
 	if err != nil {
-		return idem.Record{}, wrap("get", err)
+		return idem.Record{}, s.fail("get", err)
 	}
 	return r, nil
 }
@@ -397,7 +397,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	for i, r := range reqs {
 		c, done, err := decodeSetNXGet(r, recs[i], setCmds[i])
 		if err != nil {
-			return nil, wrap("claim batch", err)
+			return nil, s.fail("claim batch", err)
 		}
 		if done {
 			out[i] = c
@@ -412,12 +412,12 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	}
 	cmds, err := s.evalPipelined(ctx, claimScript, calls)
 	if err != nil {
-		return nil, wrap("claim batch", err)
+		return nil, s.fail("claim batch", err)
 	}
 	for j, i := range slow {
 		var value string
 		if out[i], value, err = decodeClaim(cmds[j].Val()); err != nil {
-			return nil, wrap("claim batch", err)
+			return nil, s.fail("claim batch", err)
 		}
 		s.held.acquired(keys[i], out[i], value)
 	}

@@ -62,7 +62,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	lk := lockKey(s.prefix)
 	ok, err := s.client.SetNX(ctx, lk, token, sweepLockTTL).Result()
 	if err != nil {
-		return 0, wrap("sweep lock", err)
+		return 0, s.fail("sweep lock", err)
 	}
 	if !ok {
 		return 0, nil // another instance is sweeping
@@ -78,7 +78,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	defer s.sweepMu.Unlock()
 	n, err := s.sweepLocked(ctx, req)
 	if err != nil {
-		return n, wrap("sweep", err)
+		return n, s.fail("sweep", err)
 	}
 	return n, nil
 }
