@@ -52,14 +52,18 @@ type suiteBroker struct {
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
-func newSuiteBroker(t *testing.T) *suiteBroker {
+func newSuiteBroker(t *testing.T) *suiteBroker { return newSuiteBrokerWith(t) }
+
+// newSuiteBrokerWith is newSuiteBroker on a cluster with more options
+// (kfake.NumBrokers(3) for several brokers).
+func newSuiteBrokerWith(t *testing.T, opts ...kfake.Opt) *suiteBroker {
 	t.Helper()
 	b := &suiteBroker{t: t, topic: "suite", dlq: "suite.dlq", group: "suite-group"}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1),
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1),
 		kfake.SeedTopics(suitePartitions, b.topic), kfake.SeedTopics(1, b.dlq),
 		// A killed member must leave the group within a second, so that
 		// its partitions reach the survivors promptly.
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,6 +138,26 @@
 // handlers finish or releases them, and commits. It does not close the
 // client: close it after Run returns (closing leaves the group).
 //
+// # On a cluster
+//
+// TestClusterLeadershipMoves runs the effectively-once cases of
+// broker/brokertest on a kfake cluster of three brokers while partition
+// leadership moves: 25 times per case, spread over the run, a partition of
+// the topic or of the dead-letter topic gets a new leader (the old one
+// answers NOT_LEADER_FOR_PARTITION), every fifth time with the group
+// coordinators moved too, and a consumer joins the group and leaves it
+// again in the middle (two rebalances during the moves). Every unique
+// message is still applied once, every reused id dead-lettered once as a
+// conflict, none lost. It runs in the default test run (a few seconds):
+//
+//	go test -run TestClusterLeadershipMoves ./broker/kafka/
+//
+// The clients there do not validate positions against leader epochs
+// (KIP-320, which kfake answers wrongly after a move without writes, making
+// kgo read whole partitions again); where a reset does re-read records, the
+// guard keeps every effect once, but a conflict read again is
+// dead-lettered again.
+//
 // # Dead letters
 //
 // A dead letter keeps the original record's Kafka key and value. Its
