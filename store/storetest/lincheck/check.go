@@ -163,7 +163,7 @@ func (h *History) explain(m porcupine.Model, key idem.Key, ops []porcupine.Opera
 			r := s.(record)
 			w, _ := apply(r, in)
 			want = append(want, describeOutput(in.kind, w))
-			if r.present && r.expired(in.now) {
+			if deletable(r, in, op.Output.(output)) {
 				w, _ = apply(record{}, in)
 				want = append(want, describeOutput(in.kind, w)+" (the expired record deleted)")
 			}

@@ -4,15 +4,16 @@
 //
 // Where store/storetest tests the contract case by case, lincheck lets
 // eight goroutines call Claim (alone, or in a ClaimBatch when the store is
-// an idem.BatchStore), Complete, Release, Renew and Get on four shared keys
-// at random: with the token they hold, with stale ones (zombies), with the
+// an idem.BatchStore), Complete, Release, Renew, Get and Sweep on four
+// shared keys at random: with the token they hold, with stale ones (zombies), with the
 // current owner's stolen from a record, and with tokens one off. Each call
 // is recorded with its real call and return times, its request and the
 // store's answer; porcupine then looks, key by key, for an order of the calls
 // that is consistent with those times and in which every answer is the one
 // the sequential contract gives: one owner per key, fencing by token,
 // duplicates of completed records with their results, leases and retentions
-// ended by the requests' clock, tokens +1 within a record's lifetime and
+// ended by the requests' clock, sweeps that delete only expired records,
+// tokens +1 within a record's lifetime and
 // ClaimRequest.NewToken for a record created where none is, fingerprints
 // kept across releases and retakes.
 //

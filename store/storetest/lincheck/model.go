@@ -20,16 +20,18 @@ const (
 	opRelease
 	opRenew
 	opGet
+	opSweep // on every key: the history holds one copy per key
 )
 
 func (k kind) String() string {
-	return [...]string{"?", "claim", "complete", "release", "renew", "get"}[k]
+	return [...]string{"?", "claim", "complete", "release", "renew", "get", "sweep"}[k]
 }
 
 // input is one call as the history records it. Times are milliseconds
 // after the run's base time (whole milliseconds, which every store keeps).
 type input struct {
-	id       int // the operation's number in the history, for the report
+	id       int   // the operation's number in the history, for the report
+	call     int64 // real time of the call, ns of the run
 	kind     kind
 	key      int // index into the run's keys
 	now      int64
@@ -41,6 +43,7 @@ type input struct {
 	token    int64 // complete, release, renew: the token presented
 	result   string
 	batch    bool // claim sent in a ClaimBatch
+	limit    int  // sweep: SweepRequest.Limit
 }
 
 // output is what the store answered. unknown marks a call that failed with
@@ -55,6 +58,8 @@ type output struct {
 	notFound  bool   // get: ErrNotFound
 	leaseLost bool   // complete, release, renew: ErrLeaseLost
 	wrongKey  string // a returned record naming another key
+	swept     int    // sweep: records deleted, of all keys
+	ret       int64  // real time of the return, ns of the run (the end of time when unknown)
 }
 
 // record is the model's state of one key: a comparable value (porcupine
@@ -70,6 +75,11 @@ type record struct {
 	lease    int64 // LeaseUntil, in progress only
 	expires  int64
 	created  int64
+	// ttlEnd is the real time (ns of the run) before which a native
+	// expiry cannot have deleted the record: the call time of the request
+	// that last wrote it plus the time from its Now to the record's
+	// ExpiresAt, the duration a Redis TTL counts. Answers never carry it.
+	ttlEnd int64
 }
 
 // expired is the contract's Record.Expired: the retention has ended, and the
@@ -79,6 +89,16 @@ func (r record) expired(now int64) bool {
 		return false
 	}
 	return r.expires <= now
+}
+
+// deletable reports whether something other than the calls of the history
+// may have deleted p before the call in answered out: p had expired by the
+// call's clock (anything may delete an expired record), or a native expiry
+// counted in real time from the request that wrote p may have run out by
+// the time the call returned (a call that read its clock before a stall
+// meets the deletion with a Now before ExpiresAt).
+func deletable(p record, in input, out output) bool {
+	return p.present && (p.expired(in.now) || out.ret >= p.ttlEnd)
 }
 
 // apply is one operation of the sequential specification on the key's
@@ -103,19 +123,28 @@ func apply(p record, in input) (output, record) {
 		case opRenew:
 			n.lease, n.expires = in.lease, max(p.expires, in.lease)
 		}
-		return output{}, n
+		return output{}, written(n, in)
 	case opGet:
 		if !p.present {
 			return output{notFound: true}, p
 		}
 		return output{rec: p}, p
+	case opSweep:
+		return output{}, p // the record kept; step adds its deletion
 	}
 	panic("lincheck: unknown operation kind")
+}
+
+// written is n as the call in wrote it, with the end of its native expiry.
+func written(n record, in input) record {
+	n.ttlEnd = in.call + (n.expires-in.now)*int64(time.Millisecond)
+	return n
 }
 
 func applyClaim(p record, in input) (output, record) {
 	acquire := func(n record, retaken bool) (output, record) {
 		n.state, n.lease, n.expires, n.result = idem.StateInProgress, in.lease, max(in.expires, in.lease), ""
+		n = written(n, in)
 		return output{outcome: idem.ClaimAcquired, retaken: retaken, rec: n}, n
 	}
 	switch {
@@ -152,6 +181,7 @@ func same(k kind, want, got output) bool {
 	if got.wrongKey != "" {
 		return false
 	}
+	want.rec.ttlEnd = 0
 	switch k {
 	case opClaim:
 		return want.outcome == got.outcome && want.retaken == got.retaken && want.rec == got.rec
@@ -162,11 +192,18 @@ func same(k kind, want, got output) bool {
 }
 
 // step is the nondeterministic model's step. Besides the operation, the
-// store may have deleted the key's record before it, if the record had
-// expired by the operation's clock (a sweep, a Redis TTL, a cache restart):
-// the contract allows that, and a claim then starts at its NewToken.
+// store may have deleted the key's record before it (see deletable): the
+// contract allows that, and a claim then starts at its NewToken.
 func step(state, in0, out0 any) []any {
 	s, in, out := state.(record), in0.(input), out0.(output)
+	if in.kind == opSweep {
+		// Which keys a sweep deleted is not known, only how many: on
+		// each key it may have deleted a record expired at its Now.
+		if deletable(s, in, out) {
+			return []any{s, record{}}
+		}
+		return []any{s}
+	}
 	var next []any
 	try := func(p record) {
 		want, n := apply(p, in)
@@ -175,7 +212,7 @@ func step(state, in0, out0 any) []any {
 		}
 	}
 	try(s)
-	if s.present && s.expired(in.now) {
+	if deletable(s, in, out) {
 		try(record{})
 	}
 	return next
@@ -233,6 +270,9 @@ func (r record) String() string {
 		fmt.Fprintf(&b, " result=%q", r.result)
 	}
 	fmt.Fprintf(&b, " expires=%s created=%s", ms(r.expires), ms(r.created))
+	if r.ttlEnd != 0 {
+		fmt.Fprintf(&b, " ttl-end=%dµs", r.ttlEnd/1e3)
+	}
 	return b.String()
 }
 
@@ -251,6 +291,8 @@ func describeInput(in input) string {
 		fmt.Fprintf(&b, " token=%d", in.token)
 	case opRenew:
 		fmt.Fprintf(&b, " token=%d lease=%s", in.token, ms(in.lease))
+	case opSweep:
+		fmt.Fprintf(&b, " limit=%d", in.limit)
 	}
 	return b.String()
 }
@@ -274,6 +316,8 @@ func describeOutput(k kind, out output) string {
 			return "not found"
 		}
 		return "{" + out.rec.String() + "}"
+	case opSweep:
+		return fmt.Sprintf("%d deleted (of all keys)", out.swept)
 	}
 	if out.leaseLost {
 		return "ErrLeaseLost"

@@ -43,6 +43,7 @@ func op(c int, call, ret int64, in input, out output) porcupine.Operation {
 	if ret < 0 {
 		ret, out = math.MaxInt64, output{unknown: true, err: "timeout"}
 	}
+	in.call, out.ret = call, ret
 	return porcupine.Operation{ClientId: c, Call: call, Return: ret, Input: in, Output: out}
 }
 
@@ -115,6 +116,26 @@ func TestModel(t *testing.T) {
 		{"LiveRecordDeleted", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 3, input{kind: opGet, now: 99}, output{notFound: true}),
+		}, false},
+		{"NativeExpiryMetAfterStall", []porcupine.Operation{
+			// The record's TTL (100 ms from the claim's call) runs out
+			// while a Get that read its clock at +50ms is held up.
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 2e8, input{kind: opGet, now: 50}, output{notFound: true}),
+		}, true},
+		{"NativeExpiryMetEarly", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 9e7, input{kind: opGet, now: 50}, output{notFound: true}),
+		}, false},
+		{"SweepDeletesExpired", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 3, input{kind: opSweep, now: 100, limit: 1}, output{swept: 1}),
+			op(1, 4, 5, input{kind: opGet, now: 90}, output{notFound: true}),
+		}, true},
+		{"SweepDeletesLive", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 3, input{kind: opSweep, now: 99, limit: 1}, output{swept: 1}),
+			op(1, 4, 5, input{kind: opGet, now: 99}, output{notFound: true}),
 		}, false},
 		{"UnknownClaimTookEffect", []porcupine.Operation{
 			op(0, 0, -1, claimIn(0, t1), output{}),

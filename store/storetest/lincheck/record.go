@@ -109,17 +109,10 @@ func (o Options) withDefaults() Options {
 // one clock of idem), read from a clock that moves one tick per read, so
 // that it runs as fast as the store answers: a lease of 20 to 100 ms lasts
 // about one to three of its owner's calls on any store, and retentions end
-// within a few dozen calls on the key. It also runs at least as fast as real
-// time, so a store's native expiry (a Redis TTL, the duration from the
-// request's Now to its ExpiresAt, counted by the server's clock) runs out
-// after the fake clock has passed the record's ExpiresAt, even when every
-// client stalls at once; only a call held up for most of a retention
-// between reading the clock and reaching the store can meet such a
-// deletion early, and retentions of at least 60 ms make that rare.
-const (
-	tick = 4 * time.Millisecond
-	rate = 1
-)
+// within a few dozen calls on the key. A store's native expiry counts real
+// time instead (a Redis TTL: the duration from the request's Now to its
+// ExpiresAt); the model knows the real time of every call (see deletable).
+const tick = 4 * time.Millisecond
 
 // base is the fake clock's start: whole seconds, far from the real time, so
 // a store that consults its own clock shows up.
@@ -132,8 +125,7 @@ type clock struct {
 
 // now returns the fake time in milliseconds after base.
 func (c *clock) now() int64 {
-	d := time.Duration(c.reads.Add(1))*tick + rate*time.Since(c.start)
-	return d.Milliseconds()
+	return (time.Duration(c.reads.Add(1)) * tick).Milliseconds()
 }
 
 func at(t int64) time.Time { return base.Add(time.Duration(t) * time.Millisecond) }
@@ -153,8 +145,8 @@ type History struct {
 
 // Record drives s with opts.Clients goroutines making opts.Ops calls of
 // Claim (one by one or in a ClaimBatch when s is an idem.BatchStore),
-// Complete, Release, Renew and Get over opts.Keys keys, with fresh, stale,
-// stolen and guessed tokens, and returns the history. It fails only when
+// Complete, Release, Renew, Get and Sweep over opts.Keys keys, with fresh,
+// stale, stolen and guessed tokens, and returns the history. It fails only when
 // opts is invalid; store errors are part of the history.
 func Record(ctx context.Context, s idem.Store, opts Options) (*History, error) {
 	n, err := opts.ops()
@@ -260,6 +252,8 @@ func (r *recorder) client(ctx context.Context, id int, rng *mrand.Rand) {
 			if rec, ok := r.get(ctx, id, k); ok {
 				see(k, rec.token)
 			}
+		case opSweep:
+			r.sweep(ctx, id, 1+rng.IntN(3))
 		}
 	}
 }
@@ -286,10 +280,11 @@ type choice struct {
 var (
 	ownerMix = mix(map[choice]int{
 		{opComplete, false}: 6, {opRelease, false}: 2, {opRenew, false}: 3, {opClaim, false}: 4,
-		{opGet, false}: 2, {opComplete, true}: 2, {opRenew, true}: 1,
+		{opGet, false}: 2, {opComplete, true}: 2, {opRenew, true}: 1, {opSweep, false}: 1,
 	})
 	strangerMix = mix(map[choice]int{
 		{opClaim, false}: 11, {opGet, false}: 3, {opComplete, true}: 3, {opRelease, true}: 1, {opRenew, true}: 2,
+		{opSweep, false}: 1,
 	})
 )
 
@@ -477,6 +472,28 @@ func (r *recorder) get(ctx context.Context, client, k int) (record, bool) {
 	return o.rec, err == nil
 }
 
+// sweep deletes at most limit expired records. It is one call on every
+// key, so the history holds a copy of it in each key's partition.
+func (r *recorder) sweep(ctx context.Context, client, limit int) {
+	now := r.clk.now()
+	ctx, cancel := context.WithTimeout(ctx, r.h.opts.OpTimeout)
+	defer cancel()
+	call := r.since()
+	n, err := r.s.Sweep(ctx, idem.SweepRequest{Now: at(now), Limit: limit})
+	ret := r.since()
+	o, name := output{swept: n}, "sweep:deleted_"+strconv.Itoa(n)
+	if err != nil {
+		o, name = r.unknown(err), "sweep:unknown"
+	}
+	for k := range r.h.keys {
+		r.add(client, input{kind: opSweep, key: k, now: now, limit: limit}, o, call, ret, "")
+	}
+	r.mu.Lock()
+	r.h.counts[name]++
+	r.h.calls++
+	r.mu.Unlock()
+}
+
 // unknown is the output of a call that failed: it may have taken effect,
 // so it stays pending to the end of the history.
 func (r *recorder) unknown(err error) output {
@@ -497,11 +514,14 @@ func (r *recorder) add(client int, in input, o output, call, ret int64, name str
 	if o.unknown {
 		ret = math.MaxInt64
 	}
+	in.call, o.ret = call, ret
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in.id = len(r.h.ops)
 	r.h.ops = append(r.h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: o, Return: ret})
-	r.h.counts[name]++
+	if name != "" {
+		r.h.counts[name]++
+	}
 }
 
 // Summary is one line of figures about the history: calls, unknown
@@ -523,6 +543,10 @@ func (h *History) Summary() string {
 	}
 	return b.String()
 }
+
+// Unknown is the number of calls that failed with a store error or timed
+// out, whose outcome the check leaves open.
+func (h *History) Unknown() int { return h.unknown }
 
 // Calls is the number of Store calls the history holds (a ClaimBatch counts
 // once, failed Gets too).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -25,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) idem.Store, opts Options) {
 		t.Errorf("lincheck: %.0f%% of the calls failed (more than %.0f%%): the history proves little; %s",
 			100*u, 100*h.opts.MaxUnknown, h.Summary())
 	}
+	start := time.Now()
 	err = h.Check()
 	var v *Violation
 	switch {
@@ -33,4 +35,5 @@ func Run(t *testing.T, open func(t *testing.T) idem.Store, opts Options) {
 	case err != nil:
 		t.Fatal(err)
 	}
+	t.Logf("linearizable (checked in %v)", time.Since(start).Round(time.Millisecond))
 }
