@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 // amqpPrefetch is both sides' prefetch (basic.qos): idem's default,
@@ -78,11 +79,11 @@ func loadAMQP(t testing.TB, d *db, n int) map[string]side {
 			t.Fatalf("publish not confirmed: %v", err)
 		}
 	}
-	tx := func(ctx context.Context, r *run, fn func(context.Context, pgx.Tx, amqp.Delivery) ([]byte, error)) error {
-		return e.idem(ctx, r, amqpidem.HandleTx(fn))
+	tx := func(ctx context.Context, r *run, store *postgres.Store, fn func(context.Context, pgx.Tx, amqp.Delivery) ([]byte, error)) error {
+		return e.idem(ctx, r, store, amqpidem.HandleTx(fn))
 	}
 	twoPhase := func(ctx context.Context, r *run, fn func(context.Context, amqp.Delivery) ([]byte, error)) error {
-		return e.idem(ctx, r, amqpidem.Handle(fn))
+		return e.idem(ctx, r, d.store, amqpidem.Handle(fn))
 	}
 	return sidesOf(d, func(m amqp.Delivery) string { return m.MessageId }, func(m amqp.Delivery) []byte { return m.Body }, e.hand, tx, "idem-2p", twoPhase)
 }
@@ -136,15 +137,15 @@ func (e *amqpEnv) hand(ctx context.Context, r *run, work func(context.Context, a
 	return cerr
 }
 
-// idem runs idem's consumer with h over the store in e's database, with
+// idem runs idem's consumer with h over store, with
 // the same workers and prefetch.
-func (e *amqpEnv) idem(ctx context.Context, r *run, h amqpidem.Handler) error {
+func (e *amqpEnv) idem(ctx context.Context, r *run, store *postgres.Store, h amqpidem.Handler) error {
 	ch, err := e.conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	g, err := amqpidem.NewGuard(e.d.store, e.queue, idem.Options{})
+	g, err := amqpidem.NewGuard(store, e.queue, idem.Options{})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,9 @@ const poolConns = workers
 type db struct {
 	pool  *pgxpool.Pool
 	store *postgres.Store
+	// first is the same store with Options.MarkWithFirstStatement: the
+	// marker goes out with BEGIN and the handler's first statement.
+	first *postgres.Store
 }
 
 func newDB(t testing.TB) *db {
@@ -51,7 +54,11 @@ func newDB(t testing.TB) *db {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &db{pool: pool, store: store}
+	first, err := postgres.New(pool, postgres.Options{Table: "idem_records", MarkWithFirstStatement: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &db{pool: pool, store: store, first: first}
 }
 
 // reset empties the business table and the store, and warms every

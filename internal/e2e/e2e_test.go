@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 // workers is the concurrency of every consumer: Kafka's partitions (one
@@ -256,11 +257,13 @@ func BenchmarkE2ERatio(b *testing.B) {
 //   - hand-exec: the insert alone, a statement in its own transaction;
 //   - idem-tx: idem's transactional inbox, the marker in the insert's
 //     transaction;
+//   - idem-tx-first: the same with the store's MarkWithFirstStatement, the
+//     marker sent in one round trip with BEGIN and the insert;
 //   - the two-phase side: the insert alone between idem's claim and
 //     complete.
 func sidesOf[M any](d *db, id func(M) string, data func(M) []byte,
 	hand func(ctx context.Context, r *run, work func(context.Context, M) error) error,
-	tx func(ctx context.Context, r *run, fn func(context.Context, pgx.Tx, M) ([]byte, error)) error,
+	tx func(ctx context.Context, r *run, store *postgres.Store, fn func(context.Context, pgx.Tx, M) ([]byte, error)) error,
 	twoPhaseName string,
 	twoPhase func(ctx context.Context, r *run, fn func(context.Context, M) ([]byte, error)) error,
 ) map[string]side {
@@ -272,7 +275,12 @@ func sidesOf[M any](d *db, id func(M) string, data func(M) []byte,
 			return hand(ctx, r, func(ctx context.Context, m M) error { return insert(ctx, d.pool, id(m), data(m)) })
 		},
 		"idem-tx": func(ctx context.Context, r *run) error {
-			return tx(ctx, r, func(ctx context.Context, tx pgx.Tx, m M) ([]byte, error) {
+			return tx(ctx, r, d.store, func(ctx context.Context, tx pgx.Tx, m M) ([]byte, error) {
+				return nil, insert(ctx, tx, id(m), data(m))
+			})
+		},
+		"idem-tx-first": func(ctx context.Context, r *run) error {
+			return tx(ctx, r, d.first, func(ctx context.Context, tx pgx.Tx, m M) ([]byte, error) {
 				return nil, insert(ctx, tx, id(m), data(m))
 			})
 		},
@@ -290,10 +298,10 @@ func specOf(name, twoPhaseName string, load func(t testing.TB, d *db, n int) map
 	return brokerSpec{
 		name: name,
 		sides: []sideSpec{
-			{"hand", false}, {"idem-tx", true},
+			{"hand", false}, {"idem-tx", true}, {"idem-tx-first", true},
 			{"hand-exec", false}, {twoPhaseName, true},
 		},
-		pairs: []pair{{"tx", "hand", "idem-tx"}, {strings.TrimPrefix(twoPhaseName, "idem-"), "hand-exec", twoPhaseName}},
+		pairs: []pair{{"tx", "hand", "idem-tx"}, {"tx-first", "hand", "idem-tx-first"}, {strings.TrimPrefix(twoPhaseName, "idem-"), "hand-exec", twoPhaseName}},
 		load:  load,
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 type kafkaEnv struct {
@@ -48,11 +49,11 @@ func loadKafka(t testing.TB, d *db, n int) map[string]side {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	tx := func(ctx context.Context, r *run, fn func(context.Context, pgx.Tx, *kgo.Record) ([]byte, error)) error {
-		return e.idem(ctx, r, kafka.HandleTx(fn))
+	tx := func(ctx context.Context, r *run, store *postgres.Store, fn func(context.Context, pgx.Tx, *kgo.Record) ([]byte, error)) error {
+		return e.idem(ctx, r, store, kafka.HandleTx(fn))
 	}
 	twoPhase := func(ctx context.Context, r *run, fn func(context.Context, *kgo.Record) ([]byte, error)) error {
-		return e.idem(ctx, r, kafka.Handle(fn))
+		return e.idem(ctx, r, d.store, kafka.Handle(fn))
 	}
 	return sidesOf(d, kafkaID, func(rec *kgo.Record) []byte { return rec.Value }, e.hand, tx, "idem-2p-batch", twoPhase)
 }
@@ -198,16 +199,16 @@ func (q *handQueue) work(ctx context.Context, r *run, work func(context.Context,
 	}
 }
 
-// idem runs idem's consumer with h over the store in e's database, with its
+// idem runs idem's consumer with h over store, with its
 // defaults (Concurrency 8, CommitInterval 1s, MaxPollRecords 500; batch
 // claims for a Handle handler).
-func (e *kafkaEnv) idem(ctx context.Context, r *run, h kafka.Handler) error {
+func (e *kafkaEnv) idem(ctx context.Context, r *run, store *postgres.Store, h kafka.Handler) error {
 	cl, err := kgo.NewClient(kafka.ClientOptions(e.clientOpts("idem")...)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	g, err := kafka.NewGuard(e.d.store, cl, idem.Options{})
+	g, err := kafka.NewGuard(store, cl, idem.Options{})
 	if err != nil {
 		return err
 	}

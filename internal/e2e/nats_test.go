@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/store/postgres"
 )
 
 // natsPrefetch is both sides' pull batch: idem's default, 2 × Concurrency.
@@ -82,11 +83,11 @@ func loadNATS(t testing.TB, d *db, n int) map[string]side {
 	if got := info.CachedInfo().State.Msgs; got != uint64(n) {
 		t.Fatalf("the stream holds %d messages, want %d", got, n)
 	}
-	tx := func(ctx context.Context, r *run, fn func(context.Context, pgx.Tx, jetstream.Msg) ([]byte, error)) error {
-		return e.idem(ctx, r, natsidem.HandleTx(fn))
+	tx := func(ctx context.Context, r *run, store *postgres.Store, fn func(context.Context, pgx.Tx, jetstream.Msg) ([]byte, error)) error {
+		return e.idem(ctx, r, store, natsidem.HandleTx(fn))
 	}
 	twoPhase := func(ctx context.Context, r *run, fn func(context.Context, jetstream.Msg) ([]byte, error)) error {
-		return e.idem(ctx, r, natsidem.Handle(fn))
+		return e.idem(ctx, r, d.store, natsidem.Handle(fn))
 	}
 	return sidesOf(d, natsID, func(m jetstream.Msg) []byte { return m.Data() }, e.hand, tx, "idem-2p", twoPhase)
 }
@@ -153,14 +154,14 @@ func (e *natsEnv) hand(ctx context.Context, r *run, work func(context.Context, j
 	}
 }
 
-// idem runs idem's consumer with h over the store in e's database, with
+// idem runs idem's consumer with h over store, with
 // the same workers and prefetch.
-func (e *natsEnv) idem(ctx context.Context, r *run, h natsidem.Handler) error {
+func (e *natsEnv) idem(ctx context.Context, r *run, store *postgres.Store, h natsidem.Handler) error {
 	cons, err := e.consumer(ctx, "idem")
 	if err != nil {
 		return err
 	}
-	g, err := natsidem.NewGuard(e.d.store, cons, idem.Options{})
+	g, err := natsidem.NewGuard(store, cons, idem.Options{})
 	if err != nil {
 		return err
 	}
