@@ -184,7 +184,15 @@ func TestBenchPrefill(t *testing.T) {
 				}
 			}
 			// The second run finds the prefill there (or reloads only what
-			// the sweep removed) and refuses a smaller size.
+			// the sweep removed), whatever other keys its scope holds, and
+			// refuses a smaller size.
+			g, err := idem.New(h.Store, idem.Options{Scope: bench.PrefillScope})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Do(ctx, idem.Message{ID: "ffffffffffffffffffffffffffffffff"}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+				t.Fatal(err)
+			}
 			again := decode(t, runOK(t, args...))
 			if p := again["prefill"].(map[string]any); p["loaded"] != float64(1000-left) {
 				t.Errorf("second prefill = %v; want %d reloaded", p, 1000-left)
