@@ -24,7 +24,7 @@ type Violation struct {
 	Keys          []idem.Key
 	Report        string
 	HistoryFile   string // the offending keys' whole histories, as text ("" if not written)
-	Visualization string // porcupine's HTML view of them ("" if not written)
+	Visualization string // porcupine's HTML view of the first of them ("" if not written)
 }
 
 // Error is the report.

@@ -276,7 +276,7 @@ type choice struct {
 }
 
 // ownerMix is the mix of a client holding a claim on the key, strangerMix
-// of one holding none: in twentieths.
+// of one holding none, each choice listed as often as its weight.
 var (
 	ownerMix = mix(map[choice]int{
 		{opComplete, false}: 6, {opRelease, false}: 2, {opRenew, false}: 3, {opClaim, false}: 4,
