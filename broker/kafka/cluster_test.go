@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
@@ -26,8 +28,8 @@ import (
 // and produces, and the clients must find the new one), and every fifth
 // move the group coordinators are rehashed as well (commits and heartbeats
 // answered NOT_COORDINATOR). Meanwhile a further consumer joins the group
-// once a third of the messages are settled and leaves it, with a graceful
-// stop, at two thirds: two rebalances during the moves. The cases must
+// once a fifth of the messages are settled and leaves it, with a graceful
+// stop, at half: two rebalances during the moves. The cases must
 // still hold: every unique message applied once, every reused id
 // dead-lettered once as a conflict, nothing lost. After each case the test
 // checks that the moves happened and that both rebalances completed (the
@@ -79,18 +81,27 @@ type movingBroker struct {
 	joinAt, leaveAt    atomic.Int64   // settle counts, set by Publish
 	bg                 sync.WaitGroup // the join and the leave
 
-	mu     sync.Mutex
-	sc     *brokertest.Consumer // the first consumer, as started: the joiner runs the same
-	joined chan struct{}        // closed once the join is done
-	joiner brokertest.Running
-	epochs []int32 // the group's generation before the join, after it, after the leave
-	errs   []error
+	mu       sync.Mutex
+	sc       *brokertest.Consumer // the first consumer, as started: the joiner runs the same
+	joined   chan struct{}        // closed once the join is done
+	joiner   brokertest.Running
+	joinerID string  // its member id, once in the group
+	epochs   []int32 // the group's generation before the join, after it, after the leave
+	errs     []error
 }
 
 func newMovingBroker(t *testing.T) *movingBroker {
 	versions := kversion.Tip()
 	versions.SetMaxKeyVersion(int16(kmsg.OffsetForLeaderEpoch), 1) // see TestClusterLeadershipMoves
-	b := &movingBroker{suiteBroker: newSuiteBrokerWith(t, kfake.NumBrokers(clusterBrokers), kfake.MaxVersions(versions)),
+	b := &movingBroker{suiteBroker: newSuiteBrokerWith(t,
+		[]kfake.Opt{kfake.NumBrokers(clusterBrokers), kfake.MaxVersions(versions)},
+		// A client told its partition's leader moved finds the new one
+		// at once, not after kgo's default of five seconds.
+		kgo.MetadataMinAge(50*time.Millisecond),
+		// A rebalance the suite's consumers are killed in the middle of
+		// (the case may end during the leave's) completes without them in
+		// seconds, not after kgo's default of a minute.
+		kgo.RebalanceTimeout(3*time.Second)),
 		joined: make(chan struct{})}
 	t.Cleanup(b.check) // before the suite broker's cleanup closes the cluster
 	return b
@@ -100,9 +111,22 @@ func newMovingBroker(t *testing.T) *movingBroker {
 func (b *movingBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
 	b.published.Add(int64(len(msgs)))
 	b.moveEvery.CompareAndSwap(0, max(1, int64(len(msgs)/movesPerRun)))
-	b.joinAt.CompareAndSwap(0, int64(len(msgs)/3))
-	b.leaveAt.CompareAndSwap(0, int64(2*len(msgs)/3))
+	b.joinAt.CompareAndSwap(0, int64(len(msgs)/5))
+	b.leaveAt.CompareAndSwap(0, int64(len(msgs)/2))
 	return b.suiteBroker.Publish(ctx, msgs...)
+}
+
+// DeadLetters is suiteBroker's, retried for groupWait: a request may
+// reach a partition's old leader.
+func (b *movingBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
+	deadline := time.Now().Add(groupWait)
+	for {
+		dls, err := b.suiteBroker.DeadLetters(ctx)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return dls, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Start counts the settled messages, to move leaders, join and leave on
@@ -153,7 +177,8 @@ func (b *movingBroker) move() {
 	}
 }
 
-// join starts the joiner and waits for the group to take it in.
+// join starts the joiner and waits for the group to take it in: a stable
+// generation later than before with the joiner among its members.
 func (b *movingBroker) join() {
 	defer b.bg.Done()
 	defer close(b.joined)
@@ -166,24 +191,37 @@ func (b *movingBroker) join() {
 		b.fail(fmt.Errorf("joiner: %w", err))
 		return
 	}
-	after, err := b.stable(int(b.starts.Load()) + 1)
+	b.mu.Lock()
+	b.joiner = r
+	b.mu.Unlock()
+	cl := r.(*suiteConsumer).cl
+	g, err := b.waitGroup(func(g *kfake.GroupInfo) bool {
+		id, _ := cl.GroupMetadata()
+		return g != nil && g.State == "Stable" && g.Epoch > before && slices.ContainsFunc(g.Members, func(m kfake.GroupMember) bool { return m.MemberID == id })
+	})
+	if err != nil {
+		b.fail(fmt.Errorf("the join: %w", err))
+		return
+	}
+	id, _ := cl.GroupMetadata()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.joiner = r
-	b.epochs = append(b.epochs, before, after)
-	if err != nil {
-		b.errs = append(b.errs, fmt.Errorf("after the join: %w", err))
-	}
+	b.joinerID = id
+	b.epochs = append(b.epochs, before, g.Epoch)
 }
 
-// leave stops the joiner gracefully and waits for the group to settle
+// leave stops the joiner gracefully and waits for a later generation
 // without it.
 func (b *movingBroker) leave() {
 	defer b.bg.Done()
 	<-b.joined
 	b.mu.Lock()
-	r := b.joiner
+	r, id := b.joiner, b.joinerID
 	b.joiner = nil
+	joined := int32(0)
+	if len(b.epochs) > 0 {
+		joined = b.epochs[len(b.epochs)-1]
+	}
 	b.mu.Unlock()
 	if r == nil {
 		return // the join failed, and said so
@@ -191,25 +229,30 @@ func (b *movingBroker) leave() {
 	if err := r.Stop(); err != nil {
 		b.fail(fmt.Errorf("joiner's stop: %w", err))
 	}
-	after, err := b.stable(int(b.starts.Load()))
+	if id == "" {
+		return // it never got in: the join said so
+	}
+	g, err := b.waitGroup(func(g *kfake.GroupInfo) bool {
+		return g != nil && g.Epoch > joined && !slices.ContainsFunc(g.Members, func(m kfake.GroupMember) bool { return m.MemberID == id })
+	})
 	if err != nil {
-		b.fail(fmt.Errorf("after the leave: %w", err))
+		b.fail(fmt.Errorf("the leave: %w", err))
+		return
 	}
 	b.mu.Lock()
-	b.epochs = append(b.epochs, after)
+	b.epochs = append(b.epochs, g.Epoch)
 	b.mu.Unlock()
 }
 
-// stable waits until the group is stable with members members and
-// returns its generation.
-func (b *movingBroker) stable(members int) (int32, error) {
+// waitGroup waits up to groupWait for the group to satisfy fn.
+func (b *movingBroker) waitGroup(fn func(*kfake.GroupInfo) bool) (*kfake.GroupInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupWait)
 	defer cancel()
-	g, err := b.c.WaitGroupStable(ctx, b.group, members)
+	g, err := b.c.WaitGroupInfo(ctx, b.group, fn)
 	if err != nil {
-		return 0, fmt.Errorf("group not stable with %d members within %v: %w", members, groupWait, err)
+		return nil, fmt.Errorf("group %+v not as wanted within %v: %w", g, groupWait, err)
 	}
-	return g.Epoch, nil
+	return g, nil
 }
 
 func (b *movingBroker) fail(err error) {

@@ -43,6 +43,8 @@ type suiteBroker struct {
 	prod  *kgo.Client // producer, with the partition chosen here
 	adm   *kadm.Client
 	next  atomic.Int32 // round robin over partitions for records without OrderKey
+	// clientOpts are added to every client's options.
+	clientOpts []kgo.Opt
 
 	mu   sync.Mutex
 	dlr  *kgo.Client // reads the dead-letter topic from the start
@@ -52,13 +54,14 @@ type suiteBroker struct {
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
-func newSuiteBroker(t *testing.T) *suiteBroker { return newSuiteBrokerWith(t) }
+func newSuiteBroker(t *testing.T) *suiteBroker { return newSuiteBrokerWith(t, nil) }
 
 // newSuiteBrokerWith is newSuiteBroker on a cluster with more options
-// (kfake.NumBrokers(3) for several brokers).
-func newSuiteBrokerWith(t *testing.T, opts ...kfake.Opt) *suiteBroker {
+// (kfake.NumBrokers(3) for several brokers), and more options for every
+// client.
+func newSuiteBrokerWith(t *testing.T, opts []kfake.Opt, clientOpts ...kgo.Opt) *suiteBroker {
 	t.Helper()
-	b := &suiteBroker{t: t, topic: "suite", dlq: "suite.dlq", group: "suite-group"}
+	b := &suiteBroker{t: t, topic: "suite", dlq: "suite.dlq", group: "suite-group", clientOpts: clientOpts}
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1),
 		kfake.SeedTopics(suitePartitions, b.topic), kfake.SeedTopics(1, b.dlq),
 		// A killed member must leave the group within a second, so that
@@ -68,13 +71,13 @@ func newSuiteBrokerWith(t *testing.T, opts ...kfake.Opt) *suiteBroker {
 		t.Fatal(err)
 	}
 	b.c = c
-	b.prod, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	b.prod, err = kgo.NewClient(b.opts(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.adm = kadm.NewClient(b.prod)
-	b.dlr, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(b.dlq),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	b.dlr, err = kgo.NewClient(b.opts(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(b.dlq),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +89,9 @@ func newSuiteBrokerWith(t *testing.T, opts ...kfake.Opt) *suiteBroker {
 	})
 	return b
 }
+
+// opts are the given client options, then clientOpts.
+func (b *suiteBroker) opts(given ...kgo.Opt) []kgo.Opt { return slices.Concat(given, b.clientOpts) }
 
 // Features: Kafka keeps the order of a partition, and Publish puts the
 // messages of one OrderKey on one partition (as the record's key). Kafka
@@ -169,7 +175,7 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 		opts.RetryMin, opts.RetryMax = sc.RetryBackoff, sc.RetryBackoff
 	}
 	conns := &connKill{}
-	cl, err := kgo.NewClient(kafka.ClientOptions(
+	cl, err := kgo.NewClient(kafka.ClientOptions(b.opts(
 		kgo.SeedBrokers(b.c.ListenAddrs()...),
 		kgo.ConsumerGroup(b.group),
 		kgo.ConsumeTopics(b.topic),
@@ -178,7 +184,7 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 		kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.SessionTimeout(time.Second),
 		kgo.Dialer(conns.dial),
-	)...)
+	)...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -148,7 +148,7 @@
 // coordinators moved too, and a consumer joins the group and leaves it
 // again in the middle (two rebalances during the moves). Every unique
 // message is still applied once, every reused id dead-lettered once as a
-// conflict, none lost. It runs in the default test run (a few seconds):
+// conflict, none lost. It runs in the default test run (about 6 s):
 //
 //	go test -run TestClusterLeadershipMoves ./broker/kafka/
 //
