@@ -23,58 +23,86 @@ func init() {
 
 func newChaosCmd() *cobra.Command {
 	var (
-		cfg    chaos.Config
-		store  string
-		asJSON bool
-		quiet  bool
+		cfg       chaos.Config
+		store     string
+		brokerArg string
+		asJSON    bool
+		quiet     bool
 	)
 	c := &cobra.Command{
 		Use:   "chaos",
 		Short: "Kill -9 consumers at the worst moments and restart the store and broker: effectively once, or not",
 		Long: `chaos runs idem the way production breaks it. A producer publishes --orders
-orders to NATS JetStream with producer retries (the same order again), ids
-reused with other content, and poison (undecodable payloads, messages without
-a key). --consumers consumer OS processes, written as a user writes one,
-charge them:
+orders with producer retries (the same order again), ids reused with other
+content, and poison (undecodable payloads, messages without a key).
+--consumers consumer OS processes, written as a user writes one, charge
+them:
 
   --store postgres  the transactional inbox: a charge row and a balance update
                     in the same PostgreSQL transaction as idem's marker;
+  --store mysql     the same on MariaDB (or MySQL);
+  --store sqlite    the same on one SQLite file the consumer processes share
+                    (WAL); no server, so no store restarts;
   --store redis     two-phase on Redis: the charge is an HTTP call to a small
                     bank process that dedups by the key the consumer derives
                     (idem.DeriveKey).
+
+The broker is one of:
+
+  --broker nats     NATS JetStream (default);
+  --broker amqp     RabbitMQ, through queues of this run only (a quorum work
+                    queue with a delivery limit, and a dead-letter queue),
+                    deleted afterwards, on IDEM_AMQP_URL (default
+                    amqp://guest:guest@127.0.0.1:5672/); the node is never
+                    restarted unless you pass --restart-broker for your own;
+  --broker kafka    Kafka on kfake (franz-go's Kafka in Go), hosted by the
+                    harness on a loopback port; a consumer group spreads the
+                    partitions over the consumers.
 
 A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
 at chosen points through the library's hooks: after the commit (or Complete)
 and before the ack (broker.Hooks.BeforeSettle), and after the side effect
 and before the commit or Complete (in the handler). It restarts them, and it
-restarts the store (PostgreSQL: pg_ctl stop -m immediate; Redis: SIGKILL with
-appendfsync always) and the broker (nats-server: SIGTERM) mid-run.
+restarts the store (PostgreSQL: pg_ctl stop -m immediate; MariaDB and Redis
+(appendfsync always): SIGKILL) and the broker (nats-server: SIGTERM; kfake:
+closed and opened again on its data directory) mid-run.
 
 By default the servers are the harness's own, on private ports and
 directories (initdb and pg_ctl as the postgres user when run as root,
-nats-server, redis-server, found on the PATH and under
-/usr/lib/postgresql/*/bin), removed afterwards. --store URL and --broker
-point it at yours instead (it creates idem_chaos_* tables and CHAOS_* streams
-there); --restart-store and --restart-broker are the shell commands that
-restart them (without one, that server is not restarted).
+mariadb-install-db and mariadbd, nats-server, redis-server, found on the
+PATH and under /usr/lib/postgresql/*/bin and /usr/sbin), removed afterwards.
+--store URL and --broker URL point it at yours instead (postgres://,
+mysql:// or mariadb://, sqlite://, redis://; nats://, amqp://): it creates
+idem_chaos_* tables, CHAOS_* streams and idem-chaos-* queues there;
+--restart-store and --restart-broker are the shell commands that restart
+them (without one, that server is not restarted).
 
 The verdict comes from the effects only (the charge rows and balances, the
-bank's ledger, the dead-letter stream), never from idem's counters: every
-unique order charged exactly once, every balance the sum of its charges,
-conflicts and poison dead-lettered with their reasons and not charged,
-nothing lost, no in-progress record left past its lease. The same run with a
-naive consumer (charge, commit, ack; no idem) must find doubles, or the chaos
+bank's ledger, the dead letters), never from idem's counters: every unique
+order charged exactly once, every balance the sum of its charges, conflicts
+and poison dead-lettered with their reasons and not charged, nothing lost,
+no in-progress record left past its lease. The same run with a naive
+consumer (charge, commit, ack; no idem) must find doubles, or the chaos
 proves nothing. --seed replays the plan and the fault schedule. The exit
 status is 0 only when the verdict holds; otherwise the per-process logs are
-kept and named.`,
+kept and named.
+
+Deliveries are the broker's count on NATS (the durable consumer's), and the
+consumer processes' own count on RabbitMQ (the highest delivery tag of each
+channel) and Kafka (the records their clients handed them).`,
 		Example: `  idem chaos
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
+  idem chaos --store mysql --broker amqp
+  idem chaos --store sqlite --broker kafka
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
       --restart-store 'pg_ctlcluster 15 main restart -m immediate'`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := chaosStore(&cfg, store); err != nil {
+				return err
+			}
+			if err := chaosBroker(&cfg, brokerArg); err != nil {
 				return err
 			}
 			if cfg.Orders < 1 || cfg.Consumers < 1 || cfg.Concurrency < 1 {
@@ -113,8 +141,8 @@ kept and named.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&store, "store", "postgres", "postgres or redis: a private server; or your server's postgres://... or redis://... URL")
-	f.StringVar(&cfg.BrokerURL, "broker", "", "your NATS JetStream (nats://...); default: a private nats-server")
+	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues) or kafka (kfake); or your nats:// or amqp:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
@@ -139,13 +167,35 @@ func chaosStore(cfg *chaos.Config, store string) error {
 	switch kind {
 	case "postgres", "postgresql":
 		cfg.Store = "postgres"
-	case "redis":
-		cfg.Store = "redis"
+	case "mysql", "mariadb":
+		cfg.Store = "mysql"
+	case "sqlite", "redis":
+		cfg.Store = kind
 	default:
-		return usagef("--store %q: postgres or redis, or a postgres:// or redis:// URL", store)
+		return usagef("--store %q: postgres, mysql, sqlite or redis, or a postgres://, mysql://, sqlite:// or redis:// URL", store)
 	}
 	if isURL {
 		cfg.StoreURL = store
+	}
+	return nil
+}
+
+// chaosBroker reads --broker: a kind or the user's URL.
+func chaosBroker(cfg *chaos.Config, b string) error {
+	kind, _, isURL := strings.Cut(b, "://")
+	switch kind {
+	case "nats", "kafka":
+		cfg.Broker = kind
+	case "amqp", "amqps":
+		cfg.Broker = "amqp"
+	default:
+		return usagef("--broker %q: nats, amqp or kafka, or a nats:// or amqp:// URL", b)
+	}
+	if isURL {
+		if kind == "kafka" {
+			return usagef("--broker %q: Kafka runs on the harness's own kfake; pass --broker kafka", b)
+		}
+		cfg.BrokerURL = b
 	}
 	return nil
 }

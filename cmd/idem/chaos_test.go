@@ -14,8 +14,10 @@ func TestChaosUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres or redis"},
-		{"unknown store url", []string{"chaos", "--store", "mysql://root@127.0.0.1/x"}, "postgres or redis"},
+		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
+		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp or kafka"},
+		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
 		{"negative kills", []string{"chaos", "--kills", "-1"}, "--kills cannot be negative"},
 		{"positional", []string{"chaos", "extra"}, "unknown command"},

@@ -236,7 +236,12 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(kafkaAddr(cfg.BrokerURL)), kgo.ConsumerGroup(cfg.Durable), kgo.ConsumeTopics(cfg.Source),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
-		kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(300 * time.Millisecond),
+		// A killed member leaves the group when its session ends; a
+		// rebalance waits for the members that were there at most
+		// RebalanceTimeout (a kill during a rebalance would stall it a
+		// minute by default).
+		kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond),
+		kgo.RebalanceTimeout(4 * time.Second),
 		kgo.WithHooks(fetchCount{count}),
 	}
 	if cfg.Naive {
@@ -259,7 +264,7 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, func(r *kgo.Record) []byte { return r.Value }, kafka.Handle, kafka.HandleTx[pgx.Tx], kafka.HandleTx[*sql.Tx])
 	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
 		DeadLetterTopic: cfg.DLQ, Concurrency: cfg.Concurrency, RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
-		CommitInterval: 200 * time.Millisecond,
+		CommitInterval: 200 * time.Millisecond, DrainTimeout: 2 * time.Second,
 		Hooks: broker.Hooks[*kgo.Record]{
 			BeforeSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settleKill(l.kill, r) },
 		},

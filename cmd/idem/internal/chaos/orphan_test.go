@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/postgres"
 	redisstore "github.com/idemgo/idem/store/redis"
 )
@@ -16,7 +17,15 @@ import (
 // killed mid-handler does.
 func orphan(ctx context.Context, kind, url string, t tables, prefix string) error {
 	var s idem.Store
-	if kind == "redis" {
+	switch kind {
+	case "mysql", "sqlite":
+		h, err := dsn.Open(ctx, withTable(url, t.Records))
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		s = h.Store
+	case "redis":
 		opt, err := goredis.ParseURL(url)
 		if err != nil {
 			return err
@@ -26,7 +35,7 @@ func orphan(ctx context.Context, kind, url string, t tables, prefix string) erro
 		if s, err = redisstore.New(rdb, redisstore.Options{Prefix: prefix}); err != nil {
 			return err
 		}
-	} else {
+	default:
 		pool, err := pgxpool.New(ctx, url)
 		if err != nil {
 			return err
