@@ -331,6 +331,19 @@ func (b *clusterBroker) Publish(ctx context.Context, msgs ...brokertest.Message)
 	}
 }
 
+// DeadLetters is suiteBroker's, retried for clusterWait: while a new
+// leader of the dead-letter stream is being elected its requests fail.
+func (b *clusterBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
+	deadline := time.Now().Add(clusterWait)
+	for {
+		dls, err := b.suiteBroker.DeadLetters(ctx)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return dls, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // Start counts the consumer's settled messages, to kill and restart a node
 // on the way.
 func (b *clusterBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.Running, error) {
