@@ -40,8 +40,9 @@
 //
 // By default a run makes DefaultOps calls, under a second on a local server.
 // The long form sets the number of calls with the -lincheck.ops flag or the
-// IDEM_LINCHECK_OPS environment variable; this package's own tests run it on
-// every store of the repository:
+// IDEM_LINCHECK_OPS environment variable. Package stores (a module of its
+// own, so that this one requires only idem and porcupine) runs it on every
+// store of the repository:
 //
-//	go test ./store/storetest/lincheck/ -run 'Test(Memory|SQLite|Postgres|MySQL|Redis|Mongo)$' -v -lincheck.ops=20000
+//	go test ./store/storetest/lincheck/stores/ -run 'Test(Memory|SQLite|Postgres|MySQL|Redis|Mongo)$' -v -lincheck.ops=20000
 package lincheck

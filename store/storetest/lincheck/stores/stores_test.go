@@ -1,4 +1,4 @@
-package lincheck_test
+package stores_test
 
 import (
 	"context"

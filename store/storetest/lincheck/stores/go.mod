@@ -1,0 +1,100 @@
+module github.com/idemgo/idem/store/storetest/lincheck/stores
+
+go 1.26.0
+
+replace github.com/idemgo/idem => ../../../..
+
+replace github.com/idemgo/idem/store/sqlite => ../../../../store/sqlite
+
+replace github.com/idemgo/idem/store/postgres => ../../../../store/postgres
+
+replace github.com/idemgo/idem/store/mysql => ../../../../store/mysql
+
+replace github.com/idemgo/idem/store/redis => ../../../../store/redis
+
+replace github.com/idemgo/idem/store/mongo => ../../../../store/mongo
+
+replace github.com/idemgo/idem/entity => ../../../../entity
+
+replace github.com/idemgo/idem/job => ../../../../job
+
+replace github.com/idemgo/idem/load => ../../../../load
+
+replace github.com/idemgo/idem/outbox => ../../../../outbox
+
+replace github.com/idemgo/idem/broker/kafka => ../../../../broker/kafka
+
+replace github.com/idemgo/idem/broker/nats => ../../../../broker/nats
+
+replace github.com/idemgo/idem/broker/amqp => ../../../../broker/amqp
+
+replace github.com/idemgo/idem/broker/servicebus => ../../../../broker/servicebus
+
+replace github.com/idemgo/idem/broker/brokertest => ../../../../broker/brokertest
+
+replace github.com/idemgo/idem/idemhttp => ../../../../idemhttp
+
+replace github.com/idemgo/idem/idemotel => ../../../../idemotel
+
+replace github.com/idemgo/idem/idemprom => ../../../../idemprom
+
+replace github.com/idemgo/idem/console => ../../../../console
+
+replace github.com/idemgo/idem/internal/pgxtx => ../../../../internal/pgxtx
+
+replace github.com/idemgo/idem/internal/pgtest => ../../../../internal/pgtest
+
+replace github.com/idemgo/idem/internal/consumetest => ../../../../internal/consumetest
+
+replace github.com/idemgo/idem/cmd/idem => ../../../../cmd/idem
+
+replace github.com/idemgo/idem/examples => ../../../../examples
+
+replace github.com/idemgo/idem/internal/e2e => ../../../../internal/e2e
+
+replace github.com/idemgo/idem/store/storetest/lincheck => ../../../../store/storetest/lincheck
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/store/mongo v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/store/mysql v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/store/postgres v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/store/redis v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/store/sqlite v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/redis/go-redis/v9 v9.23.0
+	go.mongodb.org/mongo-driver/v2 v2.10.0
+)
+
+require github.com/anishathalye/porcupine v1.3.1 // indirect
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemgo/idem/entity v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemgo/idem/internal/pgxtx v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemgo/idem/store/storetest/lincheck v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.1.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/xdg-go/scram v1.4.0 // indirect
+	github.com/xdg-go/stringprep v1.0.4 // indirect
+	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	modernc.org/libc v1.80.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+	modernc.org/sqlite v1.62.0 // indirect
+)
