@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,51 +45,64 @@ var ErrPrefill = errors.New("prefill")
 // prefillRecord is record n of a prefill: an id shaped like a UUIDv7 (its
 // first 48 bits are n, so ids sort in n order and a chunk of consecutive
 // records is one range of the primary key; the rest is pseudo-random), a
-// SHA-256 fingerprint, and times around base. Every loader writes the same
-// values (PostgreSQL computes them in SQL: pgRecordSQL).
+// SHA-256 fingerprint, and times as a store under a constant retention has
+// them: records were created in n order over one retention period, so
+// expiry follows the insertion order and the oldest ones are those whose
+// retention ended. Every loader writes the same values (PostgreSQL computes
+// them in SQL: pgRecordSQL).
 type prefillRecord struct {
 	id, fingerprint string
 	token           int64
-	expires         time.Time // a week after created
+	expires         time.Time // a retention period after created
 	created         time.Time
 	expired         bool
 }
 
 const (
 	retentionWeek = 7 * 24 * time.Hour
-	spreadSeconds = 604800 // expiry times spread over a week
 	mixFactor     = 2654435761
 )
 
-// isExpired decides record n's expiry: a share of about frac of the
-// records, spread evenly over n.
-func isExpired(n int64, frac float64) bool { return float64((n*mixFactor)%1000) < frac*1000 }
+// layout places the records of one prefill in time: the first expired of
+// them had expired at base, one every step milliseconds.
+type layout struct {
+	base    time.Time // the load's start, to the millisecond
+	expired int64
+	step    int64 // milliseconds between two records' expiry
+}
 
-// recordN is record n of a prefill loaded at base.
-func recordN(n int64, frac float64, base time.Time) prefillRecord {
+// newLayout spreads n records over a retention week, the first frac of
+// them expired.
+func newLayout(n int64, frac float64, base time.Time) layout {
+	return layout{base: base, expired: int64(math.Round(frac * float64(n))),
+		step: max(1, retentionWeek.Milliseconds()/max(n, 1))}
+}
+
+// recordN is record n of a prefill laid out by l: an expired record expired
+// a minute or more before l.base, a live one expires an hour or more after.
+func recordN(n int64, l layout) prefillRecord {
 	h := md5.Sum([]byte(strconv.FormatInt(n, 10)))
 	r := hex.EncodeToString(h[:])
 	fp := sha256.Sum256([]byte(strconv.FormatInt(n, 10)))
 	t := fmt.Sprintf("%012x", n)
-	off := time.Duration((n*7919)%spreadSeconds) * time.Second
-	exp := isExpired(n, frac)
-	expires := base.Add(time.Hour + off) // live: expires 1 hour to 7 days ahead
+	exp := n < l.expired
+	expires := l.base.Add(time.Hour + time.Duration((n-l.expired)*l.step)*time.Millisecond)
 	if exp {
-		expires = base.Add(-time.Minute - off) // expired: a minute to 7 days ago
+		expires = l.base.Add(-time.Minute - time.Duration((l.expired-1-n)*l.step)*time.Millisecond)
 	}
 	return prefillRecord{
 		id:          t[:8] + "-" + t[8:12] + "-7" + r[0:3] + "-8" + r[3:6] + "-" + r[6:18],
 		fingerprint: hex.EncodeToString(fp[:]),
 		token:       1<<32 + (n*mixFactor)%(1<<40),
-		expires:     expires.Truncate(time.Millisecond),
-		created:     expires.Add(-retentionWeek).Truncate(time.Millisecond),
+		expires:     expires,
+		created:     expires.Add(-retentionWeek),
 		expired:     exp,
 	}
 }
 
 // PrefillKey is the key of record n of a prefill, and its fingerprint.
 func PrefillKey(n int64) (idem.Key, string) {
-	r := recordN(n, 0, time.Time{})
+	r := recordN(n, layout{})
 	return idem.Key{Scope: PrefillScope, ID: r.id}, r.fingerprint
 }
 
@@ -116,7 +130,7 @@ type loader interface {
 	present(ctx context.Context, a, b int64) (int64, error)
 	// beyond reports whether the store holds prefill records at n or above.
 	beyond(ctx context.Context, n int64) (bool, error)
-	load(ctx context.Context, a, b int64, p Prefill, base time.Time) error
+	load(ctx context.Context, a, b int64, p Prefill, l layout) error
 	workers() int
 }
 
@@ -141,7 +155,7 @@ func RunPrefill(ctx context.Context, h *dsn.Handle, p Prefill) (*PrefillResult, 
 	} else if more {
 		return nil, fmt.Errorf("%w: the store holds more than %d records in scope %s; use another table (?table=) or a larger --prefill", ErrPrefill, p.N, PrefillScope)
 	}
-	base := time.Now().UTC().Truncate(time.Millisecond)
+	lay := newLayout(p.N, p.Expired, time.Now().UTC().Truncate(time.Millisecond))
 	var (
 		next   atomic.Int64
 		loaded atomic.Int64
@@ -161,7 +175,7 @@ func RunPrefill(ctx context.Context, h *dsn.Handle, p Prefill) (*PrefillResult, 
 				b := min(a+chunkRows, p.N)
 				have, err := l.present(ctx, a, b)
 				if err == nil && have < b-a {
-					err = l.load(ctx, a, b, p, base)
+					err = l.load(ctx, a, b, p, lay)
 					loaded.Add(b - a - have)
 				}
 				if err != nil {
@@ -182,11 +196,7 @@ func RunPrefill(ctx context.Context, h *dsn.Handle, p Prefill) (*PrefillResult, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for n := range p.N {
-		if isExpired(n, p.Expired) {
-			res.Expired++
-		}
-	}
+	res.Expired = lay.expired
 	res.Loaded = loaded.Load()
 	res.Seconds = time.Since(start).Seconds()
 	if res.Loaded > 0 && res.Seconds > 0 {
@@ -248,7 +258,7 @@ func (l *storeLoader) present(ctx context.Context, a, b int64) (int64, error) {
 
 func (l *storeLoader) beyond(ctx context.Context, n int64) (bool, error) { return l.has(ctx, n) }
 
-func (l *storeLoader) load(ctx context.Context, a, b int64, p Prefill, _ time.Time) error {
+func (l *storeLoader) load(ctx context.Context, a, b int64, p Prefill, lay layout) error {
 	if p.Expired > 0 {
 		return fmt.Errorf("%w: this store's records can only be prefilled live (--prefill-expired 0)", ErrPrefill)
 	}
@@ -259,7 +269,7 @@ func (l *storeLoader) load(ctx context.Context, a, b int64, p Prefill, _ time.Ti
 		now := time.Now()
 		reqs := make([]idem.ClaimRequest, 0, hi-lo)
 		for n := lo; n < hi; n++ {
-			r := recordN(n, 0, now)
+			r := recordN(n, layout{base: now, step: lay.step})
 			reqs = append(reqs, idem.ClaimRequest{Key: l.key(n), Fingerprint: r.fingerprint, Now: now,
 				LeaseUntil: now.Add(time.Minute), ExpiresAt: r.expires})
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -50,7 +49,8 @@ func (l *pgLoader) beyond(ctx context.Context, n int64) (bool, error) {
 }
 
 // pgRecordSQL is recordN in SQL, over n from generate_series: $1 scope,
-// $2 base, $3 expired share, $4 result size, $5 and $6 the range.
+// $2 base, $3 expired records, $4 result size, $5 and $6 the range, $7 the
+// step in milliseconds.
 const pgRecordSQL = `SELECT $1::text, substr(t, 1, 8) || '-' || substr(t, 9, 4) || '-7' || substr(r, 1, 3) || '-8' || substr(r, 4, 3) || '-' || substr(r, 7, 12),
 	2, encode(sha256(n::text::bytea), 'hex'),
 	CASE WHEN $4::int > 0 THEN substring(decode(repeat(r, ($4::int + 15) / 16), 'hex') FROM 1 FOR $4::int) END,
@@ -58,14 +58,14 @@ const pgRecordSQL = `SELECT $1::text, substr(t, 1, 8) || '-' || substr(t, 9, 4) 
 	e - interval '7 days' + interval '30 seconds', e, date_trunc('second', e), e - interval '7 days', e - interval '7 days' + interval '20 milliseconds'
 FROM generate_series($5::bigint, $6::bigint - 1) AS n,
 	LATERAL (SELECT lpad(to_hex(n), 12, '0') AS t, md5(n::text) AS r,
-		date_trunc('milliseconds', CASE WHEN ((n * 2654435761) % 1000)::float8 < $3::float8 * 1000
-			THEN $2::timestamptz - interval '1 minute' - ((n * 7919) % 604800) * interval '1 second'
-			ELSE $2::timestamptz + interval '1 hour' + ((n * 7919) % 604800) * interval '1 second' END) AS e) AS v`
+		CASE WHEN n < $3::bigint
+			THEN $2::timestamptz - interval '1 minute' - ($3::bigint - 1 - n) * $7::bigint * interval '1 millisecond'
+			ELSE $2::timestamptz + interval '1 hour' + (n - $3::bigint) * $7::bigint * interval '1 millisecond' END AS e) AS v`
 
-func (l *pgLoader) load(ctx context.Context, a, b int64, p Prefill, base time.Time) error {
+func (l *pgLoader) load(ctx context.Context, a, b int64, p Prefill, lay layout) error {
 	_, err := l.pool.Exec(ctx, `INSERT INTO `+l.table+` (scope, id, state, fingerprint, result, token, attempts,
 		lease_until, expires_at, sweep_at, created_at, updated_at) `+pgRecordSQL+` ON CONFLICT DO NOTHING`,
-		PrefillScope, base, p.Expired, p.ResultBytes, a, b)
+		PrefillScope, lay.base, lay.expired, p.ResultBytes, a, b, lay.step)
 	return err
 }
 
@@ -100,7 +100,7 @@ func (l *sqlLoader) beyond(ctx context.Context, n int64) (bool, error) {
 
 const sqlRowsPerInsert = 500
 
-func (l *sqlLoader) load(ctx context.Context, a, b int64, p Prefill, base time.Time) error {
+func (l *sqlLoader) load(ctx context.Context, a, b int64, p Prefill, lay layout) error {
 	verb := "INSERT IGNORE INTO "
 	if l.dialect == "sqlite" {
 		verb = "INSERT OR IGNORE INTO "
@@ -118,7 +118,7 @@ func (l *sqlLoader) load(ctx context.Context, a, b int64, p Prefill, base time.T
 		hi := min(lo+sqlRowsPerInsert, b)
 		args = args[:0]
 		for n := lo; n < hi; n++ {
-			r := recordN(n, p.Expired, base)
+			r := recordN(n, lay)
 			var display any // MariaDB: NULL when the id is its own display id
 			if l.dialect == "sqlite" {
 				display = r.id
