@@ -240,26 +240,32 @@ func TestCluster(t *testing.T) {
 	}
 	on := backend{client: func(t testing.TB) goredis.UniversalClient { return clusterClient(t, seeds) }}
 	for _, tc := range []struct {
-		name string
-		run  func(*testing.T, backend)
+		name   string
+		run    func(*testing.T, backend)
+		serial bool // real-time leases of a few hundred ms (the suite has some too): alone, before the others
 	}{
-		{"Conformance", testConformance},
-		{"ConformanceInspector", testConformanceInspector},
-		{"InspectorMatchesMemory", testInspectorMatchesMemory},
-		{"ForeignValue", testForeignValue},
-		{"TokenAfterRedisDeletesRecord", testTokenAfterRedisDeletesRecord},
-		{"TwoClientsRaceToClaim", testTwoClientsRaceToClaim},
-		{"RaceRetakeAgainstLateComplete", testRaceRetakeAgainstLateComplete},
-		{"GuardAcrossClients", testGuardAcrossClients},
-		{"SweepBoundedBatches", testSweepBoundedBatches},
-		{"SweepOneInstanceAtATime", testSweepOneInstanceAtATime},
-		{"SweepSparesReclaimed", testSweepSparesReclaimed},
-		{"BatchRewrites", testBatchRewrites},
-		{"SkewedClockKeepsItsRetention", testSkewedClockKeepsItsRetention},
-		{"RenewKeepsKeyPastRetention", testRenewKeepsKeyPastRetention},
-		{"SpreadAndBatchAcrossSlots", testSpreadAndBatchAcrossSlots},
+		{"Conformance", testConformance, true},
+		{"ConformanceInspector", testConformanceInspector, false},
+		{"InspectorMatchesMemory", testInspectorMatchesMemory, false},
+		{"ForeignValue", testForeignValue, false},
+		{"TokenAfterRedisDeletesRecord", testTokenAfterRedisDeletesRecord, false},
+		{"TwoClientsRaceToClaim", testTwoClientsRaceToClaim, false},
+		{"RaceRetakeAgainstLateComplete", testRaceRetakeAgainstLateComplete, false},
+		{"GuardAcrossClients", testGuardAcrossClients, false},
+		{"SweepBoundedBatches", testSweepBoundedBatches, false},
+		{"SweepOneInstanceAtATime", testSweepOneInstanceAtATime, false},
+		{"SweepSparesReclaimed", testSweepSparesReclaimed, false},
+		{"BatchRewrites", testBatchRewrites, false},
+		{"SkewedClockKeepsItsRetention", testSkewedClockKeepsItsRetention, true},
+		{"RenewKeepsKeyPastRetention", testRenewKeepsKeyPastRetention, true},
+		{"SpreadAndBatchAcrossSlots", testSpreadAndBatchAcrossSlots, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, on) })
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.serial {
+				t.Parallel() // each on its own prefix; most of their time is round trips
+			}
+			tc.run(t, on)
+		})
 	}
 }
 
