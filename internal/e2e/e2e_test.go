@@ -40,14 +40,19 @@ type run struct {
 	failed      atomic.Int64 // reports of idem's consumers that were not acks
 	lastFailure atomic.Value // the last such report's error, for the message
 	done        chan struct{}
+	times       []int64 // UnixNano of each settled message, in settling order
 }
 
-func newRun(n int) *run { return &run{n: int64(n), done: make(chan struct{})} }
+func newRun(n int) *run { return &run{n: int64(n), done: make(chan struct{}), times: make([]int64, n)} }
 
 // settled counts one message done.
 func (r *run) settled() {
 	now := time.Now().UnixNano()
-	switch r.count.Add(1) {
+	k := r.count.Add(1)
+	if k <= r.n {
+		r.times[k-1] = now
+	}
+	switch k {
 	case 1:
 		r.first.Store(now)
 		if r.n == 1 {
@@ -130,6 +135,14 @@ func messages(t testing.TB) int {
 // s on it until every message is settled, stops it, and checks the rows.
 func consume(t testing.TB, d *db, br brokerSpec, s sideSpec, n int) *run {
 	t.Helper()
+	return start(t, d, br, s, n)()
+}
+
+// start loads a fresh destination with n messages and starts the side
+// named s on it; the function it returns waits until every message is
+// settled, stops the side, and checks the rows.
+func start(t testing.TB, d *db, br brokerSpec, s sideSpec, n int) (wait func() *run) {
+	t.Helper()
 	d.reset(t)
 	fn := br.load(t, d, n)[s.name]
 	if fn == nil {
@@ -137,9 +150,18 @@ func consume(t testing.TB, d *db, br brokerSpec, s sideSpec, n int) *run {
 	}
 	r := newRun(n)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- fn(ctx, r) }()
+	return func() *run {
+		t.Helper()
+		defer cancel()
+		return r.wait(t, br, s, d, errc, cancel)
+	}
+}
+
+func (r *run) wait(t testing.TB, br brokerSpec, s sideSpec, d *db, errc <-chan error, cancel func()) *run {
+	t.Helper()
+	n := int(r.n)
 	timeout := time.NewTimer(runTimeout)
 	defer timeout.Stop()
 	select {
@@ -304,4 +326,52 @@ func specOf(name, twoPhaseName string, load func(t testing.TB, d *db, n int) map
 		pairs: []pair{{"tx", "hand", "idem-tx"}, {"tx-first", "hand", "idem-tx-first"}, {strings.TrimPrefix(twoPhaseName, "idem-"), "hand-exec", twoPhaseName}},
 		load:  load,
 	}
+}
+
+// BenchmarkE2ETogether runs the two sides of each pair at the same time,
+// each on a destination and a database schema of its own, so that both
+// meet the same load from the rest of the machine; each side's msgs/s
+// counts its messages settled while both were running (from the later
+// first message to the earlier last one). The sides compete for the
+// machine and the server: the ratio is that of their costs per message
+// more than of their rates alone.
+func BenchmarkE2ETogether(b *testing.B) {
+	n := messages(b)
+	for _, br := range brokers {
+		b.Run(br.name, func(b *testing.B) {
+			dh, di := newDB(b), newDB(b)
+			for _, p := range br.pairs {
+				b.Run(p.name, func(b *testing.B) {
+					var hand, mine float64
+					for range b.N {
+						wh := start(b, dh, br, br.side(b, p.hand), n)
+						wi := start(b, di, br, br.side(b, p.idem), n)
+						rh, ri := wh(), wi()
+						from := max(rh.times[0], ri.times[0])
+						to := min(rh.times[n-1], ri.times[n-1])
+						if to <= from {
+							b.Fatalf("%s and %s did not run at the same time", p.hand, p.idem)
+						}
+						hand += rh.rateWithin(from, to)
+						mine += ri.rateWithin(from, to)
+					}
+					b.ReportMetric(hand/float64(b.N), "hand-msgs/s")
+					b.ReportMetric(mine/float64(b.N), "idem-msgs/s")
+					b.ReportMetric(mine/hand, "idem/hand")
+				})
+			}
+		})
+	}
+}
+
+// rateWithin is the rate of the messages r settled between from and to
+// (UnixNano).
+func (r *run) rateWithin(from, to int64) float64 {
+	k := 0
+	for _, at := range r.times {
+		if at >= from && at <= to {
+			k++
+		}
+	}
+	return float64(k) / time.Duration(to-from).Seconds()
 }
