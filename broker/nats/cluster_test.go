@@ -145,6 +145,7 @@ func (nd *natsNode) start(bin string) error {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
 	cmd := exec.Command(bin, nd.args...)
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", nd.name, err)
 	}
