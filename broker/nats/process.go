@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -185,26 +186,32 @@ func (c *Consumer) keepAlive(msg jetstream.Msg) (stop func()) {
 	if c.ackWait > 0 {
 		every = max(c.ackWait/2, time.Millisecond)
 	}
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				// A failed InProgress only risks a redelivery, which the
-				// record turns into a retry or a duplicate.
-				_ = msg.InProgress()
-			}
+	// A timer rather than a goroutine with a ticker: most messages are
+	// done long before the first tick, and a goroutine started and joined
+	// per message cost the consumer about 4% of its CPU.
+	var (
+		mu      sync.Mutex // held while a tick runs, so stop waits for it
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
+		// A failed InProgress only risks a redelivery, which the record
+		// turns into a retry or a duplicate.
+		_ = msg.InProgress()
+		t.Reset(every)
+	})
 	return func() {
-		close(done)
-		<-exited
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 
