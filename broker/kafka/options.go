@@ -22,6 +22,7 @@ const (
 	DefaultRetryMax       = 10 * time.Second
 	DefaultCommitInterval = time.Second
 	DefaultDrainTimeout   = 15 * time.Second
+	DefaultDeadLetterWait = 30 * time.Second
 	DefaultMaxPollRecords = 500
 	DefaultMaxBuffered    = 1000
 )
@@ -83,6 +84,14 @@ type Options struct {
 	// Default 15s.
 	DrainTimeout time.Duration
 
+	// DeadLetterTimeout bounds each produce of a dead letter: past it the
+	// produce fails (the record stays held and is tried again after its
+	// back-off), so an unreachable broker cannot hang the consumer's
+	// shutdown. franz-go can cancel a record only while it is not in flight
+	// to a broker under idempotent production; for a hard bound set
+	// kgo.RecordDeliveryTimeout on the Producer too. Default 30s.
+	DeadLetterTimeout time.Duration
+
 	// MaxPollRecords bounds the records taken from the client per poll.
 	// Default 500.
 	MaxPollRecords int
@@ -125,7 +134,7 @@ func (o *Options) fill() error {
 		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency < 0 || o.RetryMin < 0 || o.RetryMax < 0 || o.MaxAttempts < 0 ||
-		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
+		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.DeadLetterTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
 		return fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency == 0 {
@@ -145,6 +154,9 @@ func (o *Options) fill() error {
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.DeadLetterTimeout == 0 {
+		o.DeadLetterTimeout = DefaultDeadLetterWait
 	}
 	if o.MaxPollRecords == 0 {
 		o.MaxPollRecords = DefaultMaxPollRecords

@@ -116,7 +116,10 @@ const (
 // report's BrokerErr and holds the record for the attempt's back-off.
 func (c *Consumer) deadLetter(ctx context.Context, p *partition, rec *kgo.Record, r broker.Report) (broker.Report, bool) {
 	dl := DeadLetter(c.opts.DeadLetterTopic, rec, r.Reason, r.Result, r.Err)
-	if err := c.opts.Producer.ProduceSync(ctx, dl).FirstErr(); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, c.opts.DeadLetterTimeout)
+	err := c.opts.Producer.ProduceSync(pctx, dl).FirstErr()
+	cancel()
+	if err != nil {
 		r.BrokerErr = err
 		r.Delay = c.backoff(p.attempts)
 		c.reportError(&DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: r.Reason, Err: err})
