@@ -50,6 +50,8 @@ type suiteBroker struct {
 	dlr  *kgo.Client // reads the dead-letter topic from the start
 	dls  []brokertest.DeadLetter
 	read int64 // next dead-letter offset to read
+	raw      []*kgo.Record // each dead letter as read, for Replay
+	replayed int           // dead letters replayed so far
 
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
@@ -149,10 +151,27 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 		fs.EachRecord(func(r *kgo.Record) {
 			m := kafka.MessageOf(r)
 			b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: r.Value, Headers: m.Headers})
+			b.raw = append(b.raw, r)
 			b.read = r.Offset + 1
 		})
 	}
 	return slices.Clone(b.dls), nil
+}
+
+// Replay re-produces, with kafka.Replay, every dead letter read and not
+// yet replayed.
+func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.raw[b.replayed:] {
+		if err := kafka.Replay(ctx, b.prod, r); err != nil {
+			return n, err
+		}
+		b.replayed++
+		n++
+	}
+	return n, nil
 }
 
 func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokertest.Running, error) {

@@ -36,6 +36,9 @@ type suiteBroker struct {
 	mu   sync.Mutex
 	dls  []brokertest.DeadLetter
 	next uint64         // next dead-letter stream sequence to read
+	// replayTo is the first dead-letter stream sequence Replay has not
+	// replayed.
+	replayTo uint64
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
@@ -137,6 +140,48 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 		b.dls = append(b.dls, brokertest.DeadLetter{ID: id, Payload: raw.Data, Headers: h})
 	}
 	return slices.Clone(b.dls), nil
+}
+
+// Replay re-publishes, with natsidem.Replay, every dead letter
+// DeadLetters has read and Replay has not replayed, reading them back from
+// the dead-letter stream with an ordered consumer.
+func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.replayTo = max(b.replayTo, 1)
+	if b.replayTo >= b.next {
+		return 0, nil
+	}
+	s, err := b.e.js.Stream(ctx, b.e.stream+"_DLQ")
+	if err != nil {
+		return 0, err
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: b.replayTo,
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for b.replayTo < b.next {
+		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			return n, fmt.Errorf("dead letter %d: %w", b.replayTo, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return n, err
+		}
+		if md.Sequence.Stream >= b.next {
+			break
+		}
+		if err := natsidem.Replay(ctx, b.e.js, m); err != nil {
+			return n, err
+		}
+		b.replayTo = md.Sequence.Stream + 1
+		n++
+	}
+	return n, nil
 }
 
 // Start runs a consumer on a connection of its own, on the case's durable
