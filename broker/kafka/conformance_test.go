@@ -46,10 +46,10 @@ type suiteBroker struct {
 	// clientOpts are added to every client's options.
 	clientOpts []kgo.Opt
 
-	mu   sync.Mutex
-	dlr  *kgo.Client // reads the dead-letter topic from the start
-	dls  []brokertest.DeadLetter
-	read int64 // next dead-letter offset to read
+	mu       sync.Mutex
+	dlr      *kgo.Client // reads the dead-letter topic from the start
+	dls      []brokertest.DeadLetter
+	read     int64         // next dead-letter offset to read
 	raw      []*kgo.Record // each dead letter as read, for Replay
 	replayed int           // dead letters replayed so far
 

@@ -35,11 +35,11 @@ type suiteBroker struct {
 	dial func() (*nats.Conn, error)
 	mu   sync.Mutex
 	dls  []brokertest.DeadLetter
-	next uint64         // next dead-letter stream sequence to read
+	next uint64 // next dead-letter stream sequence to read
 	// replayTo is the first dead-letter stream sequence Replay has not
 	// replayed.
 	replayTo uint64
-	down sync.WaitGroup // consumers winding down after Stop or Kill
+	down     sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
 func newSuiteBroker(t *testing.T) *suiteBroker { return newSuiteBrokerOn(t, newEnv(t)) }
