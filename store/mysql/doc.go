@@ -120,13 +120,17 @@
 // The table holds one row per key for the retention window, so its size is
 // arrival rate × retention: 100M rows is about 165 messages/s kept for a
 // week. Sweep deletes expired rows oldest first through the expires_at index
-// (DELETE .. WHERE expires_at <= ? AND NOT (state = 'in_progress' AND
-// lease_until > ?) ORDER BY expires_at LIMIT n: a range read of the index,
-// which only steps over the rare live leases whose expiry an older version
-// did not carry), so each batch costs what it deletes, never a scan. A Limit
-// of zero or less deletes nothing. It runs in a READ COMMITTED transaction
-// (no gap locks in front of inserts) from one instance at a time (GET_LOCK
-// named after the database and table; other instances return 0 at once).
+// (SELECT scope, id .. WHERE expires_at <= ? AND NOT (state = 'in_progress'
+// AND lease_until > ?) ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED: a
+// range read of the index, which only steps over the rare live leases whose
+// expiry an older version did not carry; then a DELETE of those rows by
+// primary key), so each batch costs what it deletes, never a scan. The
+// sweep never waits for a row lock, so it cannot deadlock with the claims,
+// completes and renewals that move expires_at (SKIP LOCKED needs MariaDB
+// 10.6 or MySQL 8.0). A Limit of zero or less deletes nothing. It runs in a
+// READ COMMITTED transaction (no gap locks in front of inserts) from one
+// instance at a time (GET_LOCK named after the database and table; other
+// instances return 0 at once).
 // Keep batches small and sweep often enough to keep up with the arrival
 // rate.
 //

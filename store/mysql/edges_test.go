@@ -352,8 +352,8 @@ func TestOlderRowsLiveLease(t *testing.T) {
 	})
 }
 
-// TestSweepUsesIndex: the sweep's DELETE, with the live-lease condition,
-// still reads the expires_at index as a range (so each batch costs what it
+// TestSweepUsesIndex: the sweep's read of its victims, with the live-lease
+// condition, still reads the expires_at index as a range (so each batch costs what it
 // deletes, at 100M rows too).
 func TestSweepUsesIndex(t *testing.T) {
 	db := openDB(t, true, false)

@@ -1,4 +1,5 @@
 package mysql
 
-// SweepQuery is the sweep's DELETE, for the test that explains it.
-func (s *Store) SweepQuery() string { return s.q.sweep }
+// SweepQuery is the sweep's locking read of its victims, for the test that
+// explains it.
+func (s *Store) SweepQuery() string { return s.q.sweepVictims }

@@ -55,7 +55,8 @@ type queries struct {
 	complete, release, renew string
 	owns                     string
 	saveResult               string
-	sweep                    string
+	sweepVictims             string // the sweep's first step: lock a batch of expired rows, skipping locked ones
+	sweepDelete              string // its second: delete them by primary key; Sweep appends the keys
 }
 
 func buildQueries(t string) queries {
@@ -79,7 +80,9 @@ func buildQueries(t string) queries {
 		renew:      "UPDATE " + t + " SET lease_until = ?, expires_at = GREATEST(expires_at, ?), updated_at = ?" + fenced,
 		owns:       "SELECT 1 FROM " + t + fenced,
 		saveResult: "UPDATE " + t + " SET result = ?" + pk,
-		sweep:      "DELETE FROM " + t + " WHERE " + expired + " ORDER BY expires_at LIMIT ?",
+		sweepVictims: "SELECT scope, id FROM " + t + " WHERE " + expired +
+			" ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED",
+		sweepDelete: "DELETE FROM " + t + " WHERE " + expired + " AND (",
 	}
 }
 

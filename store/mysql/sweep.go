@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -48,9 +49,17 @@ func (s *Store) withNamedLock(ctx context.Context, purpose string, wait time.Dur
 // expires_at index; an in-progress record whose lease is live is never
 // deleted, whatever its expires_at. A Limit of zero or less deletes nothing
 // and returns 0. One instance sweeps a table at a time (a GET_LOCK named
-// after the database and table); the others return 0 at once. The DELETE
-// runs in a READ COMMITTED transaction, so it locks the rows it deletes and
-// no gaps: claims, which touch live rows, do not wait for it.
+// after the database and table); the others return 0 at once.
+//
+// The sweep never waits for a row lock, so it is never in a deadlock: it
+// first locks a batch of expired rows with SKIP LOCKED (MariaDB 10.6, MySQL
+// 8.0), passing over rows a claim, complete or renewal holds right now, and
+// then deletes the rows it holds by primary key. A single DELETE ... ORDER BY
+// expires_at LIMIT n would lock each row's expires_at index entry before
+// its primary-key record, while a complete or renewal moving expires_at
+// locks them the other way round: the two deadlocked (error 1213). Both
+// steps run in a READ COMMITTED transaction, so they lock the rows they find
+// and no gaps: claims, which touch live rows, do not wait for them.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil
@@ -62,14 +71,8 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 			if err != nil {
 				return err
 			}
-			now := sqlrecord.MS(req.Now)
-			res, err := tx.ExecContext(ctx, s.q.sweep, now, now, req.Limit)
-			if err != nil {
-				tx.Rollback()
-				return err
-			}
-			if n, err = res.RowsAffected(); err != nil {
-				tx.Rollback()
+			defer tx.Rollback() // after Commit a no-op
+			if n, err = s.sweepOnce(ctx, tx, sqlrecord.MS(req.Now), req.Limit); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -79,4 +82,77 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		return 0, err
 	}
 	return int(n), nil
+}
+
+// sweepChunk bounds the keys of one DELETE (two placeholders each).
+const sweepChunk = 1000
+
+// sweepOnce locks up to limit expired rows and deletes them, in tx.
+func (s *Store) sweepOnce(ctx context.Context, tx *sql.Tx, now int64, limit int) (int64, error) {
+	rows, err := tx.QueryContext(ctx, s.q.sweepVictims, now, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	var keys []rkey
+	for rows.Next() {
+		var k rkey
+		if err := rows.Scan(&k.scope, &k.id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), sweepChunk)]
+		keys = keys[len(chunk):]
+		query, args := s.sweepDelete(now, chunk)
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return 0, err
+		}
+		d, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		n += d
+	}
+	return n, nil
+}
+
+// sweepDelete is the DELETE of the locked rows keys (in the order the
+// victims query returned them, oldest first), grouped by scope so that the
+// optimizer sees primary-key ranges. It repeats the expired condition,
+// which the locks keep true, so that the statement alone never deletes a
+// live record.
+func (s *Store) sweepDelete(now int64, keys []rkey) (string, []any) {
+	var b strings.Builder
+	b.WriteString(s.q.sweepDelete)
+	args := make([]any, 0, 2+len(keys)+len(keys)/4)
+	args = append(args, now, now)
+	byScope := map[string][]string{}
+	var scopes []string
+	for _, k := range keys {
+		if _, ok := byScope[k.scope]; !ok {
+			scopes = append(scopes, k.scope)
+		}
+		byScope[k.scope] = append(byScope[k.scope], k.id)
+	}
+	for i, sc := range scopes {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		ids := byScope[sc]
+		b.WriteString("(scope = ? AND id IN (" + quoteList(len(ids), "?") + "))")
+		args = append(args, sc)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+	}
+	b.WriteString(")")
+	return b.String(), args
 }
