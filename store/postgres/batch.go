@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -89,9 +90,17 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 		} else {
 			again, err = s.batchOnce(ctx, q, query, norm, pending, index, mark, out)
 		}
+		if standalone && isSerializationFailure(err) {
+			s.batchInRC.Store(true)
+		}
 		switch {
 		case standalone && retryable(err):
-			continue // the statement rolled back as a whole: every key again
+			// The statement rolled back as a whole: its keys again (all
+			// of them, or those batchOnce names).
+			if again != nil {
+				pending = again
+			}
+			continue
 		case err != nil:
 			return nil, wrapErr(op, err)
 		}
@@ -185,6 +194,12 @@ func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequ
 	return true, nil
 }
 
+// isSerializationFailure reports SQLSTATE 40001.
+func isSerializationFailure(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40001"
+}
+
 // isUniqueViolation reports a statement that failed on an existing key.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
@@ -253,11 +268,69 @@ func batchArgs(reqs []idem.ClaimRequest, pending []int) []any {
 }
 
 // batchOnce runs the statement for the requests at pending, fills out and
-// returns the requests to run again (rows committed after the snapshot).
+// returns the requests to run again (rows committed after the snapshot, and
+// on an error the requests whose statement did not commit).
+// The statement takes one take_over for all its keys, so the requests go in
+// up to two statements, one per value; each runs in key order, and outside
+// a caller's transaction each commits before the next starts, so neither
+// holds locks while waiting for the other's.
 func (s *Store) batchOnce(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest, pending []int,
 	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
+	var byTakeOver [2][]int
+	for _, i := range pending {
+		if reqs[i].TakeOverStale {
+			byTakeOver[1] = append(byTakeOver[1], i)
+		} else {
+			byTakeOver[0] = append(byTakeOver[0], i)
+		}
+	}
+	var again []int
+	for v, group := range byTakeOver {
+		if len(group) == 0 {
+			continue
+		}
+		a, err := s.batchGroup(ctx, q, query, reqs, group, v == 1, index, mark, out)
+		if err != nil {
+			// An earlier group's claims are committed: only this group and
+			// the later one are left to run again.
+			for _, rest := range byTakeOver[v:] {
+				again = append(again, rest...)
+			}
+			return again, err
+		}
+		again = append(again, a...)
+	}
+	return again, nil
+}
+
+// batchGroup runs the statement for the requests at pending, which share
+// takeOver. On a server whose default isolation is REPEATABLE READ the
+// upsert fails (SQLSTATE 40001) whenever a row of the batch changed after
+// the statement's snapshot, which under contention is nearly always: after
+// the first such failure a Store runs its standalone upserts in READ
+// COMMITTED transactions of their own (two more round trips each), where
+// the upsert waits for and then sees the latest row.
+func (s *Store) batchGroup(ctx context.Context, q querier, query string, reqs []idem.ClaimRequest, pending []int,
+	takeOver bool, index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
+	args := batchArgs(reqs, pending)
+	args[8] = takeOver // the statement's one take_over, in place of the array
+	if pool, ok := q.(*pgxpool.Pool); ok && s.batchInRC.Load() {
+		var again []int
+		err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			var err error
+			again, err = s.readGroup(ctx, tx, query, args, reqs, pending, index, mark, out)
+			return err
+		})
+		return again, err
+	}
+	return s.readGroup(ctx, q, query, args, reqs, pending, index, mark, out)
+}
+
+// readGroup runs batchGroup's statement with args and reads its rows.
+func (s *Store) readGroup(ctx context.Context, q querier, query string, args []any, reqs []idem.ClaimRequest, pending []int,
+	index map[rkey]int, mark bool, out []idem.Claim) ([]int, error) {
 	n := len(pending)
-	rows, err := q.Query(ctx, query, batchArgs(reqs, pending)...)
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -50,9 +50,17 @@
 // inside the caller's transaction (PostgreSQL aborts a transaction on a
 // violation). When the conflicting row was committed by a concurrent claim
 // after the statement took its snapshot, none of the branches sees it; the
-// statement then runs again, and only then. Complete, Release and Renew are
-// single UPDATEs fenced by WHERE state = in_progress AND token = $token; no
-// row updated means idem.ErrLeaseLost.
+// statement then runs again, and only then. Keys a batch finds existing go
+// through one INSERT .. ON CONFLICT DO UPDATE .. WHERE <acquirable> in key
+// order, which locks each existing row (taken or not) as it passes, so
+// every batch locks its keys in one global order and overlapping batches
+// cannot deadlock; a duplicate in a batch costs that row lock. Complete,
+// Release and Renew are single UPDATEs fenced by WHERE state = in_progress
+// AND token = $token; no row updated means idem.ErrLeaseLost. On a server
+// whose default isolation is REPEATABLE READ these statements fail with a
+// serialization failure when a row changed after their snapshot: the store
+// runs them again, and after a batch's first such failure runs its batches'
+// upserts in READ COMMITTED transactions of their own.
 //
 // # Record rules
 //

@@ -60,31 +60,41 @@ func expired(t, now string) string {
 // UPDATE of an existing row t with the request's values (r: now, scope, ...,
 // take_over): the row is taken when its retention ended, it was released, or
 // (with take_over) its lease ended. Otherwise the UPDATE matches nothing and
-// the row is neither written nor locked. A row that still exists keeps
-// counting its tokens (token + 1), and keeps its fingerprint unless its
+// the row is neither written nor locked.
+func acquire(table, from string, state int, r func(string) string, match string) string {
+	return `UPDATE ` + table + ` AS t SET ` + acquireSet(state, r) + `
+	` + from + `
+	WHERE ` + match + `
+		AND ` + acquirable(r) + `
+	RETURNING ` + columns("t.")
+}
+
+// acquirable is acquire's condition on the row t.
+func acquirable(r func(string) string) string {
+	return fmt.Sprintf(`(%[1]s OR t.state = %[2]d OR (t.state = %[3]d AND t.lease_until <= %[4]s AND %[5]s))`,
+		expired("t.", r("now")), stReleased, stInProgress, r("now"), r("take_over"))
+}
+
+// acquireSet is acquire's assignments to the row t. A row that still exists
+// keeps counting its tokens (token + 1), and keeps its fingerprint unless its
 // retention ended (a new lifetime) or it was released without one: release
 // means "may be retried", not "content forgotten".
-func acquire(table, from string, state int, r func(string) string, match string) string {
-	exp := expired("t.", r("now"))
-	return fmt.Sprintf(`UPDATE %[1]s AS t SET
-		state       = %[2]d,
+func acquireSet(state int, r func(string) string) string {
+	return fmt.Sprintf(`
+		state       = %[1]d,
 		token       = t.token + 1,
-		attempts    = CASE WHEN %[3]s THEN 1 ELSE t.attempts + 1 END,
-		fingerprint = CASE WHEN %[3]s OR (t.state = %[4]d AND t.fingerprint = '') THEN %[6]s ELSE t.fingerprint END,
-		display_id  = CASE WHEN %[3]s THEN NULLIF(%[7]s, '') ELSE t.display_id END,
-		created_at  = CASE WHEN %[3]s THEN %[8]s ELSE t.created_at END,
-		retaken     = NOT (%[3]s OR t.state = %[4]d),
+		attempts    = CASE WHEN %[2]s THEN 1 ELSE t.attempts + 1 END,
+		fingerprint = CASE WHEN %[2]s OR (t.state = %[3]d AND t.fingerprint = '') THEN %[4]s ELSE t.fingerprint END,
+		display_id  = CASE WHEN %[2]s THEN NULLIF(%[5]s, '') ELSE t.display_id END,
+		created_at  = CASE WHEN %[2]s THEN %[6]s ELSE t.created_at END,
+		retaken     = NOT (%[2]s OR t.state = %[3]d),
 		result      = NULL,
-		lease_until = %[9]s,
-		expires_at  = %[10]s,
-		sweep_at    = %[15]s,
-		updated_at  = %[8]s
-	%[12]s
-	WHERE %[13]s
-		AND (%[3]s OR t.state = %[4]d OR (t.state = %[5]d AND t.lease_until <= %[8]s AND %[14]s))
-	RETURNING `+columns("t."),
-		table, state, exp, stReleased, stInProgress, r("fingerprint"), r("display_id"), r("now"),
-		r("lease_until"), r("expires_at"), r("sweep_at"), from, match, r("take_over"), keepSweepAt("t.", r("sweep_at")))
+		lease_until = %[7]s,
+		expires_at  = %[8]s,
+		sweep_at    = %[9]s,
+		updated_at  = %[6]s`,
+		state, expired("t.", r("now")), stReleased, r("fingerprint"), r("display_id"), r("now"),
+		r("lease_until"), r("expires_at"), keepSweepAt("t.", r("sweep_at")))
 }
 
 const insertCols = `(scope, id, display_id, state, fingerprint, token, attempts, lease_until, expires_at, sweep_at, created_at, updated_at)`
@@ -132,33 +142,39 @@ WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SE
 	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(stCompleted) + `, $4, $9::bigint, 1, $6, $7, $8, $5, $5)
 	ON CONFLICT (scope, id) DO NOTHING`
 
-	// Many keys in one statement, the same three branches over unnested
-	// arrays. New rows are inserted in key order so that two overlapping
-	// batches wait for each other's keys in the same order and cannot
-	// deadlock on them.
+	// Many keys in one statement, in one pass in key order: each key is
+	// inserted when new, and otherwise its row is locked (ON CONFLICT DO
+	// UPDATE locks the row whether or not its WHERE lets the update
+	// through) and taken when acquirable. Every batch thus locks its keys in
+	// one global order and two overlapping batches cannot deadlock; an
+	// insert of the new keys followed by an update of the existing ones took
+	// locks in two passes, and two batches (with a complete queued between
+	// them) deadlocked. The upsert sees each row's latest version; a row
+	// left as it was is then read from the statement's snapshot (absent when
+	// committed after it: the caller runs those keys again). take_over is
+	// one scalar ($9) for the whole statement, since the upsert's WHERE sees
+	// only the row and EXCLUDED: the caller runs one statement per value.
 	batch := func(state int) string {
-		r := func(c string) string { return "r." + c }
+		ex := map[string]string{"fingerprint": "EXCLUDED.fingerprint", "display_id": "EXCLUDED.display_id",
+			"now": "EXCLUDED.updated_at", "lease_until": "EXCLUDED.lease_until", "expires_at": "EXCLUDED.expires_at",
+			"sweep_at": "EXCLUDED.sweep_at", "take_over": "$9::boolean"}
+		r := func(c string) string { return ex[c] }
 		return `WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
-		$7::timestamptz[], $8::timestamptz[], $9::boolean[], $10::bigint[])
-		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, take_over, new_token)
-), ins AS (
+		$7::timestamptz[], $8::timestamptz[], $10::bigint[])
+		AS r(scope, id, display_id, fingerprint, now, lease_until, expires_at, sweep_at, new_token)
+), up AS (
 	INSERT INTO ` + table + ` AS t ` + insertCols + `
 	SELECT scope, id, NULLIF(display_id, ''), ` + fmt.Sprint(state) + `, fingerprint, new_token, 1, lease_until, expires_at, sweep_at, now, now
 	FROM req ORDER BY scope, id
-	ON CONFLICT (scope, id) DO NOTHING
-	RETURNING ` + recordCols + `
-), upd AS (
-	` + acquire(table, "FROM req r", state, r,
-			`t.scope = r.scope AND t.id = r.id AND NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)`) + `
+	ON CONFLICT (scope, id) DO UPDATE SET ` + acquireSet(state, r) + `
+	WHERE ` + acquirable(r) + `
+	RETURNING ` + columns("t.") + `
 )
-SELECT true, * FROM ins
-UNION ALL
-SELECT true, * FROM upd
+SELECT true, * FROM up
 UNION ALL
 SELECT false, ` + columns("t.") + ` FROM ` + table + ` t JOIN req r ON t.scope = r.scope AND t.id = r.id
-WHERE NOT EXISTS (SELECT FROM ins WHERE ins.scope = r.scope AND ins.id = r.id)
-	AND NOT EXISTS (SELECT FROM upd WHERE upd.scope = r.scope AND upd.id = r.id)`
+WHERE NOT EXISTS (SELECT FROM up WHERE up.scope = r.scope AND up.id = r.id)`
 	}
 	s.claimBatch, s.markBatch = batch(stInProgress), batch(stCompleted)
 	// The batches' fast path, like Mark's: the insert alone, for a poll of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ type Store struct {
 	plainPaused countdown.Countdown // ClaimBatch's plain insert paused (plainPause)
 	firstPaused countdown.Countdown // DoTx's marker sent first again (firstPause)
 	firstPause  int64               // firstPause; tests set 0
+	batchInRC   atomic.Bool         // batches' upserts in READ COMMITTED transactions (see batchGroup)
 }
 
 var (
@@ -241,15 +243,27 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 		lease, micro(req.Now), sweepAt(lease))
 }
 
+// fenced runs one fenced update on its own. A serialization failure or a
+// deadlock (a server whose default isolation is REPEATABLE READ fails an
+// update of a row changed after the statement's snapshot) rolled the
+// statement back, so it runs again, on a fresh snapshot that re-checks the
+// token.
 func (s *Store) fenced(ctx context.Context, op, query string, args ...any) error {
-	tag, err := s.pool.Exec(ctx, query, args...)
-	if err != nil {
-		return wrapErr(op, err)
+	var err error
+	for range maxAttempts {
+		var tag pgconn.CommandTag
+		tag, err = s.pool.Exec(ctx, query, args...)
+		switch {
+		case retryable(err) && ctx.Err() == nil:
+			continue
+		case err != nil:
+			return wrapErr(op, err)
+		case tag.RowsAffected() == 0:
+			return idem.ErrLeaseLost
+		}
+		return nil
 	}
-	if tag.RowsAffected() == 0 {
-		return idem.ErrLeaseLost
-	}
-	return nil
+	return wrapErr(op, err)
 }
 
 // Get implements idem.Store.
