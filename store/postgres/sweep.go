@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/idemgo/idem"
 )
 
@@ -23,9 +25,19 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.sweep, micro(req.Now), req.Limit, lockClassSweep, lockKey(s.names.qualified))
-	if err != nil {
-		return 0, wrapErr("sweep", err)
+	var err error
+	for range maxAttempts {
+		var tag pgconn.CommandTag
+		tag, err = s.pool.Exec(ctx, s.sql.sweep, micro(req.Now), req.Limit, lockClassSweep, lockKey(s.names.qualified))
+		if retryable(err) && ctx.Err() == nil {
+			// Under a REPEATABLE READ default, locking a row changed
+			// after the statement's snapshot fails it: run it again.
+			continue
+		}
+		if err != nil {
+			return 0, wrapErr("sweep", err)
+		}
+		return int(tag.RowsAffected()), nil
 	}
-	return int(tag.RowsAffected()), nil
+	return 0, wrapErr("sweep", err)
 }
