@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"EmptyResult", testEmptyResult},
 		{"CancelledContext", testCancelled},
 		{"BatchClaims", testBatch},
+		{"ContendedSweepNoErrors", testContendedSweep},
 		{"GuardRunsHandlerOnce", testGuardOnce},
 		{"GuardOversizedResult", testGuardOversized},
 		{"GuardConflict", testGuardConflict},
