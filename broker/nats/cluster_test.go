@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -93,7 +92,7 @@ func startNATSCluster(t *testing.T, n int) *natsCluster {
 		t.Skip(msg)
 	}
 	dir := t.TempDir()
-	ports := freePorts(t, 2*n)
+	ports := testenv.FreePorts(t, 2*n)
 	routes := make([]string, n)
 	for i := range n {
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i])
@@ -124,21 +123,6 @@ func startNATSCluster(t *testing.T, n int) *natsCluster {
 	}
 	c.waitReady(t)
 	return c
-}
-
-// freePorts returns n distinct loopback ports free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close() // held until all are chosen, so none repeats
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func (nd *natsNode) start(bin string) error {

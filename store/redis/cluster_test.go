@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +57,7 @@ func startCluster(t *testing.T, extra ...string) *testCluster {
 		}
 		t.Skip(msg)
 	}
-	ports := freePorts(t, 2*clusterNodes) // a client port and a cluster bus port per node
+	ports := testenv.FreePorts(t, 2*clusterNodes) // a client port and a cluster bus port per node
 	rc := &testCluster{}
 	root := t.TempDir()
 	t.Cleanup(func() { rc.stop(t) }) // runs before the TempDir is removed
@@ -102,21 +101,6 @@ func startCluster(t *testing.T, extra ...string) *testCluster {
 		t.Fatalf("the test cluster did not become healthy: %v", err)
 	}
 	return rc
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close() // held until all are chosen, so none repeats
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func (rc *testCluster) addrs() []string {
