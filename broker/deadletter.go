@@ -1,0 +1,72 @@
+package broker
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/idemgo/idem"
+)
+
+// DeadLetterHeaders returns the idem headers of a dead letter for the call
+// that returned (res, err) on im under g: idem.DeadLetterHeaders, with
+// reason as idem.HeaderReason when it is not empty (ReasonMaxDeliver), the
+// error as one line cut at a character boundary (HeaderText), and the
+// message's fingerprint (by the guard's FingerprintFunc) when the call did
+// not report it, so that an operator sees it beside the stored record's for
+// every reason, not only conflicts. The engine builds every dead letter's
+// headers with it; transports add their position (sequence, offset).
+func DeadLetterHeaders(g *idem.Guard, im idem.Message, res idem.Result, err error, reason string) map[string]string {
+	h := idem.DeadLetterHeaders(res, err)
+	if reason != "" {
+		h[idem.HeaderReason] = reason
+	}
+	if h[idem.HeaderReason] == "" {
+		h[idem.HeaderReason] = "permanent"
+	}
+	if err != nil {
+		h[idem.HeaderError] = HeaderText(err.Error())
+	}
+	if _, ok := h[idem.HeaderFingerprint]; !ok && g != nil {
+		if fp, ferr := g.Fingerprint(im); ferr == nil && fp != "" {
+			h[idem.HeaderFingerprint] = fp
+		}
+	}
+	return h
+}
+
+// MaxHeaderText bounds the error text put in a dead-letter header.
+const MaxHeaderText = 1024
+
+// HeaderText makes s safe as a header value: one line (CR and LF become
+// spaces), valid UTF-8, at most MaxHeaderText bytes plus an ellipsis when
+// cut, never inside a UTF-8 sequence.
+func HeaderText(s string) string {
+	s = strings.ToValidUTF8(strings.NewReplacer("\r", " ", "\n", " ").Replace(s), "\uFFFD")
+	if len(s) <= MaxHeaderText {
+		return s
+	}
+	cut := MaxHeaderText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// DeadLetterHeaderNames are the headers DeadLetterHeaders may set, in the
+// order transports that keep an order write them.
+var DeadLetterHeaderNames = []string{
+	idem.HeaderReason, idem.HeaderError, idem.HeaderDeadLetterKey, idem.HeaderFingerprint,
+	idem.HeaderStoredFingerprint, idem.HeaderStoredState, idem.HeaderStoredToken,
+	idem.HeaderStoredCreatedAt, idem.HeaderStoredAttempts,
+}
+
+// IsDeadLetterHeader reports whether name is one of DeadLetterHeaderNames
+// (matched case-insensitively): the headers a replay removes.
+func IsDeadLetterHeader(name string) bool {
+	for _, h := range DeadLetterHeaderNames {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
