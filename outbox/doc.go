@@ -45,7 +45,10 @@
 //     because a key's order is a promise.
 //   - One relay publishes at a time, across instances: the lease (a row of
 //     the outbox's lease table, with a token that increases with every new
-//     holder). A relay that dies is replaced when its lease ends.
+//     holder). A relay that dies is replaced when its lease ends; one that
+//     stops gracefully releases it (EventLeaseReleased) so a standby takes
+//     over at once. EventLeaseLost means a takeover or a failed renewal
+//     only: alert on it, not on stops.
 //   - Published messages are deleted after RelayOptions.Retention, in small
 //     batches, by the lease holder only.
 //

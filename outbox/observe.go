@@ -36,14 +36,19 @@ const (
 	EventParked
 	// EventLeaseAcquired: this relay became the active one (Lease).
 	EventLeaseAcquired
-	// EventLeaseLost: this relay stopped being the active one, because
-	// another took the lease over or a renewal failed (Err) until the
-	// lease ended.
+	// EventLeaseLost: this relay stopped being the active one against its
+	// will: another took the lease over, or a renewal failed (Err) until
+	// the lease ended. Alert on it. A graceful stop is EventLeaseReleased.
 	EventLeaseLost
 	// EventCleanup is one cleanup batch (Deleted).
 	EventCleanup
 	// EventError is a store or listener failure the relay retries (Err).
 	EventError
+	// EventLeaseReleased: Run ended (its context was cancelled) and the
+	// relay gave its lease up so a standby takes over at once (Lease; Err
+	// when the store could not record the release, in which case the
+	// lease simply runs out). It is the normal end of a relay, not a loss.
+	EventLeaseReleased
 )
 
 // String is the kind's name (batch, failed, parked, lease_acquired, ...).
@@ -63,6 +68,8 @@ func (k EventKind) String() string {
 		return "cleanup"
 	case EventError:
 		return "error"
+	case EventLeaseReleased:
+		return "lease_released"
 	}
 	return "unknown"
 }
@@ -79,10 +86,10 @@ type Event struct {
 
 	// EventFailed, EventParked: the record as updated.
 	Record *Record
-	// EventFailed, EventParked, EventLeaseLost, EventError.
+	// EventFailed, EventParked, EventLeaseLost, EventLeaseReleased, EventError.
 	Err error
 
-	// EventLeaseAcquired, EventLeaseLost.
+	// EventLeaseAcquired, EventLeaseLost, EventLeaseReleased.
 	Lease Lease
 
 	// EventCleanup.
@@ -99,7 +106,7 @@ func NewSlogObserver(l *slog.Logger) Observer {
 	return ObserverFunc(func(ctx context.Context, e Event) {
 		level := slog.LevelDebug
 		switch e.Kind {
-		case EventLeaseAcquired, EventLeaseLost, EventCleanup:
+		case EventLeaseAcquired, EventLeaseLost, EventLeaseReleased, EventCleanup:
 			level = slog.LevelInfo
 		case EventFailed, EventError:
 			level = slog.LevelWarn
@@ -114,7 +121,7 @@ func NewSlogObserver(l *slog.Logger) Observer {
 		case EventBatch:
 			attrs = append(attrs, slog.Int("published", e.Published), slog.Int("failed", e.Failed),
 				slog.Int("parked", e.Parked), slog.Duration("lag", e.Lag), slog.Duration("duration", e.Duration))
-		case EventLeaseAcquired, EventLeaseLost:
+		case EventLeaseAcquired, EventLeaseLost, EventLeaseReleased:
 			attrs = append(attrs, slog.Int64("token", e.Lease.Token), slog.Time("until", e.Lease.Until))
 		case EventCleanup:
 			attrs = append(attrs, slog.Int("deleted", e.Deleted))

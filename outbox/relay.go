@@ -286,10 +286,14 @@ func (r *Relay) release() {
 	defer cancel()
 	l := r.lease
 	r.lease = Lease{}
-	if err := r.store.ReleaseLease(ctx, LeaseRequest{Owner: r.opts.Owner, Token: l.Token, Now: r.opts.Clock()}); err != nil {
-		r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: release lease: %w", err)})
+	// A graceful stop is a release, never a loss: lease_lost is kept for
+	// takeovers and failed renewals, which an operator must look at.
+	var err error
+	if err = r.store.ReleaseLease(ctx, LeaseRequest{Owner: r.opts.Owner, Token: l.Token, Now: r.opts.Clock()}); err != nil {
+		err = fmt.Errorf("outbox: release lease: %w", err)
+		r.observe(ctx, Event{Kind: EventError, Err: err})
 	}
-	r.observe(ctx, Event{Kind: EventLeaseLost, Lease: l})
+	r.observe(ctx, Event{Kind: EventLeaseReleased, Lease: l, Err: err})
 }
 
 // marks are one batch's outcomes, written by settle while the next batch is

@@ -13,7 +13,7 @@
 //	                                    to the broker's confirmation
 //	outbox.batch.duration    histogram  seconds per batch: fetch, publish, marks
 //	outbox.errors            counter    store and listener failures the relay retries
-//	outbox.lease.changes     counter    by outbox.lease: acquired, lost
+//	outbox.lease.changes     counter    by outbox.lease: acquired, lost, released
 //	outbox.cleanup.deleted   counter    published records deleted after the retention
 //
 // With Options.Stats (the store's outbox.Inspector), gauges read at each
@@ -91,7 +91,7 @@ func New(opts Options) (*Observer, error) {
 	if o.errors, err = m.Int64Counter("outbox.errors", metric.WithDescription("Store and listener failures the relay retries"), metric.WithUnit("{error}")); err != nil {
 		return nil, err
 	}
-	if o.lease, err = m.Int64Counter("outbox.lease.changes", metric.WithDescription("Relay lease acquired or lost by this instance"), metric.WithUnit("{change}")); err != nil {
+	if o.lease, err = m.Int64Counter("outbox.lease.changes", metric.WithDescription("Relay lease acquired, lost or released by this instance"), metric.WithUnit("{change}")); err != nil {
 		return nil, err
 	}
 	if o.deleted, err = m.Int64Counter("outbox.cleanup.deleted", metric.WithDescription("Published records deleted after the retention"), metric.WithUnit("{message}")); err != nil {
@@ -151,10 +151,13 @@ func (o *Observer) Observe(ctx context.Context, e outbox.Event) {
 		o.duration.Record(ctx, e.Duration.Seconds(), attrs)
 	case outbox.EventError:
 		o.errors.Add(ctx, 1, metric.WithAttributes(o.name))
-	case outbox.EventLeaseAcquired, outbox.EventLeaseLost:
+	case outbox.EventLeaseAcquired, outbox.EventLeaseLost, outbox.EventLeaseReleased:
 		change := "acquired"
-		if e.Kind == outbox.EventLeaseLost {
+		switch e.Kind {
+		case outbox.EventLeaseLost:
 			change = "lost"
+		case outbox.EventLeaseReleased:
+			change = "released"
 		}
 		o.lease.Add(ctx, 1, metric.WithAttributes(o.name, attribute.String("outbox.lease", change)))
 	case outbox.EventCleanup:

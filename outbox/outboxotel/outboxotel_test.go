@@ -79,6 +79,7 @@ func TestMetrics(t *testing.T) {
 		{Kind: outbox.EventError, Err: errors.New("db down")},
 		{Kind: outbox.EventCleanup, Deleted: 40},
 		{Kind: outbox.EventLeaseLost},
+		{Kind: outbox.EventLeaseReleased},
 	} {
 		obs.Observe(ctx, e)
 	}
@@ -86,7 +87,8 @@ func TestMetrics(t *testing.T) {
 	want := map[string]float64{
 		"outbox.messages/published": 10, "outbox.messages/failed": 2, "outbox.messages/parked": 1,
 		"outbox.batch.lag": 2, "outbox.batch.duration": 2, "outbox.errors": 1, "outbox.cleanup.deleted": 40,
-		"outbox.lease.changes/acquired": 1, "outbox.lease.changes/lost": 1, "outbox.pending": 2, "outbox.parked": 0,
+		"outbox.lease.changes/acquired": 1, "outbox.lease.changes/lost": 1, "outbox.lease.changes/released": 1,
+		"outbox.pending": 2, "outbox.parked": 0,
 	}
 	for k, v := range want {
 		if got[k] != v {
