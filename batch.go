@@ -68,7 +68,9 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	if len(reqs) == 0 {
 		return tickets, nil
 	}
-	claims, err := ClaimBatch(ctx, g.store, reqs)
+	sctx, cancel := g.storeCtx(ctx)
+	claims, err := ClaimBatch(sctx, g.store, reqs)
+	cancel()
 	if errors.Is(err, ErrInvalidData) {
 		// One request the store cannot take must not fail its neighbours:
 		// unclaimed tickets claim one by one in Do, where only that one
@@ -114,8 +116,12 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 		if !now.Before(c.Record.LeaseUntil.Add(-2 * g.opts.Lease / 3)) {
 			// The claim has waited for its turn: extend the lease before the
 			// handler starts, so the heartbeat's first tick is not too late.
+			// Bounded by StoreTimeout as the heartbeat's renewals are: a
+			// renewal stuck behind a row lock must not stall the batch.
 			c.Record.LeaseUntil = now.Add(g.opts.Lease)
-			err = g.store.Renew(ctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
+			sctx, cancel := g.storeCtx(ctx)
+			err = g.store.Renew(sctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
+			cancel()
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
 				g.release(ctx, t.key, c.Record.Token) // let the redelivery claim it at once
 			}
@@ -126,14 +132,20 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting
 // down or losing its partition), so a redelivery claims it at once rather
-// than after the lease. Other tickets have nothing to give back.
+// than after the lease. Other tickets have nothing to give back. The
+// release runs even when ctx has ended (a shutdown) and is bounded by
+// StoreTimeout; a failed one (a *StoreError) leaves the key to its lease.
 func (t *Ticket) Release(ctx context.Context) error {
 	if t.used {
 		return ErrTicketUsed
 	}
 	t.used = true
 	if t.claimed && t.claim.Outcome == ClaimAcquired {
-		return t.g.store.Release(ctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()})
+		sctx, cancel := t.g.settleCtx(ctx)
+		defer cancel()
+		if err := t.g.store.Release(sctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()}); err != nil {
+			return storeErr("release", err)
+		}
 	}
 	return nil
 }

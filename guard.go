@@ -137,7 +137,9 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 	if nr, ok := g.store.(noRecords); ok {
 		return g.refuse(ctx, key, nr, start)
 	}
-	c, err := g.store.Claim(ctx, g.claimRequest(key, fingerprint))
+	sctx, cancel := g.storeCtx(ctx)
+	c, err := g.store.Claim(sctx, g.claimRequest(key, fingerprint))
+	cancel()
 	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)
 }
 
@@ -270,7 +272,7 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			ErrResultTooLarge, len(value), g.opts.MaxResultSize)
 		value = nil
 	}
-	sctx, cancel := g.storeCtx(ctx)
+	sctx, cancel := g.settleCtx(ctx)
 	defer cancel()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -294,7 +296,7 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 		// A Complete that committed but whose reply was lost makes the
 		// retry find the record completed under this claim's own token:
 		// that is this claim's completion, not another owner's.
-		gctx, gcancel := g.storeCtx(ctx)
+		gctx, gcancel := g.settleCtx(ctx)
 		r, gerr := g.store.Get(gctx, res.Key)
 		gcancel()
 		if gerr == nil && r.State == StateCompleted && r.Token == token {
@@ -340,7 +342,7 @@ func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) 
 	renew := func() {
 		defer inflight.Done()
 		now := g.opts.Clock()
-		sctx, scancel := context.WithTimeout(rctx, g.opts.StoreTimeout)
+		sctx, scancel := g.storeCtx(rctx)
 		rerr := g.store.Renew(sctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
 		scancel()
 		if rerr != nil && rctx.Err() == nil {
@@ -388,7 +390,7 @@ func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) 
 }
 
 func (g *Guard) release(ctx context.Context, key Key, token int64) {
-	sctx, cancel := g.storeCtx(ctx)
+	sctx, cancel := g.settleCtx(ctx)
 	defer cancel()
 	// A failed release is harmless: the lease ends and the key is retaken.
 	// The observer hears of it.
@@ -419,8 +421,21 @@ func (g *Guard) step(ctx context.Context, s Step) {
 	}
 }
 
+// storeCtx is the context of one store call: ctx bounded by StoreTimeout.
+// Every store call the guard makes runs under it (or under settleCtx), so a
+// store that stops answering, or a row lock another session holds, costs
+// one message StoreTimeout and never stalls the consumer (a partition, a
+// slot) for as long as the store hangs.
 func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), g.opts.StoreTimeout)
+	return context.WithTimeout(ctx, g.opts.StoreTimeout)
+}
+
+// settleCtx is storeCtx for the calls that settle a claim (complete,
+// release, the read after a lost complete reply): they run even when the
+// caller's context has ended, so that a finished handler's record is
+// written on shutdown and a failed one's key is given back at once.
+func (g *Guard) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return g.storeCtx(context.WithoutCancel(ctx))
 }
 
 func (g *Guard) observe(ctx context.Context, e Event) {

@@ -89,9 +89,15 @@ type Options struct {
 	// sharing a store should have a synchronised clock (NTP): leases are
 	// compared across instances.
 	Clock func() time.Time
-	// StoreTimeout bounds complete and release when the caller's context has
-	// ended, so a finished handler's record is still written on shutdown.
-	// Default 10s.
+	// StoreTimeout bounds every store call the guard makes: claims, batch
+	// claims, renewals (a waiting ticket's too), completes, releases and
+	// DoTx's marker. A call that hangs (a row lock held by another session,
+	// a store that stopped answering) fails the message with a retryable
+	// *StoreError after StoreTimeout instead of stalling the consumer.
+	// Completes and releases run under it even when the caller's context
+	// has ended, so a finished handler's record is still written on
+	// shutdown. MarkTx runs in the caller's transaction, under the caller's
+	// context. Default 10s.
 	StoreTimeout time.Duration
 }
 

@@ -113,7 +113,10 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 			return handlerErr
 		}
 		if len(value) > 0 {
-			if err := ts.SaveResult(ctx, tx, key, value); err != nil {
+			sctx, cancel := g.storeCtx(ctx)
+			err := ts.SaveResult(sctx, tx, key, value)
+			cancel()
+			if err != nil {
 				outcomeErr = storeErr("save result", err)
 				res.Outcome = OutcomeStoreError
 				return outcomeErr
@@ -173,10 +176,12 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 	return res, err
 }
 
-// markTx marks key in tx. With mayDefer (DoTx, whose transaction the store
-// runs) a MarkDeferrer may queue the marker to go with the handler's first
-// statement; MarkTx's caller needs the answer at once.
-func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event, mayDefer bool) (Result, error) {
+// markTx marks key in tx. With own (DoTx, whose transaction the store runs
+// for idem) a MarkDeferrer may queue the marker to go with the handler's
+// first statement, and the mark is bounded by StoreTimeout like every other
+// store call of the guard; MarkTx's caller needs the answer at once, and
+// its transaction and context are the caller's own.
+func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Key, fp string, ev *Event, own bool) (Result, error) {
 	res := Result{Key: key}
 	cs := time.Now()
 	req := g.claimRequest(key, fp)
@@ -186,8 +191,13 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		deferred bool
 		err      error
 	)
-	if d, ok := ts.(MarkDeferrer[Tx]); ok && mayDefer {
-		c, deferred, err = d.DeferMark(ctx, tx, req)
+	if own {
+		sctx, cancel := g.storeCtx(ctx)
+		defer cancel()
+		ctx = sctx
+		if d, ok := ts.(MarkDeferrer[Tx]); ok {
+			c, deferred, err = d.DeferMark(ctx, tx, req)
+		}
 	}
 	if err == nil && !deferred {
 		c, err = ts.Mark(ctx, tx, req)
