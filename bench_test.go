@@ -49,3 +49,89 @@ func BenchmarkGuardMemoryDuplicate(b *testing.B) {
 		}
 	})
 }
+
+// benchPayload is a small order event, as a consumer sees one.
+var benchPayload = []byte(`{"order":"o-1","amount":100}`)
+
+// benchRecords is how many records a benchmark's store holds before it is
+// replaced by an empty one: the 20,000 records of the Kafka measurement
+// (broker/kafka BENCH.md), so that ns/op is the guard's cost per message and
+// not a map and a heap that grow with b.N.
+const benchRecords = 20_000
+
+// guardBench is the setup BenchmarkDo and BenchmarkTicketDo share: an empty
+// handler, message ids made before the timer starts (the caller's
+// allocations, not idem's), and a fresh store every benchRecords messages.
+type guardBench struct {
+	b   *testing.B
+	g   *idem.Guard
+	h   idem.Handler
+	ids []string
+}
+
+func newGuardBench(b *testing.B) *guardBench {
+	gb := &guardBench{b: b, h: func(context.Context) ([]byte, error) { return nil, nil }, ids: make([]string, b.N)}
+	for i := range gb.ids {
+		gb.ids[i] = "m-" + strconv.Itoa(i)
+	}
+	gb.fresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	return gb
+}
+
+// fresh gives the guard an empty store (outside the timer).
+func (gb *guardBench) fresh() {
+	gb.b.StopTimer()
+	g, err := idem.New(memory.New(), idem.Options{Scope: "bench"})
+	if err != nil {
+		gb.b.Fatal(err)
+	}
+	gb.g = g
+	gb.b.StartTimer()
+}
+
+// BenchmarkDo measures the guard's own cost per message on one goroutine,
+// as one partition or one consumer slot sees it: Guard.Do on the memory
+// store with an empty handler, a new key per message (claim, handler under
+// its lease, complete). ns/op and allocs/op are per message.
+func BenchmarkDo(b *testing.B) {
+	gb := newGuardBench(b)
+	ctx := context.Background()
+	for i := range b.N {
+		if i > 0 && i%benchRecords == 0 {
+			gb.fresh()
+		}
+		if _, err := gb.g.Do(ctx, idem.Message{ID: gb.ids[i], Payload: benchPayload}, gb.h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTicketDo is BenchmarkDo for a consumer that claims in batches
+// (Kafka): Guard.ClaimBatch of 100 messages, then Ticket.Do of each. ns/op
+// and allocs/op are per message, the batch claim included.
+func BenchmarkTicketDo(b *testing.B) {
+	const batch = 100
+	gb := newGuardBench(b)
+	ctx := context.Background()
+	msgs := make([]idem.Message, 0, batch)
+	for i := 0; i < b.N; i += batch {
+		if i > 0 && i%benchRecords == 0 {
+			gb.fresh()
+		}
+		msgs = msgs[:0]
+		for j := i; j < min(i+batch, b.N); j++ {
+			msgs = append(msgs, idem.Message{ID: gb.ids[j], Payload: benchPayload})
+		}
+		tickets, err := gb.g.ClaimBatch(ctx, msgs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, t := range tickets {
+			if res, err := t.Do(ctx, gb.h); err != nil || res.Outcome != idem.OutcomeProcessed {
+				b.Fatal(res.Outcome, err)
+			}
+		}
+	}
+}
