@@ -67,6 +67,9 @@ func (e *Entities) Insert(ctx context.Context, key, fingerprint string, doc any)
 	if err != nil {
 		return &idem.InvalidDataError{Op: "insert", Err: err}
 	}
+	if err := checkFieldNames("insert", d); err != nil {
+		return err
+	}
 	full := make(bson.D, 0, len(d)+2)
 	full = append(full, bson.E{Key: "_id", Value: key})
 	for _, el := range d {
@@ -136,9 +139,15 @@ func (v *Versioned) Apply(ctx context.Context, id any, version int64, set any) e
 	if v.Collection == nil {
 		return fmt.Errorf("%w: mongostore: Versioned without a Collection", idem.ErrInvalidOptions)
 	}
+	if err := checkIDValue("apply", id); err != nil {
+		return err
+	}
 	d, err := toD(set)
 	if err != nil {
 		return &idem.InvalidDataError{Op: "apply", Err: err}
+	}
+	if err := checkFieldNames("apply", d); err != nil {
+		return err
 	}
 	fields := make(bson.D, 0, len(d)+1)
 	for _, el := range d {
