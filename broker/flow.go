@@ -80,7 +80,15 @@ const maxHoldPoll = time.Second
 // and the delivery is not to spend a broker delivery on it. stop closes
 // at shutdown: an outage then no longer holds, except a last delivery.
 func (c *Consumer[M]) claim(d *delivery[M], stop <-chan struct{}) (wait time.Duration, held bool) {
-	d.res, d.err = c.h.Run(d.ctx, c.g, d.im, d.msg)
+	res, err := c.h.Run(d.ctx, c.g, d.im, d.msg)
+	if d.err != nil && d.ctx.Err() != nil && res.Outcome == idem.OutcomeStoreError && errors.Is(err, d.ctx.Err()) {
+		// A claim of a held delivery cut short by the handlers' context
+		// ending (the shutdown's last claims): the previous answer stands,
+		// so that a last delivery's dead letter carries the holder's
+		// record, not the engine's own cancellation.
+		return 0, false
+	}
+	d.res, d.err = res, err
 	d.outage = false
 	if d.lockLost() != nil || d.ctx.Err() != nil {
 		return 0, false
