@@ -180,7 +180,7 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 		return r
 	}
 	if r.Action == idem.ActionRetry && !c.delays {
-		sleep(r.Delay, stop)
+		r.Delay = waitOut(r.Delay, stop)
 	}
 	d.endKeepAlive()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
@@ -200,7 +200,7 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 			r.Delay = c.opts.Backoff(d.d.Attempt)
 			c.reportErr(r.BrokerErr)
 			if !c.delays {
-				sleep(r.Delay, stop)
+				r.Delay = waitOut(r.Delay, stop)
 			}
 			if rerr := c.t.Retry(actx, d.msg, c.retryDelay(r.Delay)); rerr != nil {
 				r.BrokerErr = fmt.Errorf("%w; retry: %w", r.BrokerErr, rerr)
@@ -217,6 +217,21 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 	}
 	hooks.CallAfterSettle(d.ctx, d.msg, r)
 	return r
+}
+
+// waitOut waits out a retry's delay for a transport that cannot delay,
+// until stop, and returns how long it waited: the delay the retry really
+// had, which the report then gives (none when a shutdown hands it back at
+// once).
+func waitOut(delay time.Duration, stop <-chan struct{}) time.Duration {
+	if isClosed(stop) {
+		return 0
+	}
+	start := time.Now()
+	if sleep(delay, stop) {
+		return delay
+	}
+	return time.Since(start)
 }
 
 // retryDelay is the delay handed to Retry: none when the transport does
