@@ -6,7 +6,7 @@ import "time"
 type State string
 
 // Record states. Expiry is derived from ExpiresAt, never trusted to a TTL
-// daemon alone.
+// daemon alone, and only settled records (completed, released) expire.
 const (
 	// StateInProgress: a claim is held under a lease (two-phase mode).
 	StateInProgress State = "in_progress"
@@ -30,7 +30,7 @@ type Record struct {
 	Token       int64  // fencing token of the current owner; increases on every claim
 	Attempts    int    // how many times the key was claimed
 	LeaseUntil  time.Time
-	ExpiresAt   time.Time // retention end; the record may be swept after it
+	ExpiresAt   time.Time // retention end; a settled record may be swept after it
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 }
@@ -45,11 +45,14 @@ func (r Record) Key() Key {
 	return Key{Scope: r.Scope, ID: id}
 }
 
-// Expired reports whether the record's retention has ended at now. An
-// in-progress record whose lease is live never counts as expired, whatever
-// its ExpiresAt (stores also carry ExpiresAt with every renewal).
+// Expired reports whether the record's retention has ended at now. Only
+// settled records (completed, released) expire: an in-progress record never
+// does, whatever its ExpiresAt. Once its lease ends it is stale
+// (LeaseExpired), which the Stale policy decides (retake, park, reconcile);
+// it is never reborn as a new lifetime nor swept, because a crashed run is
+// what an operator must see and what a retake must continue.
 func (r Record) Expired(now time.Time) bool {
-	if r.State == StateInProgress && now.Before(r.LeaseUntil) {
+	if r.State == StateInProgress {
 		return false
 	}
 	return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)

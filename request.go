@@ -51,8 +51,9 @@ func NewToken() int64 {
 
 // Prepare checks a claim request before a store takes it and returns it as the
 // store must write it: the fingerprint as StoredFingerprint keeps it, ExpiresAt
-// raised to LeaseUntil (an in-progress record never expires while its lease is
-// live), and NewToken drawn when zero. Every store calls it first in Claim,
+// raised to LeaseUntil (a claim released later keeps a retention no shorter
+// than its lease; an in-progress record itself never expires), and NewToken
+// drawn when zero. Every store calls it first in Claim,
 // ClaimBatch and Mark. A request without its times is an *InvalidDataError:
 // permanent, never retried.
 func (r ClaimRequest) Prepare() (ClaimRequest, error) {

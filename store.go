@@ -12,11 +12,16 @@ import (
 //
 // The rules every store holds, whatever deletes its records:
 //
-//   - Lifetime. An in-progress record never expires, and is never swept,
-//     while its lease is live: acquiring writes ExpiresAt no earlier than
-//     LeaseUntil (ClaimRequest.Prepare raises it), and Renew carries
-//     ExpiresAt with the lease it extends. A handler that outlives the
-//     retention, its lease renewed, keeps its key.
+//   - Lifetime. Only settled records expire: a completed or released
+//     record expires when its ExpiresAt has passed (Record.Expired); an
+//     in-progress record never expires and is never swept, whatever its
+//     ExpiresAt. While its lease is live it is held; once the lease has
+//     ended it is stale, and a claim always reports it to the Stale policy
+//     (ClaimStale, or a retake with Retaken), never starting a new lifetime
+//     over it. A native expiry (a TTL) never removes an in-progress record.
+//     Acquiring still writes ExpiresAt no earlier than LeaseUntil
+//     (ClaimRequest.Prepare raises it), and Renew carries ExpiresAt with
+//     the lease it extends, so a record released late keeps its retention.
 //   - Tokens. A token names one claim for the whole life of the key, across
 //     deletions (sweep, expiry, a cache restart without persistence): a
 //     record created where none exists starts at ClaimRequest.NewToken, a
@@ -53,8 +58,8 @@ type Store interface {
 	// call req.Prepare first (and return its error). With the record r
 	// stored for req.Key (if any) and now = req.Now:
 	//
-	//   - no record, or r expired (r.Expired(now): r.ExpiresAt <= now and
-	//     not an in-progress record with a live lease): a fresh record
+	//   - no record, or r expired (r.Expired(now): r completed or released
+	//     and r.ExpiresAt <= now; never an in-progress record): a fresh record
 	//     {in_progress, Token r.Token+1 (req.NewToken when absent),
 	//     Attempts 1, Fingerprint req.Fingerprint, no result}: ClaimAcquired.
 	//   - r released: {in_progress, Token+1, Attempts+1, the stored
@@ -62,9 +67,10 @@ type Store interface {
 	//     ClaimAcquired. The caller compares fingerprints after every claim.
 	//   - r completed: unchanged, ClaimDuplicate.
 	//   - r in progress and now < r.LeaseUntil: unchanged, ClaimInProgress.
-	//   - r in progress and its lease ended: with req.TakeOverStale,
-	//     {Token+1, Attempts+1, stored Fingerprint kept}: ClaimAcquired with
-	//     Retaken; without it, unchanged, ClaimStale.
+	//   - r in progress and its lease ended (stale, however long ago, its
+	//     ExpiresAt passed or not): with req.TakeOverStale, {Token+1,
+	//     Attempts+1, stored Fingerprint kept}: ClaimAcquired with Retaken;
+	//     without it, unchanged, ClaimStale.
 	//
 	// Acquiring sets LeaseUntil = req.LeaseUntil, ExpiresAt = req.ExpiresAt,
 	// UpdatedAt = now (CreatedAt = now for fresh records). Claim returns the
@@ -91,7 +97,8 @@ type Store interface {
 	Get(ctx context.Context, key Key) (Record, error)
 
 	// Sweep deletes at most req.Limit records that are expired at req.Now
-	// (Record.Expired: never an in-progress record whose lease is live) and
+	// (Record.Expired: completed or released, never an in-progress record,
+	// live or stale: a stale record is what an operator must see) and
 	// returns how many it deleted; a Limit of zero or less deletes none.
 	// It must not block claims for long: one small batch per call. Stores shared by several instances make sure one
 	// instance sweeps at a time (an advisory lock), returning 0 elsewhere.
@@ -216,7 +223,8 @@ type TxStore[Tx any] interface {
 	// Claim: absent, expired or released records give ClaimAcquired (the
 	// marker is written, completed, with Token increased); completed
 	// records give ClaimDuplicate; in-progress two-phase records give
-	// ClaimInProgress or ClaimStale (never taken over inside a transaction).
+	// ClaimInProgress or ClaimStale (never taken over inside a transaction,
+	// and never expired, however old).
 	Mark(ctx context.Context, tx Tx, req ClaimRequest) (Claim, error)
 
 	// SaveResult stores the handler's result on the marker written by Mark
@@ -282,8 +290,8 @@ type ScopeStats struct {
 	InProgress       int64
 	Completed        int64
 	Released         int64
-	Stale            int64     // in progress with the lease ended
-	Expired          int64     // retention ended, waiting for a sweep
+	Stale            int64     // in progress with the lease ended (never Expired)
+	Expired          int64     // settled, retention ended, waiting for a sweep
 	OldestInProgress time.Time // zero when none
 }
 

@@ -18,8 +18,10 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 		return Claim{Outcome: ClaimAcquired, Record: r}
 	}
 	if cur == nil || cur.Expired(now) {
-		// A new lifetime: a record that survived keeps counting its
-		// tokens; a key without one starts at a fresh random token.
+		// A new lifetime, only over nothing or a settled record whose
+		// retention ended (an in-progress record never expires: past its
+		// lease it is stale, below). A record that survived keeps counting
+		// its tokens; a key without one starts at a fresh random token.
 		token := req.NewToken
 		if cur != nil {
 			token = cur.Token + 1
@@ -48,6 +50,8 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 	case now.Before(r.LeaseUntil):
 		return Claim{Outcome: ClaimInProgress, Record: r}, false
 	case !req.TakeOverStale:
+		// Stale however long ago its lease ended, and past its ExpiresAt
+		// too: the Stale policy decides, never a fresh lifetime.
 		return Claim{Outcome: ClaimStale, Record: r}, false
 	default:
 		r.Token++

@@ -1,7 +1,8 @@
 // Package sqlrecord is the record layout the database/sql stores
 // (store/mysql, store/sqlite) share: one column list, times as integer unix
-// milliseconds, and the scans of records and of per-scope statistics, so the
-// two stores read and filter records the same way.
+// milliseconds (NULL when unset, never 0: 0 is the epoch), and the scans of
+// records and of per-scope statistics, so the two stores read and filter
+// records the same way.
 package sqlrecord
 
 import (
@@ -16,20 +17,29 @@ const Columns = "scope, id, display_id, state, fingerprint, result, token, attem
 
 // MS is a time as stored: integer unix milliseconds (no dependence on a
 // driver's time handling or time zone, exact round trips of the caller's
-// clock, a plain integer index for sweeps); the zero time is 0.
-func MS(t time.Time) int64 {
+// clock, a plain integer index for sweeps). Every value is a real time: 0 is
+// the epoch and negative values are before it; an unset time is SQL NULL
+// (NullMS), never a number.
+func MS(t time.Time) int64 { return t.UnixMilli() }
+
+// NullMS is t as a column value that may be unset: NULL for the zero time,
+// MS(t) otherwise.
+func NullMS(t time.Time) any {
 	if t.IsZero() {
-		return 0
+		return nil
 	}
-	return t.UnixMilli()
+	return MS(t)
 }
 
-// FromMS converts MS's value back to a UTC time (0: the zero time).
-func FromMS(v int64) time.Time {
-	if v == 0 {
+// FromMS converts MS's value back to a UTC time.
+func FromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// fromNullMS converts a column that may be NULL: NULL is the zero time.
+func fromNullMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
 		return time.Time{}
 	}
-	return time.UnixMilli(v).UTC()
+	return FromMS(v.Int64)
 }
 
 // Scanner is a *sql.Row or *sql.Rows.
@@ -42,7 +52,7 @@ func Scan(sc Scanner) (idem.Record, error) {
 		r                                idem.Record
 		display                          sql.NullString
 		state                            string
-		lease, expires, created, updated int64
+		lease, expires, created, updated sql.NullInt64
 	)
 	err := sc.Scan(&r.Scope, &r.ID, &display, &state, &r.Fingerprint, &r.Result,
 		&r.Token, &r.Attempts, &lease, &expires, &created, &updated)
@@ -54,8 +64,8 @@ func Scan(sc Scanner) (idem.Record, error) {
 		r.DisplayID = display.String
 	}
 	r.State = idem.State(state)
-	r.LeaseUntil, r.ExpiresAt = FromMS(lease), FromMS(expires)
-	r.CreatedAt, r.UpdatedAt = FromMS(created), FromMS(updated)
+	r.LeaseUntil, r.ExpiresAt = fromNullMS(lease), fromNullMS(expires)
+	r.CreatedAt, r.UpdatedAt = fromNullMS(created), fromNullMS(updated)
 	return r, nil
 }
 
@@ -104,9 +114,7 @@ func ScanStats(rows *sql.Rows) ([]idem.ScopeStats, error) {
 		if err := rows.Scan(&st.Scope, &st.InProgress, &st.Completed, &st.Released, &st.Stale, &st.Expired, &oldest); err != nil {
 			return nil, err
 		}
-		if oldest.Valid {
-			st.OldestInProgress = FromMS(oldest.Int64)
-		}
+		st.OldestInProgress = fromNullMS(oldest)
 		out = append(out, st)
 	}
 	return out, rows.Err()

@@ -9,8 +9,16 @@ import (
 )
 
 func TestMSRoundTrip(t *testing.T) {
-	if MS(time.Time{}) != 0 || !FromMS(0).IsZero() {
-		t.Fatal("the zero time must be stored as 0 and read back as zero")
+	if NullMS(time.Time{}) != nil {
+		t.Fatal("the zero time must be stored as NULL")
+	}
+	for _, at := range []time.Time{time.Unix(0, 0), time.UnixMilli(-1), time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC)} {
+		if got := FromMS(MS(at)); !got.Equal(at) || got.IsZero() {
+			t.Fatalf("round trip of %v = %v; the epoch and times before it are times, not unset", at, got)
+		}
+		if NullMS(at) != MS(at) {
+			t.Fatalf("NullMS(%v) = %v", at, NullMS(at))
+		}
 	}
 	at := time.Date(2026, 11, 30, 7, 0, 0, 123_000_000, time.FixedZone("x", 3600))
 	if got := FromMS(MS(at)); !got.Equal(at) || got.Location() != time.UTC {

@@ -76,9 +76,10 @@
 //     A zombie from a swept lifetime therefore never matches a later owner.
 //   - A released record keeps the fingerprint it was first claimed with; only
 //     an expired one starts a new lifetime with the request's.
-//   - Renew sets expires_at to max(expires_at, lease_until), and no claim,
-//     marker or sweep counts an in-progress record under a live lease as
-//     expired, whatever its expires_at.
+//   - Only settled records expire: no claim, marker, sweep or count treats
+//     an in-progress record as expired, whatever its expires_at. Past its
+//     lease it is stale (the Stale policy decides) and Sweep leaves it.
+//     Renew sets expires_at to max(expires_at, lease_until).
 //   - Sweep deletes at most Limit records (none when Limit <= 0).
 //   - A value SQLite refuses (SQLITE_TOOBIG, SQLITE_MISMATCH,
 //     SQLITE_CONSTRAINT) is an *idem.InvalidDataError, permanent; busy and
@@ -88,9 +89,9 @@
 //
 // One table, primary key (scope, id), with display_id, state, fingerprint,
 // result (BLOB), token and attempts; lease_until, expires_at, created_at and
-// updated_at are integer unix milliseconds (0 means unset: this version sets
-// them all, and an expires_at of 0 in a row of an older version never
-// expires). An index on expires_at serves Sweep, which deletes one bounded
+// updated_at are integer unix milliseconds, NULL when unset (0 is the epoch
+// and negative values are before it; migration 2 turned the 0 that older
+// versions wrote for "never expires" into NULL). An index on expires_at serves Sweep, which deletes one bounded
 // batch per call: run an idem.Sweeper over the store so the file stays the
 // size of the retention window.
 package sqlite

@@ -72,13 +72,18 @@ func TestLegacyLiveLeaseNeverExpires(t *testing.T) {
 	if err != nil || len(st) != 1 || st[0].Expired != 0 || st[0].InProgress != 1 {
 		t.Fatalf("Stats = %+v, %v; want one in progress, none expired", st, err)
 	}
-	// Once the lease ends the row is expired for all of them.
+	// Once the lease ends the row is stale, never expired: an in-progress
+	// record is for the Stale policy, and the sweep leaves it.
 	after := now.Add(2 * time.Minute)
-	if st, _ := s.Stats(ctx, after); st[0].Expired != 1 {
-		t.Fatalf("Stats after the lease = %+v", st)
+	if st, _ := s.Stats(ctx, after); st[0].Expired != 0 || st[0].Stale != 1 {
+		t.Fatalf("Stats after the lease = %+v; want stale 1, expired 0", st)
 	}
-	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: after, Limit: 10}); err != nil || n != 1 {
-		t.Fatalf("Sweep after the lease = %d, %v; want 1", n, err)
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: after, Limit: 10}); err != nil || n != 0 {
+		t.Fatalf("Sweep after the lease = %d, %v; want 0", n, err)
+	}
+	park := edgeClaim("legacy", after)
+	if c, err := s.Claim(ctx, park); err != nil || c.Outcome != idem.ClaimStale || c.Record.Token != 7 {
+		t.Fatalf("Claim after the lease = %v (token %d), %v; want stale under token 7", c.Outcome, c.Record.Token, err)
 	}
 }
 

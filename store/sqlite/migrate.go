@@ -73,7 +73,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := strings.NewReplacer("{{table}}", quoteIdent(s.opts.Table), "{{index}}", quoteIdent(s.opts.Table+"_expires_at"))
+	r := strings.NewReplacer("{{table}}", quoteIdent(s.opts.Table), "{{index}}", quoteIdent(s.opts.Table+"_expires_at"),
+		"{{new}}", quoteIdent(s.opts.Table+"_migrating")) // a step that rebuilds the table builds it as {{new}}
 	// The version table is created first, on its own: the migration
 	// transaction takes the writer lock by writing to it.
 	if err := s.writeTxLock(ctx, "", func(ctx context.Context, tx *sql.Tx) error {

@@ -15,13 +15,13 @@ type queries struct {
 }
 
 // expired is the condition "the record's retention has ended at now" of
-// idem.Record.Expired, with now the parameter p: an expiry is set (0 is the
-// "never" of rows written before expiries were required) and passed, and the
-// record is not in progress under a live lease. The second half keeps an
-// in-progress record whose owner renews its lease, whatever its expires_at
-// (rows written by older versions did not carry it with the lease).
+// idem.Record.Expired, with now the parameter p: only a settled record
+// (completed or released) expires, when its expiry is set (NULL is the
+// "never" of rows written before expiries were required; 0 is the epoch)
+// and passed. An in-progress record never expires: past its lease it is
+// stale, for the Stale policy, and never swept.
 func expired(p string) string {
-	return "(expires_at <> 0 AND expires_at <= " + p + " AND NOT (state = 'in_progress' AND lease_until > " + p + "))"
+	return "(state <> 'in_progress' AND expires_at <= " + p + ")"
 }
 
 func buildQueries(table string) queries {
@@ -70,8 +70,9 @@ func buildQueries(table string) queries {
 			WHERE scope = ? AND id = ? AND token = ? AND state = 'in_progress'`),
 		// renew carries the expiry with the lease: expires_at becomes the
 		// later of itself and the new lease end (SQLite's two-argument
-		// max() of the stored integer milliseconds), so an owner that keeps
-		// renewing keeps its record past the retention. Parameters:
+		// max() of the stored integer milliseconds; a NULL, "never", stays
+		// NULL), so an owner that keeps renewing keeps its record past the
+		// retention. Parameters:
 		// lease_until, now, scope, id, token.
 		renew: r.Replace(`UPDATE {t} SET lease_until = ?1, expires_at = max(expires_at, ?1), updated_at = ?2
 			WHERE scope = ?3 AND id = ?4 AND token = ?5 AND state = 'in_progress'`),
@@ -80,7 +81,7 @@ func buildQueries(table string) queries {
 		lockNoop: r.Replace(`UPDATE {t} SET token = token WHERE 0`),
 		// The sweep deletes one bounded batch of expired records found
 		// through the expires_at index, so it never holds the writer lock for
-		// long; in-progress records under a live lease are skipped.
+		// long; in-progress records, live or stale, are never deleted.
 		// Parameters: now, limit.
 		sweep: r.Replace(`DELETE FROM {t} WHERE rowid IN (
 			SELECT rowid FROM {t} WHERE {expired1} LIMIT ?2)`),
@@ -105,7 +106,7 @@ func recordArgs(r idem.Record) []any {
 		result = r.Result
 	}
 	return []any{r.Scope, r.ID, r.DisplayID, string(r.State), r.Fingerprint, result, r.Token, r.Attempts,
-		sqlrecord.MS(r.LeaseUntil), sqlrecord.MS(r.ExpiresAt), sqlrecord.MS(r.CreatedAt), sqlrecord.MS(r.UpdatedAt)}
+		sqlrecord.NullMS(r.LeaseUntil), sqlrecord.NullMS(r.ExpiresAt), sqlrecord.NullMS(r.CreatedAt), sqlrecord.NullMS(r.UpdatedAt)}
 }
 
 // nullBytes returns b for a BLOB parameter, NULL when b is nil.

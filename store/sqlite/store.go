@@ -242,8 +242,8 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 }
 
 // Sweep implements idem.Store: one DELETE of at most req.Limit expired
-// records (none when Limit <= 0), never an in-progress record whose lease is
-// live. SQLite's single writer means concurrent sweepers simply take turns;
+// records (none when Limit <= 0): settled ones only, never an in-progress
+// record, live or stale. SQLite's single writer means concurrent sweepers simply take turns;
 // each batch holds the lock briefly.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {

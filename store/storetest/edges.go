@@ -94,8 +94,9 @@ func testLifetimeShortRetention(t *testing.T, s idem.Store) {
 	mustComplete(t, s, k, c.Record.Token, nil, mid)
 }
 
-// testSweepLiveLease: among expired records, the in-progress ones whose
-// lease is live (renewed past the retention) are kept.
+// testSweepLiveLease: among records past their retention, the in-progress
+// ones whose lease is live (renewed past the retention) are kept, and the
+// completed ones are swept.
 func testSweepLiveLease(t *testing.T, s idem.Store) {
 	ctx := context.Background()
 	now := T0.Add(time.Hour)
@@ -110,6 +111,8 @@ func testSweepLiveLease(t *testing.T, s idem.Store) {
 				t.Fatal(err)
 			}
 			live = append(live, k)
+		} else if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: T0, ExpiresAt: T0.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	total := 0
@@ -124,7 +127,7 @@ func testSweepLiveLease(t *testing.T, s idem.Store) {
 		}
 	}
 	if total != 3 {
-		t.Fatalf("swept %d records, want the 3 whose lease ended", total)
+		t.Fatalf("swept %d records, want the 3 completed ones", total)
 	}
 	for _, k := range live {
 		if r := mustGet(t, s, k); r.State != idem.StateInProgress {
@@ -232,7 +235,12 @@ func testTokenAcrossDeletion(t *testing.T, s idem.Store) {
 			t.Fatalf("lifetime %d: record after zombies %+v, want in progress with token %d", life, r, tok)
 		}
 		zombies = append(zombies, tok)
-		// The owner crashes; the record expires and is swept.
+		// The owner fails and releases; the record expires and is swept
+		// (a crashed owner's record would stay: only settled records
+		// expire).
+		if err := s.Release(ctx, idem.ReleaseRequest{Key: k, Token: tok, Now: at.Add(time.Millisecond)}); err != nil {
+			t.Fatalf("lifetime %d: Release: %v", life, err)
+		}
 		at = at.Add(2 * lease)
 		if n, err := s.Sweep(ctx, idem.SweepRequest{Now: at, Limit: 10}); err != nil || n != 1 {
 			t.Fatalf("lifetime %d: Sweep = %d, %v; want 1", life, n, err)

@@ -69,6 +69,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"GuardConflict", testGuardConflict},
 	}
 	tests = append(tests, edgeTests...)
+	tests = append(tests, lifetimeStaleTests...)
+	tests = append(tests, epochTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))
@@ -394,7 +396,9 @@ func testExpiredReclaim(t *testing.T, s idem.Store) {
 
 func testSweep(t *testing.T, s idem.Store) {
 	ctx := context.Background()
-	// 25 expired records (completed, in progress and released), 10 live ones.
+	// 25 records past their retention (completed, in progress and
+	// released), 10 live ones. Of the 25, the 8 in progress (i%3 == 2) are
+	// stale, never expired: only the 17 settled ones are swept.
 	for i := range 25 {
 		k := key(fmt.Sprintf("old-%02d", i))
 		req := claimReq(k, "fp", T0)
@@ -434,11 +438,14 @@ func testSweep(t *testing.T, s idem.Store) {
 			break
 		}
 	}
-	if total != 25 {
-		t.Fatalf("swept %d records, want 25", total)
+	if total != 17 {
+		t.Fatalf("swept %d records, want the 17 settled ones", total)
 	}
 	for i := range 25 {
-		if _, err := s.Get(ctx, key(fmt.Sprintf("old-%02d", i))); !errors.Is(err, idem.ErrNotFound) {
+		_, err := s.Get(ctx, key(fmt.Sprintf("old-%02d", i)))
+		if stale := i%3 == 2; stale && err != nil {
+			t.Fatalf("old-%02d (in progress, stale) after sweep: %v; a stale record is never swept", i, err)
+		} else if !stale && !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("old-%02d after sweep: %v", i, err)
 		}
 	}

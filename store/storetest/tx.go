@@ -38,6 +38,8 @@ func RunTx[Tx any](t *testing.T, newStore func(t *testing.T) TxStore[Tx]) {
 		{"MarkTokenUniqueAcrossDeletion", testMarkTokenAcrossDeletion[Tx]},
 		{"MarkFingerprintSticksAfterRelease", testMarkFingerprintSticksAfterRelease[Tx]},
 		{"DoTxRawFingerprint", testDoTxRawFingerprint[Tx]},
+		{"MarkStalePastRetention", testMarkStalePastRetention[Tx]},
+		{"MarkTimesAtEpoch", testMarkTimesAtEpoch[Tx]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
