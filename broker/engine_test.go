@@ -51,7 +51,10 @@ type fake struct {
 
 var errDLDown = errors.New("dead-letter destination unavailable")
 
-func newFake() *fake { return &fake{in: make(chan *fmsg, 1024), calls: make(chan call, 1024)} }
+func newFake() *fake { return newFakeN(1024) }
+
+// newFakeN is a fake that buffers n deliveries and n calls.
+func newFakeN(n int) *fake { return &fake{in: make(chan *fmsg, n), calls: make(chan call, n)} }
 
 func (f *fake) record(op string, m *fmsg, delay time.Duration, dl broker.DeadLetter) {
 	f.calls <- call{op: op, id: m.id, delay: delay, dl: dl, at: time.Now(), kas: f.keepAlives.Load()}
@@ -137,7 +140,7 @@ func (f *fake) Drain(context.Context) []*fmsg {
 }
 
 // next is the transport's next settling call.
-func (f *fake) next(t *testing.T) call {
+func (f *fake) next(t testing.TB) call {
 	t.Helper()
 	select {
 	case c := <-f.calls:
@@ -243,7 +246,7 @@ type engine struct {
 // newEngine builds a guard on store (a fresh memory store when nil), with
 // gopts, and the engine over f running fn (a handler that counts its runs
 // and returns fn's answer; nil: succeed).
-func newEngine(t *testing.T, f *fake, store idem.Store, gopts idem.Options, fn func(ctx context.Context, m *fmsg) ([]byte, error), opts broker.Options[*fmsg]) *engine {
+func newEngine(t testing.TB, f *fake, store idem.Store, gopts idem.Options, fn func(ctx context.Context, m *fmsg) ([]byte, error), opts broker.Options[*fmsg]) *engine {
 	t.Helper()
 	if store == nil {
 		store = memory.New()
@@ -345,7 +348,7 @@ func (e *engine) stop(t *testing.T) {
 }
 
 // waitFor polls cond until it holds, failing t after 20s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -359,7 +362,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // holdElsewhere claims m's key through g as another instance would, its
 // handler blocked; the returned function lets that handler return err
 // (nil: the key is completed; an error: it is released).
-func holdElsewhere(t *testing.T, g *idem.Guard, m *fmsg) (finish func(err error)) {
+func holdElsewhere(t testing.TB, g *idem.Guard, m *fmsg) (finish func(err error)) {
 	t.Helper()
 	started, result, done := make(chan struct{}), make(chan error), make(chan struct{})
 	go func() {
