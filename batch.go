@@ -68,9 +68,9 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	if len(reqs) == 0 {
 		return tickets, nil
 	}
-	sctx, cancel := g.storeCtx(ctx)
+	sctx := g.storeCtx(ctx)
 	claims, err := ClaimBatch(sctx, g.store, reqs)
-	cancel()
+	sctx.cancel(nil)
 	if errors.Is(err, ErrInvalidData) {
 		// One request the store cannot take must not fail its neighbours:
 		// unclaimed tickets claim one by one in Do, where only that one
@@ -119,9 +119,9 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			// Bounded by StoreTimeout as the heartbeat's renewals are: a
 			// renewal stuck behind a row lock must not stall the batch.
 			c.Record.LeaseUntil = now.Add(g.opts.Lease)
-			sctx, cancel := g.storeCtx(ctx)
+			sctx := g.storeCtx(ctx)
 			err = g.store.Renew(sctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
-			cancel()
+			sctx.cancel(nil)
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
 				g.release(ctx, t.key, c.Record.Token) // let the redelivery claim it at once
 			}
@@ -141,8 +141,8 @@ func (t *Ticket) Release(ctx context.Context) error {
 	}
 	t.used = true
 	if t.claimed && t.claim.Outcome == ClaimAcquired {
-		sctx, cancel := t.g.settleCtx(ctx)
-		defer cancel()
+		sctx := t.g.settleCtx(ctx, time.Now())
+		defer sctx.cancel(nil)
 		if err := t.g.store.Release(sctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()}); err != nil {
 			return storeErr("release", err)
 		}

@@ -21,7 +21,7 @@ func NewInbox[Tx any](ts TxStore[Tx], opts Options) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: noRecords{ts}, inbox: ts, opts: opts}, nil
+	return &Guard{store: noRecords{ts}, inbox: ts, opts: opts, hb: newHeartbeat(opts.Lease)}, nil
 }
 
 // noRecords is the Store of a NewInbox guard: every two-phase step is

@@ -113,9 +113,9 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 			return handlerErr
 		}
 		if len(value) > 0 {
-			sctx, cancel := g.storeCtx(ctx)
+			sctx := g.storeCtx(ctx)
 			err := ts.SaveResult(sctx, tx, key, value)
-			cancel()
+			sctx.cancel(nil)
 			if err != nil {
 				outcomeErr = storeErr("save result", err)
 				res.Outcome = OutcomeStoreError
@@ -192,8 +192,8 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		err      error
 	)
 	if own {
-		sctx, cancel := g.storeCtx(ctx)
-		defer cancel()
+		sctx := g.storeCtx(ctx)
+		defer sctx.cancel(nil)
 		ctx = sctx
 		if d, ok := ts.(MarkDeferrer[Tx]); ok {
 			c, deferred, err = d.DeferMark(ctx, tx, req)

@@ -1,0 +1,120 @@
+package idem
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// callCtx is the context of one step of the guard's work: a store call
+// bounded by StoreTimeout (Guard.storeCtx), or a handler's run under its
+// lease (run). It is what context.WithTimeout or context.WithCancelCause
+// over parent would be, except that their machinery (a cancelCtx, its done
+// channel, an entry in the parent's children, a timer) is made only when
+// something asks for Done, or the run is cancelled with a cause. The memory
+// store, and a handler that returns without blocking, read Err at most:
+// those per-message contexts and timers were the guard's largest cost per
+// message (issue 27). Once made, the inner context answers everything, so
+// context.Cause, context.AfterFunc and derived contexts behave as they do
+// on the standard ones.
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time // zero: none (a handler's run)
+	key      Key       // answered to KeyFromContext when hasKey (a handler's run)
+	hasKey   bool
+
+	mu    sync.Mutex
+	inner context.Context         // made by the first Done, Err past the end, or a cancel with a cause
+	stop  context.CancelCauseFunc // inner's cancel
+	ended bool                    // cancelled before inner was made: Err is Canceled
+}
+
+// closedChan is the Done of a callCtx cancelled before anything waited.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// makeInner makes the context that answers from now on. Called with mu held.
+func (c *callCtx) makeInner() {
+	if c.deadline.IsZero() {
+		c.inner, c.stop = context.WithCancelCause(c.parent)
+		return
+	}
+	inner, stop := context.WithDeadline(c.parent, c.deadline)
+	c.inner, c.stop = inner, func(error) { stop() }
+}
+
+// Deadline implements context.Context.
+func (c *callCtx) Deadline() (time.Time, bool) {
+	d, ok := c.parent.Deadline()
+	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
+		return d, ok
+	}
+	return c.deadline, true
+}
+
+// Done implements context.Context.
+func (c *callCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		if c.ended {
+			return closedChan
+		}
+		c.makeInner()
+	}
+	return c.inner.Done()
+}
+
+// Err implements context.Context. Before anything waited on Done it reads
+// the parent and the clock; a context past its end gets its inner one, so
+// that Err, Done and Cause agree from then on.
+func (c *callCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.inner != nil:
+		return c.inner.Err()
+	case c.ended:
+		return context.Canceled
+	case c.parent.Err() != nil || !c.deadline.IsZero() && !time.Now().Before(c.deadline):
+		c.makeInner()
+		return c.inner.Err()
+	}
+	return nil
+}
+
+// Value implements context.Context.
+func (c *callCtx) Value(key any) any {
+	if _, ok := key.(keyCtx); ok && c.hasKey {
+		return c.key
+	}
+	c.mu.Lock()
+	inner := c.inner
+	c.mu.Unlock()
+	if inner != nil {
+		return inner.Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+// cancel ends the context, with cause when it is not nil (a lost lease:
+// the handler reads it with context.Cause). Its cost is a lock unless
+// something waited on Done.
+func (c *callCtx) cancel(cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		if cause == nil {
+			c.ended = true
+			return
+		}
+		c.makeInner()
+	}
+	c.stop(cause)
+}
+
+// String names the context in a context's String, as the standard ones do.
+func (c *callCtx) String() string { return "idem.callCtx" }

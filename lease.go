@@ -1,0 +1,177 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// heartbeat renews the leases of a guard's running handlers, each a period
+// (Lease/3) after it started or was last renewed. One timer serves them
+// all: most handlers finish long before their first renewal is due, and pay
+// for joining and leaving a list instead of arming and stopping a timer
+// each. The timer runs only while a handler does; no goroutine outlives the
+// renewals it starts.
+type heartbeat struct {
+	every time.Duration
+
+	mu         sync.Mutex
+	head, tail *run // queued runs, in the order their renewals fall due
+	timer      *time.Timer
+	armed      bool // timer will fire
+}
+
+func newHeartbeat(lease time.Duration) *heartbeat { return &heartbeat{every: lease / 3} }
+
+// runState says where a run is on the heartbeat.
+type runState uint8
+
+const (
+	runQueued   runState = iota // waiting for its renewal
+	runRenewing                 // a renewal is in flight
+	runEnded                    // the handler returned
+)
+
+// run is one handler's run under its lease: the handler's context and its
+// place on the heartbeat.
+type run struct {
+	ctx   callCtx // the handler's: ErrLeaseLost is its cause when the lease is lost
+	g     *Guard
+	outer context.Context // the call's, for the observer's steps
+	token int64
+
+	// Under the heartbeat's mu.
+	prev, next *run
+	due        time.Time
+	state      runState
+	renewing   sync.WaitGroup
+}
+
+// add queues r for its first renewal, a period after now (when its handler
+// starts).
+func (hb *heartbeat) add(r *run, now time.Time) {
+	hb.mu.Lock()
+	hb.queue(r, now)
+	hb.mu.Unlock()
+}
+
+// queue puts r last, due a period after now. The list is in the order of
+// due times, so only its head needs the timer; times read by concurrent
+// callers may be queued a few microseconds out of order, which delays a
+// renewal by as much, against the two periods of slack a lease has.
+// Called with mu held.
+func (hb *heartbeat) queue(r *run, now time.Time) {
+	r.state, r.due = runQueued, now.Add(hb.every)
+	r.prev, r.next = hb.tail, nil
+	if hb.tail != nil {
+		hb.tail.next = r
+	} else {
+		hb.head = r
+	}
+	hb.tail = r
+	if !hb.armed {
+		// The timer may fire early (for a head that left since): fire then
+		// finds nothing due and waits for the new head.
+		hb.armed = true
+		if hb.timer == nil {
+			hb.timer = time.AfterFunc(hb.every, hb.fire)
+		} else {
+			hb.timer.Reset(hb.every)
+		}
+	}
+}
+
+// unlink takes a queued r off the list. Called with mu held.
+func (hb *heartbeat) unlink(r *run) {
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		hb.head = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	} else {
+		hb.tail = r.prev
+	}
+	r.prev, r.next = nil, nil
+}
+
+// remove ends r's renewals: none starts after it returns.
+func (hb *heartbeat) remove(r *run) {
+	hb.mu.Lock()
+	if r.state == runQueued {
+		hb.unlink(r)
+	}
+	r.state = runEnded
+	hb.mu.Unlock()
+}
+
+// fire starts the renewals that are due, each in its own goroutine (a
+// renewal is a store round trip, bounded by StoreTimeout), and sets the
+// timer for the next.
+func (hb *heartbeat) fire() {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.armed = false
+	now := time.Now()
+	for r := hb.head; r != nil && !now.Before(r.due); r = hb.head {
+		hb.unlink(r)
+		r.state = runRenewing
+		r.renewing.Add(1)
+		go r.renew()
+	}
+	if hb.head != nil {
+		hb.armed = true
+		hb.timer.Reset(hb.head.due.Sub(now))
+	}
+}
+
+// renew renews r's lease once. A lost lease cancels the handler's context
+// with cause ErrLeaseLost; other errors are transient: the next renewal a
+// period later tries again, and the lease is three periods long.
+func (r *run) renew() {
+	defer r.renewing.Done()
+	g := r.g
+	now := g.opts.Clock()
+	// Under the handler's context: a renewal stuck on a row lock or a
+	// half-open connection ends when the handler returns, and never lasts
+	// longer than StoreTimeout, so Do never waits on one.
+	sctx := g.storeCtx(&r.ctx)
+	err := g.store.Renew(sctx, RenewRequest{Key: r.ctx.key, Token: r.token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+	sctx.cancel(nil)
+	if err != nil && r.ctx.Err() == nil {
+		g.step(r.outer, Step{Key: r.ctx.key, Op: "renew", Token: r.token, Err: err})
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		r.ctx.cancel(ErrLeaseLost)
+		return
+	}
+	hb := g.hb
+	hb.mu.Lock()
+	if r.state == runRenewing {
+		hb.queue(r, time.Now())
+	}
+	hb.mu.Unlock()
+}
+
+// runLeased runs h under its lease, renewed by the guard's heartbeat. If the
+// lease is lost, h's context is cancelled with cause ErrLeaseLost and lost
+// is true. A panic in h releases the claim and is re-raised.
+// started is when h starts.
+func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler, started time.Time) (value []byte, err error, lost bool) {
+	r := &run{ctx: callCtx{parent: ctx, key: key, hasKey: true}, g: g, outer: ctx, token: token}
+	g.hb.add(r, started)
+	defer func() {
+		g.hb.remove(r)
+		r.ctx.cancel(nil) // ends a renewal in flight
+		r.renewing.Wait()
+		if p := recover(); p != nil {
+			g.release(ctx, key, token)
+			panic(p)
+		}
+	}()
+	value, err = h(&r.ctx)
+	lost = errors.Is(context.Cause(&r.ctx), ErrLeaseLost)
+	return value, err, lost
+}

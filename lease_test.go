@@ -1,0 +1,79 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/memory"
+)
+
+// renewCounter counts each key's successful renewals and closes the key's
+// channel at the second.
+type renewCounter struct {
+	*memory.Store
+	mu     sync.Mutex
+	counts map[string]int
+	twice  map[string]chan struct{}
+}
+
+func (r *renewCounter) renewedTwice(id string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.twice[id] == nil {
+		r.twice[id] = make(chan struct{})
+	}
+	return r.twice[id]
+}
+
+func (r *renewCounter) Renew(ctx context.Context, req idem.RenewRequest) error {
+	err := r.Store.Renew(ctx, req)
+	if err == nil {
+		r.renewedTwice(req.Key.ID) // make the channel
+		r.mu.Lock()
+		r.counts[req.Key.ID]++
+		if r.counts[req.Key.ID] == 2 {
+			close(r.twice[req.Key.ID])
+		}
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// One heartbeat serves every handler of a guard: long handlers that start
+// at different times are each renewed again and again, while short ones
+// join and leave it around them.
+func TestHeartbeatRenewsEveryLongHandler(t *testing.T) {
+	s := &renewCounter{Store: memory.New(), counts: map[string]int{}, twice: map[string]chan struct{}{}}
+	g := guard(t, s, idem.Options{Lease: 30 * time.Millisecond})
+	const long = 4
+	within(t, "the long handlers", func() {
+		var wg sync.WaitGroup
+		started := make(chan struct{})
+		for i := range long {
+			id := fmt.Sprintf("long-%d", i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := g.Do(context.Background(), idem.Message{ID: id}, func(context.Context) ([]byte, error) {
+					started <- struct{}{}
+					<-s.renewedTwice(id)
+					return nil, nil
+				})
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+			}()
+			<-started // the next one joins later, behind it on the heartbeat
+			for j := range 20 {
+				if _, err := g.Do(context.Background(), idem.Message{ID: fmt.Sprintf("short-%d-%d", i, j)}, ok("")); err != nil {
+					t.Errorf("short: %v", err)
+				}
+			}
+		}
+		wg.Wait()
+	})
+}
