@@ -213,15 +213,14 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 	if err != nil {
 		return nil, err
 	}
-	opts := servicebus.Options{
-		EntityPath:       b.queue,
-		Concurrency:      c.Concurrency,
-		MaxDeliveryCount: c.MaxDeliveries,
-		ShutdownTimeout:  10 * time.Second,
+	opts := servicebus.Options{EntityPath: b.queue, Options: servicebus.ConsumerOptions{
+		Concurrency:     c.Concurrency,
+		MaxDeliveries:   c.MaxDeliveries,
+		ShutdownTimeout: 10 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 			OnError: func(err error) { b.t.Log("consumer:", err) },
 		},
-	}
+	}}
 	if c.RetryBackoff > 0 {
 		opts.Backoff = func(int) time.Duration { return c.RetryBackoff }
 	} else {

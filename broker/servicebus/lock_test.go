@@ -29,45 +29,21 @@ type delivery struct {
 func lockConsumer(t *testing.T, lock, renew time.Duration, handle func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error)) (
 	srv *servicebustest.Server, g *idem.Guard, reports <-chan broker.Report, stop func()) {
 	t.Helper()
-	srv = newServer(t)
-	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: lock}); err != nil {
-		t.Fatal(err)
-	}
-	client := newClient(t, srv)
-	s, err := client.NewSender("orders", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := "order-1"
-	if err := s.SendMessage(context.Background(), &azservicebus.Message{MessageID: &id, Body: []byte(`{"amount":10}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	g, err = servicebus.NewGuard(memory.New(), servicebus.EntityPath("orders"), idem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := client.NewReceiverForQueue("orders", nil)
+	srv, client, _ := limitQueue(t, servicebustest.QueueOptions{LockDuration: lock})
+	g, err := servicebus.NewGuard(memory.New(), servicebus.EntityPath("orders"), idem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	settled := make(chan broker.Report, 8)
-	c, err := servicebus.NewConsumer(r, g, servicebus.Handle(handle), servicebus.Options{
-		EntityPath: "orders", LockRenewal: renew,
-		Backoff: func(int) time.Duration { return time.Hour },
-		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
-			OnError:     func(err error) { t.Log("consumer:", err) },
-			AfterSettle: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stopRun := runConsumer(t, client, g, servicebus.Handle(handle), servicebus.Options{
+		LockRenewal: renew, Options: servicebus.ConsumerOptions{
+			Backoff: fixed(time.Hour),
+			Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+				AfterSettle: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
+			},
+		}})
 	return srv, g, settled, func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stopRun(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}
@@ -77,9 +53,9 @@ func lockConsumer(t *testing.T, lock, renew time.Duration, handle func(ctx conte
 // first renewal comes after the lock ran out) cancels the handler's
 // context with cause ErrLockLost, as a lost lease cancels it with
 // idem.ErrLeaseLost. The handler's failure releases the key; the delivery
-// spends no back-off (its message is available again already), its
-// abandon is refused as lock lost, and the redelivery, DeliveryCount 2,
-// is processed and completed.
+// spends no back-off and is not settled (its message is available again
+// already: the report's BrokerErr is the renewal's lock-lost error), and
+// the redelivery, DeliveryCount 2, is processed and completed.
 func TestLockLostCancelsHandler(t *testing.T) {
 	const lock = 200 * time.Millisecond
 	seen := make(chan delivery, 4)
@@ -104,7 +80,7 @@ func TestLockLostCancelsHandler(t *testing.T) {
 	}
 	var sbErr *azservicebus.Error
 	if !errors.As(r.BrokerErr, &sbErr) || sbErr.Code != azservicebus.CodeLockLost {
-		t.Fatalf("first delivery's abandon: %v, want lock lost", r.BrokerErr)
+		t.Fatalf("first delivery's broker error: %v, want lock lost", r.BrokerErr)
 	}
 
 	second := <-seen

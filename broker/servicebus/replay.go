@@ -8,13 +8,20 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// ErrNotDeadLetter is returned by Replay for a message a Consumer did not
-// dead-letter (it has no Idem-Reason property).
+// ErrNotDeadLetter is returned by Replay for a message neither a Consumer
+// (it has no Idem-Reason property) nor Service Bus at the entity's
+// MaxDeliveryCount (DeadLetterReason MaxDeliveryCountExceeded) dead-lettered.
 var ErrNotDeadLetter = errors.New("servicebus: not a dead letter of an idem consumer")
 
-// Replay sends dl, a dead letter a Consumer wrote (received from the
-// entity's $DeadLetterQueue), to s, a sender on the queue (or the topic)
-// it came from: its body, MessageID, ContentType, Subject, CorrelationID
+// ReasonMaxDeliveryCountExceeded is the DeadLetterReason Service Bus gives
+// a message it dead-lettered itself at the entity's MaxDeliveryCount (a
+// consumer that died holding its last delivery): Replay takes it too.
+const ReasonMaxDeliveryCountExceeded = "MaxDeliveryCountExceeded"
+
+// Replay sends dl, a dead letter a Consumer wrote, or one Service Bus
+// wrote at MaxDeliveryCount (received from the entity's
+// $DeadLetterQueue), to s, a sender on the queue (or the topic) it came
+// from: its body, MessageID, ContentType, Subject, CorrelationID
 // and application properties as they were, without the ones idem and
 // Service Bus put on it when dead-lettering it (Idem-* other than Idem-Id,
 // DeadLetterReason, DeadLetterErrorDescription). It returns once Service
@@ -36,7 +43,8 @@ func Replay(ctx context.Context, s *azservicebus.Sender, dl *azservicebus.Receiv
 }
 
 func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
-	if _, ok := dl.ApplicationProperties["Idem-Reason"]; !ok {
+	_, ok := dl.ApplicationProperties["Idem-Reason"]
+	if !ok && (dl.DeadLetterReason == nil || *dl.DeadLetterReason != ReasonMaxDeliveryCountExceeded) {
 		return nil, ErrNotDeadLetter
 	}
 	msg := &azservicebus.Message{

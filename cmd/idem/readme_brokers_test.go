@@ -87,7 +87,7 @@ func readmeServiceBus(ctx context.Context, store idem.Store, client *azservicebu
 	h := servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		return nil, nil // the work; MessageID is the key
 	})
-	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders", MaxDeliveryCount: 10})
+	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{MaxDeliveries: 10}})
 	// README end
 	return err
 }

@@ -145,11 +145,10 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 		sleep(ctx, time.Second)
 		return
 	}
-	c, err := servicebus.NewConsumer(recv, r.guard, h, servicebus.Options{
-		EntityPath:       servicebus.EntityPath(b.topic, "idem"),
-		Backoff:          func(int) time.Duration { return 20 * time.Millisecond },
-		MaxDeliveryCount: sbMaxDeliveryCount,
-		ShutdownTimeout:  5 * time.Second,
+	c, err := servicebus.NewConsumer(recv, r.guard, h, servicebus.Options{EntityPath: servicebus.EntityPath(b.topic, "idem"), Options: servicebus.ConsumerOptions{
+		Backoff:         func(int) time.Duration { return 20 * time.Millisecond },
+		MaxDeliveries:   sbMaxDeliveryCount,
+		ShutdownTimeout: 5 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 			BeforeSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, rep broker.Report) {
 				b.beforeSettle(r, m, rep, crash)
@@ -167,7 +166,7 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 				}
 			},
 		},
-	})
+	}})
 	if err != nil {
 		s.fail(err)
 		sleep(ctx, time.Second)
