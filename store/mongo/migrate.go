@@ -78,7 +78,7 @@ func (s *Store) TTL() (present bool, reason string) {
 	return s.ttlState.present, s.ttlState.reason
 }
 
-// Drop deletes the records collection and its lock collection, with every
+// Drop deletes the records collection and its lock and turn collections, with every
 // record in them. For tests and the idem command's cleanup.
 func (s *Store) Drop(ctx context.Context) error {
 	if err := s.coll.Drop(ctx); err != nil {
@@ -86,6 +86,9 @@ func (s *Store) Drop(ctx context.Context) error {
 	}
 	if err := s.locks.Drop(ctx); err != nil {
 		return fmt.Errorf("mongostore: drop %s.locks: %w", s.opts.Collection, err)
+	}
+	if err := s.turns.Drop(ctx); err != nil {
+		return fmt.Errorf("mongostore: drop %s.turns: %w", s.opts.Collection, err)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ type recordDoc struct {
 	CreatedAt   time.Time  `bson:"created_at"`
 	UpdatedAt   time.Time  `bson:"updated_at"`
 	TTLAt       *time.Time `bson:"ttl_at,omitempty"` // server-clock deletion time (TTL index)
+	Rev         string     `bson:"rev,omitempty"`    // revision: every write replaces it (turns.go)
 }
 
 // Field names, for filters and updates.
@@ -67,6 +68,7 @@ func docOf(r idem.Record, ttl *time.Time) recordDoc {
 		CreatedAt:   ms(r.CreatedAt),
 		UpdatedAt:   ms(r.UpdatedAt),
 		TTLAt:       ttl,
+		Rev:         newRev(),
 	}
 	if r.DisplayID != r.ID {
 		d.DisplayID = r.DisplayID

@@ -46,6 +46,12 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		return 0, err
 	}
 	defer unlock()
+	if serialFor(ctx, s.db.Client()) {
+		// The turns no writer can still ask for (turns.go).
+		if err := s.sweepTurns(ctx); err != nil {
+			return 0, wrap("sweep", err)
+		}
+	}
 	cur, err := s.coll.Find(ctx, expiredAt(req.Now), options.Find().
 		SetProjection(bson.D{{Key: "_id", Value: 1}}).
 		SetLimit(int64(req.Limit)))
@@ -66,12 +72,12 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		ids[i] = f.ID
 	}
 	if serialFor(ctx, s.db.Client()) {
-		// One key at a time, each under its key lock, so that a claim's
-		// conditional write cannot land between the server's check of the
+		// One key at a time, each through its turn (turns.go), so that a
+		// claim's write cannot land between the server's check of the
 		// expiry and its delete.
 		n := 0
 		for _, f := range found {
-			ok, err := s.writeIf(ctx, f.ID, expired(req.Now), func(ctx context.Context, filter bson.D) (int64, error) {
+			ok, err := s.writeIf(ctx, f.ID, expired(req.Now), nil, time.Time{}, func(ctx context.Context, filter bson.D, _ string) (int64, error) {
 				res, err := s.coll.DeleteOne(ctx, filter)
 				if err != nil {
 					return 0, err
