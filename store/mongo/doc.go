@@ -68,19 +68,33 @@
 //
 // FerretDB v1 is an exception the store works around: it evaluates a
 // conditional update, findAndModify or delete in its own process, reading
-// the matching documents and then writing each by _id, so two conditional
-// writes racing on one document can both apply (measured on FerretDB
-// v1.24.2: 2 and 19 of 64 concurrent retakes of one stale record won).
-// Its inserts are atomic. The store asks the server what it is once
-// (buildInfo) and, on FerretDB 1.x, makes its own conditional writes of
-// one key one at a time within the process (for every Store of the
-// process, and Versioned.Apply too): under the key's lock it reads the
-// record by _id, checks the condition in Go and writes with a filter on
-// _id alone, the only filter FerretDB v1 finds through its index. That is
-// what the conformance suite runs against. Two processes writing one key on one FerretDB v1 can
-// still race (two owners of a retaken key, a zombie's completion
-// applied): run one process per FerretDB v1 database, or use MongoDB,
-// whose own conditional writes need no such help.
+// the matching documents and then writing each by _id (its SQLite and
+// PostgreSQL handlers alike), so two conditional writes racing on one
+// document can both apply (measured on FerretDB v1.24.2: 2 and 19 of 64
+// concurrent retakes of one stale record won; two processes got two
+// winners for 21 of 64 stale keys, 11 of 64 released and 22 of 64
+// expired). Its inserts are atomic. The store asks the server what it is
+// once (buildInfo) and, on FerretDB 1.x, relies on inserts alone: every
+// record carries a revision (rev, random, replaced by every write), and a
+// write of an existing record (a reclaim, Complete, Release, Renew, a
+// sweep's delete) reads it by _id, checks its condition in Go, takes the
+// turn {_id: <record _id> NUL rev NUL 0}, an insert into Collection +
+// ".turns" that one writer of that revision wins, and writes with a filter
+// on _id alone (the only filter FerretDB v1 finds through its index). The
+// losers read again. So any number of processes retaking one key get one
+// owner with its own token, and a zombie's completion racing the retake
+// is either the one write (the retake then finds a completed record) or
+// refused with idem.ErrLeaseLost. Turns stay ten minutes (Sweep deletes
+// older ones); a writer more than ten seconds between its read and its
+// write gives up with a retryable error, and a turn whose writer died is
+// skipped after a minute (safe unless the server holds a write that long
+// before applying it). Shown on FerretDB v1.24.2 over SQLite by
+// TestTwoProcessRace (two OS processes, 64 stale, released, expired and new
+// keys: one winner each). Not shown: FerretDB's PostgreSQL handler (it
+// refuses the NUL byte of the _id: jsonb holds no \u0000) and MongoDB,
+// whose own conditional writes are atomic and get one filter, no turn.
+// Versioned.Apply on FerretDB v1 is serialized within the process only:
+// one process per collection of versioned documents there.
 //
 // # Record rules
 //
@@ -199,9 +213,15 @@
 // document limit (16 MiB; refused before it is sent, since FerretDB v1
 // would store it), a document the server refuses (BadValue,
 // BSONObjectTooLarge, ...), a document at a record's _id that is not a
-// record. Everything else the server or the network returns (down,
-// timeouts, not primary, write conflicts) is wrapped with the operation's
-// name and is retryable; the driver's error stays reachable.
+// record. Caller data is data: scopes, ids and entity keys are strings,
+// matched by equality; Versioned.Apply refuses an id the server would read
+// as query syntax (a document with a "$" key at any depth, such as
+// {"$gt": ""} decoded from JSON into any; a regular expression; an array),
+// and Apply and Entities.Insert refuse fields whose names begin with "$",
+// as an *idem.InvalidDataError wrapping ErrOperatorValue. Everything else
+// the server or the network returns (down, timeouts, not primary, write
+// conflicts) is wrapped with the operation's name and is retryable; the
+// driver's error stays reachable.
 //
 // # What was tested where
 //
@@ -211,7 +231,9 @@
 // inserts of one key, the guard with 40 deliveries of 10 messages,
 // concurrent version guards), the typed error of the inbox on a server
 // without transactions, a server that is down, oversized results and
-// documents, and examples/cosmos-orders end to end behind NATS JetStream.
+// documents, operator-shaped ids at every entry point, two OS processes
+// racing on one collection (TestTwoProcessRace), and
+// examples/cosmos-orders end to end behind NATS JetStream.
 // Not tested, for want of a server here: the transactional inbox
 // (storetest.RunTx, which the tests run against any IDEM_MONGO_URL whose
 // server has transactions, such as a MongoDB replica set), the TTL index
