@@ -4,36 +4,73 @@
 //	import amqpidem "github.com/idemgo/idem/broker/amqp"
 //
 // A [Consumer] consumes a queue with manual acknowledgements and a QoS
-// prefetch, runs the user's [Handler] under an [idem.Guard] and maps each
-// outcome to an AMQP action with [broker.Decide]. It has the shape every
-// idem broker adapter has (see package github.com/idemgo/idem/broker):
-// [NewGuard], [Handle] or [HandleTx], [NewConsumer] and [Consumer.Run] (or
-// [Consume]), [MessageOf], one [broker.Report] per delivery passed to
-// [Options.Hooks], and [Replay] for dead letters.
+// prefetch and runs the user's [Handler] under an [idem.Guard] on idem's
+// consumer engine ([broker.Consumer]): this package is the engine's
+// RabbitMQ transport (receive, ack, requeue, dead-letter publish). It has
+// the shape every idem broker adapter has (see package
+// github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
+// [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
+// [broker.Report] per delivery passed to the Hooks, and [Replay] for dead
+// letters. [Options] embeds [broker.Options] (Concurrency, Backoff,
+// MaxHold, MaxDeliveries, ShutdownTimeout, Hooks) and adds the queue, the
+// prefetch and the dead-letter destination.
 //
 //   - processed or duplicate: Ack, only after the record is durable;
 //   - in progress elsewhere (a producer retry during a long handler, a
-//     claim orphaned by a crashed consumer): held, not requeued, so it adds
-//     nothing to a quorum queue's x-delivery-count and its delivery-limit.
-//     The consumer claims the key again on the back-off, at the latest when
+//     claim orphaned by a crashed consumer): held, unacked, not requeued,
+//     so it adds nothing to a quorum queue's x-delivery-count. The
+//     consumer claims the key again on the back-off, at the latest when
 //     the holder's lease ends: it then finds the key completed (acked as a
 //     duplicate), renewed (held on) or orphaned (retaken as stale and
-//     processed). Past [Options.MaxHold], or when Run shuts down, it is
-//     requeued at once; on its [Options.MaxDeliveries]-th delivery it is
-//     held without bound, so a live duplicate is not dead-lettered as
-//     max_deliver ([broker.ReasonMaxDeliver]) (only a shutdown that outlasts [Options.ShutdownTimeout]
-//     during that hold does);
-//   - a transient handler error, a store failure: the delivery is held for
-//     the back-off of [Options.Backoff], then Nack(requeue=true). Held
-//     deliveries keep counting against the prefetch, so a failing queue
-//     slows down instead of spinning;
-//   - conflict, permanent error, missing or invalid key, parked record:
-//     published to [Options.DeadLetterExchange] / [Options.DeadLetterRoutingKey],
-//     confirmed by the broker, then the original is acked. If the publish is
-//     not confirmed the original is requeued instead, so nothing is lost.
-//     Dead-lettering is at least once too: if the connection drops between
-//     the confirm and the ack, the redelivery is dead-lettered again, so
-//     readers of the dead-letter queue should expect the odd repeat.
+//     processed). Past MaxHold it is requeued after the holder's lease;
+//     on a quorum queue's last allowed delivery it is held without bound;
+//   - the store cannot be reached: the delivery is held, unacked, and
+//     claimed again on the back-off until the store answers, spending no
+//     delivery (reported through Hooks.OnError as a [broker.OutageError]);
+//   - a transient handler error: the delivery is held, unacked, for the
+//     back-off of Backoff, then Nack(requeue=true), which puts it back at
+//     the head of the queue at once (RabbitMQ cannot delay a requeue).
+//     Held deliveries keep counting against the prefetch, so a failing
+//     queue slows down instead of spinning;
+//   - conflict, permanent error, missing or invalid key, parked record,
+//     MaxDeliveries handler failures: published to
+//     [Options.DeadLetterExchange] / [Options.DeadLetterRoutingKey],
+//     confirmed by the broker, then the original is acked. If the publish
+//     is not confirmed the original is requeued instead, so nothing is
+//     lost. Dead-lettering is at least once too: if the connection drops
+//     between the confirm and the ack, the redelivery is dead-lettered
+//     again, so readers of the dead-letter queue should expect the odd
+//     repeat.
+//
+// Every hold keeps the delivery unacked on its channel, which RabbitMQ
+// never redelivers while the channel is open, so no keep-alive is needed;
+// but a delivery unacked for longer than the broker's consumer_timeout (30
+// minutes by default) makes RabbitMQ close the channel (Run then returns
+// [ErrDeliveriesClosed] and every unacked delivery is requeued): keep
+// MaxHold, the back-off and the handlers well under it.
+//
+// # The delivery limit
+//
+// Classic queues have none, and only flag a redelivery (attempt 2, at
+// least). A quorum queue counts every requeue and every return by a
+// closed channel or connection in x-delivery-count (0 on the first
+// delivery), and once a message was returned more than its
+// x-delivery-limit (20 by default since RabbitMQ 4.0) RabbitMQ drops it,
+// or dead-letters it through the queue's own x-dead-letter-exchange with
+// nothing but x-death (reason delivery_limit) and its original headers:
+// no idem reason, key, error or fingerprint. Set Options.MaxDeliveries to
+// the queue's delivery-limit. The consumer then treats the MaxDeliveries-th
+// delivery (x-delivery-count MaxDeliveries-1) as the last: it is never
+// requeued, a retry on it is dead-lettered by the consumer with reason
+// max_deliver ([broker.ReasonMaxDeliver]) and idem's headers, a key in
+// progress elsewhere or a store outage holds it, and on shutdown it is
+// held until ShutdownTimeout. That leaves the broker one delivery more
+// than the consumer uses, for a consumer that dies holding its last one.
+// Give the queue an x-dead-letter-exchange to the same dead-letter queue
+// as well: a message whose every delivery was spent by crashes is then
+// dead-lettered by RabbitMQ (x-first-death-reason delivery_limit) rather
+// than dropped. Shutdown spends a delivery too: Run cancels the AMQP
+// consumer and requeues what it received or prefetched but did not start.
 //
 // A dead letter is the original's body, properties (message-id, timestamp,
 // correlation-id, ...) and headers as they were, with what an operator
@@ -58,14 +95,11 @@
 // queue's own x-dead-letter-exchange because rejection cannot carry the
 // reason: RabbitMQ only records "rejected" in x-death.
 //
-// Requeueing puts the message back at the head of the queue at once; the
-// hold before the Nack is what spaces retries out. For long delays, or to
-// free the prefetch while waiting, use a delay queue instead: a queue with
-// x-message-ttl (or a per-message expiration) and x-dead-letter-exchange
-// pointing back at the work queue, into which a handler republishes the
-// message. Quorum queues count deliveries in x-delivery-count, which the
-// back-off and MaxDeliveries use; classic queues only say whether a message
-// was redelivered.
+// The hold before the requeue is what spaces retries out. For long
+// delays, or to free the prefetch while waiting, use a delay queue
+// instead: a queue with x-message-ttl (or a per-message expiration) and
+// x-dead-letter-exchange pointing back at the work queue, into which a
+// handler republishes the message.
 //
 // Usage, two-phase:
 //
@@ -74,7 +108,8 @@
 //	h := amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
 //	})
-//	c, _ := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq", Concurrency: 8})
+//	c, _ := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq",
+//		Options: amqpidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 20}}) // the quorum queue's delivery-limit
 //	err := c.Run(ctx)
 //
 // With a store that has a transactional inbox (store/sqlite,
@@ -96,13 +131,13 @@
 //
 // Each delivery yields one [broker.Report] (the guard's result and error,
 // the action, the dead-letter reason, the hold before a requeue, the
-// attempt), passed to [Options.Hooks]: BeforeSettle once the outcome is
+// attempt), passed to the Hooks of [broker.Options]: BeforeSettle once the outcome is
 // known and before the ack, the requeue or the dead letter (the worst
 // moment to crash, and the place for work that must happen first);
 // OnDeadLetter once a dead letter is confirmed (alert on conflicts there);
 // AfterSettle after the action, with BrokerErr set when it failed; OnError
 // for the errors the consumer handles by itself (failed dead-letter
-// publishes, requeues on shutdown). A held delivery yields its Report when
+// publishes, requeues on shutdown, store outages). A held delivery yields its Report when
 // it is settled. The guard's idem.Observer sees every outcome as well. A
 // program with its own consume loop calls [Consumer.Process] per delivery.
 //

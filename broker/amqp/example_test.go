@@ -48,10 +48,12 @@ func Example() {
 		Queue:                "orders",
 		DeadLetterRoutingKey: "orders.dlq", // through the default exchange
 		Publisher:            dlq,
-		Concurrency:          8,
-		Hooks: broker.Hooks[amqp.Delivery]{
-			OnDeadLetter: func(_ context.Context, d amqp.Delivery, r broker.Report) {
-				log.Printf("dead letter %s: %s (%v)", d.MessageId, r.Reason, r.Err)
+		Options: amqpidem.ConsumerOptions{
+			Concurrency: 8,
+			Hooks: broker.Hooks[amqp.Delivery]{
+				OnDeadLetter: func(_ context.Context, d amqp.Delivery, r broker.Report) {
+					log.Printf("dead letter %s: %s (%v)", d.MessageId, r.Reason, r.Err)
+				},
 			},
 		},
 	})

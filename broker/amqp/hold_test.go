@@ -22,6 +22,10 @@ type holdCase struct {
 	seen  <-chan struct{}
 	first <-chan broker.Report
 	lease time.Duration
+	// planned receives the report of each delivery as BeforeSettle sees
+	// it: the action decided, before the engine waits out a requeue's
+	// delay (RabbitMQ cannot delay one).
+	planned <-chan broker.Report
 }
 
 func newHoldCase(t *testing.T, opts amqpidem.Options, clock func() time.Time) *holdCase {
@@ -34,13 +38,15 @@ func newHoldCase(t *testing.T, opts amqpidem.Options, clock func() time.Time) *h
 	}
 	b := consumetest.NewBlocker()
 	opts.Queue, opts.DeadLetterRoutingKey = "q", "q.dlq"
+	planned := make(chan broker.Report, 2)
+	opts.Hooks.BeforeSettle = func(_ context.Context, _ amqp.Delivery, r broker.Report) { planned <- r }
 	c, err := amqpidem.NewConsumer(new(amqp.Channel), g, consumetest.Handler[amqp.Delivery](b), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d, _ := delivery("a", "1", nil)
 	first := b.Hold(func() broker.Report { return c.Process(context.Background(), d) })
-	return &holdCase{c: c, b: b, seen: seen, first: first, lease: lease}
+	return &holdCase{c: c, b: b, seen: seen, first: first, lease: lease, planned: planned}
 }
 
 // duplicate processes a copy of the holder's delivery in the background.
@@ -57,33 +63,41 @@ func (hc *holdCase) finish(t *testing.T) {
 
 var fastBackoff = func(int) time.Duration { return time.Millisecond }
 
-// TestHoldBounded: past MaxHold the copy is requeued at once: it waited
-// already, and was claimed again until MaxHold.
+// TestHoldBounded: the copy is claimed again until MaxHold, then requeued
+// after the holder's lease (the engine holds it unacked for that delay,
+// RabbitMQ having none of its own), or at once when ctx ends first.
 func TestHoldBounded(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{MaxHold: 30 * time.Millisecond, Backoff: fastBackoff}, nil)
+	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: 50 * time.Millisecond, Backoff: fastBackoff}}, nil)
 	defer hc.finish(t)
-	a, done := hc.duplicate(context.Background(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	a, done := hc.duplicate(ctx, nil)
 	consumetest.AwaitHeld(t, hc.seen, 3, done)
-	r := <-done
-	if a.got() != "[nack requeue=true]" || r.Action != idem.ActionRetry || r.Delay != 0 {
-		t.Fatalf("actions %s, report %+v; want a requeue at once after a hold of MaxHold", a.got(), r)
+	// ctx is live: only MaxHold ends the hold.
+	if p := <-hc.planned; p.Action != idem.ActionRetry || p.Delay <= 0 || p.Delay > hc.lease+time.Second+10*time.Millisecond {
+		t.Fatalf("planned %+v; want a requeue after the holder's lease (%v)", p, hc.lease)
+	}
+	cancel()
+	if r := <-done; a.got() != "[nack requeue=true]" || r.Action != idem.ActionRetry {
+		t.Fatalf("actions %s, report %+v; want one requeue", a.got(), r)
 	}
 }
 
-// TestNeverHeld: with a negative MaxHold the copy is not claimed again; it
-// waits for the holder's lease (here ended by the context) before the
-// requeue, rather than the attempt's back-off.
+// TestNeverHeld: with a negative MaxHold the copy is not claimed again; its
+// requeue waits for the holder's lease (here ended by the context), not
+// the attempt's back-off.
 func TestNeverHeld(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	hc := newHoldCase(t, amqpidem.Options{MaxHold: -1, Backoff: fastBackoff}, func() time.Time { return now })
+	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: -1, Backoff: fastBackoff}}, func() time.Time { return now })
 	defer hc.finish(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, done := hc.duplicate(ctx, nil)
 	consumetest.AwaitHeld(t, hc.seen, 1, done)
+	if p := <-hc.planned; p.Action != idem.ActionRetry || p.Delay < hc.lease || p.Delay > hc.lease+time.Second+10*time.Millisecond {
+		t.Fatalf("planned %+v; want a requeue after the holder's lease (%v)", p, hc.lease)
+	}
 	cancel()
-	r := <-done
-	if a.got() != "[nack requeue=true]" || r.Delay < hc.lease || r.Delay > hc.lease+time.Second+10*time.Millisecond {
-		t.Fatalf("actions %s, report %+v; want a requeue after the holder's lease (%v)", a.got(), r, hc.lease)
+	if r := <-done; a.got() != "[nack requeue=true]" || r.Delay >= hc.lease {
+		t.Fatalf("actions %s, report %+v; want a requeue once ctx ended, before the lease", a.got(), r)
 	}
 }
 
@@ -91,12 +105,31 @@ func TestNeverHeld(t *testing.T) {
 // MaxHold, for as long as the holder runs, and never dead-lettered as
 // max_deliver.
 func TestHoldLastDelivery(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{MaxHold: time.Millisecond, MaxDeliveries: 3, Backoff: fastBackoff}, nil)
+	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: time.Millisecond, MaxDeliveries: 3, Backoff: fastBackoff}}, nil)
 	a, done := hc.duplicate(context.Background(), amqp.Table{"x-delivery-count": int64(2)})
 	consumetest.AwaitHeld(t, hc.seen, 5, done)
 	hc.finish(t)
 	if r := <-done; a.got() != "[ack]" || r.Result.Outcome != idem.OutcomeDuplicate {
 		t.Fatalf("last delivery: actions %s, report %+v; want held, then acked as a duplicate", a.got(), r)
+	}
+}
+
+// TestClassicRedeliveryNotLast: a classic queue's redelivery (the flag, no
+// x-delivery-count) is attempt 2 at least, but a classic queue has no
+// delivery limit, so with MaxDeliveries 2 it is not the last: past MaxHold
+// it is requeued, not held on nor dead-lettered.
+func TestClassicRedeliveryNotLast(t *testing.T) {
+	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: time.Millisecond, MaxDeliveries: 2, Backoff: fastBackoff}}, nil)
+	defer hc.finish(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	a, done := hc.duplicate(ctx, amqp.Table{}) // redelivered, uncounted
+	consumetest.AwaitHeld(t, hc.seen, 1, done)
+	if p := <-hc.planned; p.Action != idem.ActionRetry || p.Attempt != 2 {
+		t.Fatalf("planned %+v; want a requeue of attempt 2", p)
+	}
+	cancel()
+	if r := <-done; a.got() != "[nack requeue=true]" {
+		t.Fatalf("actions %s, report %+v; want one requeue", a.got(), r)
 	}
 }
 
@@ -203,8 +236,8 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := consumetest.NewBlocker()
-	results, stop := e.consume(t, g, consumetest.Handler[amqp.Delivery](b), amqpidem.Options{Queue: q, Concurrency: 2, Prefetch: 4, MaxDeliveries: 2,
-		Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	results, stop := e.consume(t, g, consumetest.Handler[amqp.Delivery](b), amqpidem.Options{Queue: q, Prefetch: 4, Options: amqpidem.ConsumerOptions{Concurrency: 2, MaxDeliveries: 2,
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond }}})
 	order := amqp.Publishing{MessageId: "o-1", Body: []byte(`{"amount":5}`)}
 	e.publishTo(t, q, order)
 	<-b.Started
@@ -264,7 +297,7 @@ func TestShutdownWhileHeld(t *testing.T) {
 	consumetest.HoldElsewhere(t, g, idem.Message{ID: "o-3", Payload: body}) // another instance, with a live lease
 	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
 		return nil, errors.New("the holder is alive: never called")
-	}), amqpidem.Options{Queue: q, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	}), amqpidem.Options{Queue: q, Options: amqpidem.ConsumerOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }}})
 	e.publishTo(t, q, amqp.Publishing{MessageId: "o-3", Body: body})
 	consumetest.AwaitHeld(t, seen, 2, results)
 	stop()

@@ -85,17 +85,3 @@ func NewGuard(store idem.Store, queue string, opts idem.Options) (*idem.Guard, e
 	}
 	return idem.New(store, opts)
 }
-
-// deliveries is the delivery's attempt number (1 for the first): from
-// x-delivery-count on quorum queues, else 2 for any redelivery.
-func deliveries(d amqp.Delivery) int {
-	if v, ok := d.Headers["x-delivery-count"]; ok {
-		if n, err := strconv.Atoi(HeaderString(v)); err == nil && n >= 0 {
-			return n + 1
-		}
-	}
-	if d.Redelivered {
-		return 2
-	}
-	return 1
-}

@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idemgo/idem/internal/consume"
+	"github.com/idemgo/idem/broker"
 )
 
 // ErrNotDeadLetter means Replay was given a delivery that is not a dead
@@ -61,7 +61,7 @@ func replayed(dl amqp.Delivery) (exchange, key string, msg amqp.Publishing, err 
 	}
 	headers := make(amqp.Table, len(dl.Headers))
 	for name, v := range dl.Headers {
-		if consume.IsDeadLetterHeader(name) || strings.HasPrefix(strings.ToLower(name), "x-idem-") || name == "x-delivery-count" {
+		if broker.IsDeadLetterHeader(name) || strings.HasPrefix(strings.ToLower(name), "x-idem-") || name == "x-delivery-count" {
 			continue
 		}
 		headers[name] = v

@@ -68,7 +68,9 @@ func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel, alert f
 	})
 	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{
 		Queue: "orders", DeadLetterExchange: "orders.dlx",
-		Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(_ context.Context, _ amqp.Delivery, r broker.Report) { alert(r.Reason) }},
+		Options: amqpidem.ConsumerOptions{
+			Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(_ context.Context, _ amqp.Delivery, r broker.Report) { alert(r.Reason) }},
+		},
 	})
 	// README end
 	return err

@@ -149,6 +149,6 @@ func (e *amqpEnv) idem(ctx context.Context, r *run, store *postgres.Store, h amq
 	if err != nil {
 		return err
 	}
-	return amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq,
-		Concurrency: workers, Prefetch: amqpPrefetch, Hooks: hooks[amqp.Delivery](r)})
+	return amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Prefetch: amqpPrefetch,
+		Options: amqpidem.ConsumerOptions{Concurrency: workers, Hooks: hooks[amqp.Delivery](r)}})
 }

@@ -300,12 +300,15 @@ func runAMQP(ctx context.Context, cfg childConfig, l *ledger) error {
 		return err
 	}
 	c, err := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{
-		Queue: cfg.Source, DeadLetterRoutingKey: cfg.DLQ, Publisher: pub, Concurrency: cfg.Concurrency,
-		MaxDeliveries: amqpDeliveryLimit - 1, Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-		Hooks: broker.Hooks[amqp.Delivery]{
-			BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {
-				count.atLeast(d.DeliveryTag)
-				settleKill(l.kill, r)
+		Queue: cfg.Source, DeadLetterRoutingKey: cfg.DLQ, Publisher: pub,
+		Options: amqpidem.ConsumerOptions{
+			Concurrency: cfg.Concurrency, MaxDeliveries: amqpDeliveryLimit - 1,
+			Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+			Hooks: broker.Hooks[amqp.Delivery]{
+				BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {
+					count.atLeast(d.DeliveryTag)
+					settleKill(l.kill, r)
+				},
 			},
 		},
 	})
