@@ -33,12 +33,16 @@
 //     fleet's clocks are from each other.
 //   - Lifetime. A claim writes expires_at = the request's ExpiresAt, which
 //     Prepare raises to the lease end. Renew sets lease_until and carries
-//     the expiry with it: expires_at = GREATEST(expires_at, lease end). A
-//     record counts as expired when expires_at has passed, unless it is in
-//     progress under a live lease; claims, markers, batches, sweeps and Stats
-//     all use that condition, so rows written by older versions, whose Renew
-//     did not carry the expiry, are safe too. expires_at 0 (older versions'
-//     "never") never expires; Prepare rejects a zero ExpiresAt now.
+//     the expiry with it: expires_at = GREATEST(expires_at, lease end). Only
+//     a settled record (completed, released) expires, when expires_at has
+//     passed; an in-progress record never does: past its lease it is stale,
+//     however old, and claims report it to the Stale policy, sweeps leave
+//     it and Stats counts it stale. Claims, markers, batches, sweeps and
+//     Stats all use that condition.
+//   - Times are times. Times are BIGINT Unix milliseconds, NULL when unset:
+//     0 is the epoch and negative values are before it (migration 2 made
+//     the columns NULLable and turned older versions' expires_at 0, their
+//     "never", into NULL, which never expires).
 //   - Tokens. A claim or marker that inserts the record takes the request's
 //     NewToken (Prepare draws it at random in [2^32, 2^52)); a claim of a
 //     record that still exists (expired, released, retaken) takes one more

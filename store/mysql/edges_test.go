@@ -136,6 +136,11 @@ func TestTokensFromRequest(t *testing.T) {
 		}
 
 		// Swept and claimed again: the new lifetime's token is the request's.
+		// The claims in progress are released first: only settled records
+		// expire.
+		for _, id := range []string{"b1", "b2", "b3"} {
+			mustRelease(t, s, idem.Claim{Record: mustGet(t, s, k(id))}, t0)
+		}
 		now := t0.Add(2 * time.Hour)
 		for {
 			n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100})
@@ -300,8 +305,10 @@ func TestRenewCarriesExpiry(t *testing.T) {
 
 // TestOlderRowsLiveLease: rows written by older versions may be in progress
 // under a live lease with expires_at already passed (their Renew did not
-// carry it), or never expire (expires_at 0). Claims, marks, batches,
-// sweeps and statistics treat the first as live, the second as kept.
+// carry it), or never expire (expires_at NULL, migration 2's form of their
+// 0). Claims, marks, batches, sweeps and statistics treat the first as
+// live, the second as kept; an in-progress row whose lease ended is stale,
+// never expired nor swept.
 func TestOlderRowsLiveLease(t *testing.T) {
 	eachMode(t, func(t *testing.T, db *sql.DB) {
 		s := newStore(t, db)
@@ -309,12 +316,14 @@ func TestOlderRowsLiveLease(t *testing.T) {
 		now := t0.Add(24 * time.Hour)
 		ms := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
 		for _, row := range []struct {
-			id, state              string
-			lease, expires, create int64
+			id, state string
+			lease     int64
+			expires   any
+			create    int64
 		}{
 			{"live", "in_progress", ms(time.Hour), ms(-time.Hour), ms(-2 * time.Hour)},
 			{"dead", "in_progress", ms(-time.Minute), ms(-time.Hour), ms(-2 * time.Hour)},
-			{"never", "completed", ms(-time.Hour), 0, ms(-2 * time.Hour)},
+			{"never", "completed", ms(-time.Hour), nil, ms(-2 * time.Hour)},
 		} {
 			if _, err := db.Exec("INSERT INTO `"+s.Table()+"` (scope, id, display_id, state, fingerprint, result, token, attempts,"+
 				" lease_until, expires_at, created_at, updated_at) VALUES ('old', ?, NULL, ?, 'fp', NULL, 1, 1, ?, ?, ?, ?)",
@@ -324,8 +333,8 @@ func TestOlderRowsLiveLease(t *testing.T) {
 		}
 		k := func(id string) idem.Key { return idem.Key{Scope: "old", ID: id} }
 		stats, err := s.Stats(ctx, now)
-		if err != nil || len(stats) != 1 || stats[0].Expired != 1 || stats[0].Stale != 1 || stats[0].InProgress != 2 {
-			t.Fatalf("Stats = %+v, %v; want 2 in progress, 1 stale, 1 expired", stats, err)
+		if err != nil || len(stats) != 1 || stats[0].Expired != 0 || stats[0].Stale != 1 || stats[0].InProgress != 2 {
+			t.Fatalf("Stats = %+v, %v; want 2 in progress, 1 stale, none expired", stats, err)
 		}
 		if c := mustClaim(t, s, req(k("live"), now), idem.ClaimInProgress); c.Record.Token != 1 {
 			t.Fatalf("live: %+v", c.Record)
@@ -335,18 +344,19 @@ func TestOlderRowsLiveLease(t *testing.T) {
 		if cs := mustBatch(t, s, req(k("live"), now), req(k("never"), now)); cs[0].Outcome != idem.ClaimInProgress || cs[1].Outcome != idem.ClaimDuplicate {
 			t.Fatalf("batch over the older rows: %v, %v", cs[0].Outcome, cs[1].Outcome)
 		}
-		if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100}); err != nil || n != 1 {
-			t.Fatalf("Sweep = %d, %v; want 1 (only the row whose lease ended)", n, err)
+		if n, err := s.Sweep(ctx, idem.SweepRequest{Now: now, Limit: 100}); err != nil || n != 0 {
+			t.Fatalf("Sweep = %d, %v; want 0 (in progress, live or stale, and never-expiring)", n, err)
 		}
 		mustGet(t, s, k("live"))
 		mustGet(t, s, k("never"))
-		if _, err := s.Get(ctx, k("dead")); !errors.Is(err, idem.ErrNotFound) {
-			t.Fatalf("dead row after the sweep: %v", err)
-		}
-		// Once the lease ends the retention has too: a new lifetime, counting
-		// on from the row's token.
+		mustGet(t, s, k("dead"))
+		park := req(k("dead"), now)
+		park.TakeOverStale = false
+		mustClaim(t, s, park, idem.ClaimStale)
+		// Once the lease ends the record is stale, its retention long over:
+		// a retake (with req's TakeOverStale), not a new lifetime.
 		c := mustClaim(t, s, req(k("live"), now.Add(time.Hour+time.Second)), idem.ClaimAcquired)
-		if c.Retaken || c.Record.Token != 2 || c.Record.Attempts != 1 {
+		if !c.Retaken || c.Record.Token != 2 || c.Record.Attempts != 2 {
 			t.Fatalf("claim after the lease: %+v (retaken %v)", c.Record, c.Retaken)
 		}
 	})
@@ -370,7 +380,7 @@ func TestSweepUsesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0.Add(100 * time.Second).UnixMilli()
-	rows, err := db.QueryContext(ctx, "EXPLAIN "+s.SweepQuery(), now, now, 10)
+	rows, err := db.QueryContext(ctx, "EXPLAIN "+s.SweepQuery(), now, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		COALESCE(SUM(state = 'in_progress' AND lease_until <= ?), 0),
 		COALESCE(SUM(`+expired+`), 0),
 		MIN(CASE WHEN state = 'in_progress' THEN created_at END)
-		FROM `+s.table+` GROUP BY scope ORDER BY scope`, t, t, t)
+		FROM `+s.table+` GROUP BY scope ORDER BY scope`, t, t)
 	if err != nil {
 		return nil, err
 	}

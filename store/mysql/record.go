@@ -5,8 +5,8 @@ import (
 	"github.com/idemgo/idem/internal/sqlrecord"
 )
 
-// Records use package sqlrecord's layout: times as BIGINT Unix milliseconds
-// (sqlrecord.MS: no dependence on the DSN's parseTime or loc, no time zone
+// Records use package sqlrecord's layout: times as BIGINT Unix milliseconds,
+// NULL when unset (sqlrecord.MS: no dependence on the DSN's parseTime or loc, no time zone
 // conversions, exact round trips of the caller's clock, a plain integer
 // index for sweeps) and the columns sqlrecord.Columns, nColumns of them, in
 // the order rowArgs uses.
@@ -35,17 +35,18 @@ func resultArg(b []byte) any {
 func rowArgs(r idem.Record) []any {
 	return []any{
 		r.Scope, r.ID, displayArg(r), string(r.State), r.Fingerprint, resultArg(r.Result),
-		r.Token, r.Attempts, sqlrecord.MS(r.LeaseUntil), sqlrecord.MS(r.ExpiresAt), sqlrecord.MS(r.CreatedAt), sqlrecord.MS(r.UpdatedAt),
+		r.Token, r.Attempts, sqlrecord.NullMS(r.LeaseUntil), sqlrecord.NullMS(r.ExpiresAt), sqlrecord.NullMS(r.CreatedAt), sqlrecord.NullMS(r.UpdatedAt),
 	}
 }
 
 // expired is the condition of a record whose retention has ended at the
-// time bound to its two placeholders (the caller's now, twice), as
-// idem.Record.Expired says: expires_at has passed, unless the record is in
-// progress under a live lease. Renew carries expires_at with the lease, so
-// such records only come from older versions, but the second half keeps
-// those safe too. A zero expires_at (rows of older versions) never expires.
-const expired = "expires_at > 0 AND expires_at <= ? AND NOT (state = 'in_progress' AND lease_until > ?)"
+// time bound to its placeholder (the caller's now), as idem.Record.Expired
+// says: a settled record (completed or released) whose expires_at has
+// passed. An in-progress record never expires, whatever its expires_at:
+// past its lease it is stale, for the Stale policy, and no sweep deletes
+// it. A NULL expires_at (unset; rows of older versions that stored 0) never
+// expires; every number is a real time, 0 the epoch and negative before it.
+const expired = "state <> 'in_progress' AND expires_at <= ?"
 
 // queries are the statements for one table, built once.
 type queries struct {

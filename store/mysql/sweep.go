@@ -46,7 +46,7 @@ func (s *Store) withNamedLock(ctx context.Context, purpose string, wait time.Dur
 
 // Sweep implements idem.Store: it deletes up to req.Limit records whose
 // retention ended by the caller's clock (req.Now), oldest first, through the
-// expires_at index; an in-progress record whose lease is live is never
+// expires_at index; an in-progress record, live or stale, is never
 // deleted, whatever its expires_at. A Limit of zero or less deletes nothing
 // and returns 0. One instance sweeps a table at a time (a GET_LOCK named
 // after the database and table); the others return 0 at once.
@@ -89,7 +89,7 @@ const sweepChunk = 1000
 
 // sweepOnce locks up to limit expired rows and deletes them, in tx.
 func (s *Store) sweepOnce(ctx context.Context, tx *sql.Tx, now int64, limit int) (int64, error) {
-	rows, err := tx.QueryContext(ctx, s.q.sweepVictims, now, now, limit)
+	rows, err := tx.QueryContext(ctx, s.q.sweepVictims, now, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -132,8 +132,8 @@ func (s *Store) sweepOnce(ctx context.Context, tx *sql.Tx, now int64, limit int)
 func (s *Store) sweepDelete(now int64, keys []rkey) (string, []any) {
 	var b strings.Builder
 	b.WriteString(s.q.sweepDelete)
-	args := make([]any, 0, 2+len(keys)+len(keys)/4)
-	args = append(args, now, now)
+	args := make([]any, 0, 1+len(keys)+len(keys)/4)
+	args = append(args, now)
 	byScope := map[string][]string{}
 	var scopes []string
 	for _, k := range keys {

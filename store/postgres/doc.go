@@ -76,11 +76,12 @@
 //     per row), never 1; a row that exists, expired or released or retaken,
 //     counts on from its own token. So after a sweep deletes a key's row,
 //     its next owner's token matches no zombie of the earlier lifetime.
-//   - Lifetime: a row is expired when expires_at <= now and it is not in
-//     progress with lease_until > now, in the claim, the marker, the batch
-//     statements, Sweep and Stats alike (the second half also covers rows
-//     written before Renew carried the expiry). Renew sets lease_until and
-//     expires_at = GREATEST(expires_at, lease_until).
+//   - Lifetime: only a settled row expires: completed or released with
+//     expires_at <= now, in the claim, the marker, the batch statements,
+//     Sweep and Stats alike. An in-progress row past its lease is stale,
+//     however old: claims report it to the Stale policy (stale, or a retake
+//     with take_over), Sweep leaves it, Stats counts it stale. Renew sets
+//     lease_until and expires_at = GREATEST(expires_at, lease_until).
 //   - Content: a released row keeps its fingerprint (it takes the request's
 //     only when it has none), a stale retake keeps it, and only an expired
 //     row, a new lifetime, takes the request's.

@@ -152,7 +152,10 @@ func testEdgeTokens(t *testing.T, s *postgres.Store) {
 	check("MarkBatch per request", mbLong, markIn(t, s, mbLong...))
 
 	// A record that exists, expired, counts on from its token whatever the
-	// request's NewToken.
+	// request's NewToken (released first: only settled records expire).
+	if err := s.Release(ctx, idem.ReleaseRequest{Key: one.Key, Token: base + 1, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
 	later := t0.Add(2 * time.Hour)
 	again := edgeReq("claim", "fp", later, base+999)
 	if c, err := s.Claim(ctx, again); err != nil || c.Outcome != idem.ClaimAcquired || c.Record.Token != base+2 {
@@ -245,8 +248,10 @@ func testEdgeFingerprintSticks(t *testing.T, s *postgres.Store) {
 		if c := claim(empty, "B"); c.Record.Fingerprint != "B" || get(t, s, empty).Fingerprint != "B" {
 			t.Fatalf("%s over a record released without a fingerprint: %+v; want the request's", name, c.Record)
 		}
-		exp := "exp-" + name
-		if _, err := s.Claim(ctx, edgeReq(exp, "A", t0.Add(-2*time.Hour), 0)); err != nil {
+		exp := "exp-" + name // completed long ago: expired
+		if c, err := s.Claim(ctx, edgeReq(exp, "A", t0.Add(-2*time.Hour), 0)); err != nil {
+			t.Fatal(err)
+		} else if err := s.Complete(ctx, idem.CompleteRequest{Key: edgeKey(exp), Token: c.Record.Token, Now: t0.Add(-2 * time.Hour), ExpiresAt: t0.Add(-time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		if c := claim(exp, "B"); c.Outcome != idem.ClaimAcquired || c.Record.Fingerprint != "B" || c.Record.Attempts != 1 {
@@ -512,15 +517,21 @@ func testEdgeOldRows(t *testing.T, s *postgres.Store) {
 			t.Fatalf("%s changed: %+v", id, r)
 		}
 	}
-	// Once the lease ends, the row is expired: a new lifetime, counting on
-	// from its token, with the request's fingerprint.
+	// Once the lease ends, the row is stale, never expired: a claim asks
+	// the Stale policy (here: park), a retake counts on from its token and
+	// keeps its fingerprint, and the sweep leaves it.
 	end := now.Add(time.Minute)
-	if c, err := s.Claim(ctx, edgeReq("old-1", "other", end, 0)); err != nil || c.Outcome != idem.ClaimAcquired ||
-		c.Record.Token != 8 || c.Record.Fingerprint != "other" || c.Record.Attempts != 1 {
-		t.Fatalf("Claim after the lease: %+v, %v", c, err)
+	if c, err := s.Claim(ctx, edgeReq("old-1", "other", end, 0)); err != nil || c.Outcome != idem.ClaimStale || c.Record.Token != 7 {
+		t.Fatalf("Claim after the lease: %+v, %v; want stale", c, err)
 	}
-	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: end, Limit: 10}); err != nil || n != 1 {
-		t.Fatalf("Sweep after the lease = %d, %v; want old-2", n, err)
+	take = edgeReq("old-1", "other", end, 0)
+	take.TakeOverStale = true
+	if c, err := s.Claim(ctx, take); err != nil || c.Outcome != idem.ClaimAcquired || !c.Retaken ||
+		c.Record.Token != 8 || c.Record.Fingerprint != "fp" || c.Record.Attempts != 2 {
+		t.Fatalf("retake after the lease: %+v, %v", c, err)
+	}
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: end, Limit: 10}); err != nil || n != 0 {
+		t.Fatalf("Sweep after the lease = %d, %v; want 0 (old-2 is stale)", n, err)
 	}
 }
 

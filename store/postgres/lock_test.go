@@ -38,8 +38,12 @@ func TestSweepOneInstanceAtATime(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		k := idem.Key{Scope: "s", ID: fmt.Sprint(i)}
-		if _, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Now: t0, LeaseUntil: t0.Add(time.Second), ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		c, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Now: t0, LeaseUntil: t0.Add(time.Second), ExpiresAt: t0.Add(time.Hour)})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err) // settled: only settled records expire
 		}
 	}
 	now := t0.Add(2 * time.Hour)

@@ -47,13 +47,13 @@ func keepSweepAt(t, s string) string {
 		t, s, sweepSlackSQL)
 }
 
-// expired is the Store contract's "r expired" in SQL for a row t at now:
-// its retention ended and it is not an in-progress record whose lease is
-// live (an in-progress record never expires while its lease is; rows
-// written before Renew carried the expiry with the lease are covered too).
+// expired is the Store contract's "r expired" in SQL for a row t at now: a
+// settled row (completed or released) whose retention ended. An in-progress
+// row never expires, whatever its expires_at: past its lease it is stale,
+// for the Stale policy (acquirable below only with take_over), and no sweep
+// deletes it.
 func expired(t, now string) string {
-	return fmt.Sprintf(`(%[1]sexpires_at <= %[2]s AND NOT (%[1]sstate = %[3]d AND %[1]slease_until > %[2]s))`,
-		t, now, stInProgress)
+	return fmt.Sprintf(`(%[1]sstate <> %[3]d AND %[1]sexpires_at <= %[2]s)`, t, now, stInProgress)
 }
 
 // acquire is the acquire rule of the Store contract (idem.ApplyClaim) as an
@@ -251,8 +251,8 @@ RETURNING id`
 	// most for this one small statement. The rows are deleted through the
 	// primary key (a nested loop of index probes), which is also correct on
 	// a partitioned table, where a ctid names a row only within a partition.
-	// An in-progress row whose lease is live is not expired, whatever its
-	// expires_at, and stays. Every row's sweep_at is at most its expires_at
+	// An in-progress row is never expired, whatever its expires_at, and
+	// stays, live or stale. Every row's sweep_at is at most its expires_at
 	// (see sweepAt), so a row is found as soon as it expired.
 	s.sweep = `WITH victims AS (
 	SELECT scope, id FROM ` + table + `

@@ -11,7 +11,8 @@ import (
 	"github.com/idemgo/idem/store/storetest"
 )
 
-// fill claims n keys named prefix-i in batches, expiring at exp.
+// fill claims n keys named prefix-i in batches, expiring at exp, and
+// releases them (only settled records expire; one UPDATE, not n releases).
 func fill(t testing.TB, s *postgres.Store, prefix string, n int, now, exp time.Time) {
 	t.Helper()
 	for start := 0; start < n; start += 1000 {
@@ -23,6 +24,10 @@ func fill(t testing.TB, s *postgres.Store, prefix string, n int, now, exp time.T
 		if _, err := s.ClaimBatch(context.Background(), reqs); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := testPool(t).Exec(context.Background(), `UPDATE `+s.Table()+` SET state = 3 WHERE scope = 'sweep' AND id LIKE $1`,
+		prefix+"-%"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -130,8 +135,9 @@ func TestSweepNeverEarly(t *testing.T) {
 		}
 		if id == "completed" {
 			err = s.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: t0.Add(by), ExpiresAt: exp.Add(by)})
-		} else {
-			err = s.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: exp, LeaseUntil: exp.Add(by)})
+		} else if err = s.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: exp, LeaseUntil: exp.Add(by)}); err == nil {
+			// Released at once: settled, with the expiry the renewal carried.
+			err = s.Release(ctx, idem.ReleaseRequest{Key: k, Token: c.Record.Token, Now: exp})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -145,7 +151,7 @@ func TestSweepNeverEarly(t *testing.T) {
 		{exp, 3},
 		{exp.Add(40*time.Second - time.Microsecond), 0},
 		{exp.Add(40 * time.Second), 1},
-		{exp.Add(50*time.Second - time.Microsecond), 0}, // in progress, its lease live
+		{exp.Add(50*time.Second - time.Microsecond), 0}, // released, its expiry carried by the renewal
 		{exp.Add(50 * time.Second), 1},
 	} {
 		n, err := s.Sweep(ctx, idem.SweepRequest{Now: tc.now, Limit: 10})
