@@ -14,6 +14,14 @@
 // builds the guards itself, on the in-memory store for two-phase handlers
 // and on an embedded SQLite database for transactional ones, so every
 // adapter is held to the same flow.
+//
+// Beside effectively-once delivery under crashes and producer retries, the
+// suite holds every adapter to what its broker could lose: a store that
+// refuses connections for three times the broker's retry budget
+// (StoreOutage: nothing dead-lettered, lost or applied twice), a consumer
+// killed on a message's last allowed delivery (LastDeliveryCrash: applied
+// once or dead-lettered, never gone), and one idem header set on the dead
+// letters of every reason (DeadLetterHeadersEveryReason).
 package brokertest
 
 import (
@@ -118,6 +126,12 @@ type Features struct {
 	// DeliveryLimit: the broker counts deliveries toward a limit that the
 	// adapter honours (Consumer.MaxDeliveries).
 	DeliveryLimit bool
+	// Redelivery is how long the broker leaves a delivery unsettled before
+	// it delivers it again by itself (JetStream's AckWait, a Service Bus
+	// lock duration; 0 where only a closed connection or a nak redelivers):
+	// StoreOutage keeps the store down for three times MaxDeliveries of
+	// them, so that a consumer that let deliveries run out would be caught.
+	Redelivery time.Duration
 	// Skip names cases this broker cannot run, with the reason printed.
 	Skip map[string]string
 }
@@ -159,16 +173,21 @@ var cases = []suiteCase{
 	{name: "InProgressWaitsForLease", fn: testInProgressWaits},
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
 	{name: "Replay", fn: testReplay},
-	{name: "DeliveryLimitDeadLetters", needs: func(f Features) string {
-		if !f.DeliveryLimit {
-			return "no delivery limit"
-		}
-		return ""
-	}, fn: testDeliveryLimit},
+	{name: "DeliveryLimitDeadLetters", needs: needsDeliveryLimit, fn: testDeliveryLimit},
+	{name: "StoreOutage", fn: testStoreOutage},
+	{name: "LastDeliveryCrash", needs: needsDeliveryLimit, fn: testLastDeliveryCrash},
+	{name: "DeadLetterHeadersEveryReason", fn: testDeadLetterHeadersEveryReason},
 	{name: "OrderKept", needs: func(f Features) string {
 		if !f.Ordered {
 			return "no order guarantee"
 		}
 		return ""
 	}, fn: testOrder},
+}
+
+func needsDeliveryLimit(f Features) string {
+	if !f.DeliveryLimit {
+		return "no delivery limit"
+	}
+	return ""
 }

@@ -3,10 +3,8 @@ package brokertest
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/store/memory"
-	"github.com/idemgo/idem/store/sqlite"
 )
 
 // settleTimeout bounds how long a case waits for the broker to settle what
@@ -247,39 +244,19 @@ func checkOnce(t *testing.T, eff *effects, unique int) {
 // transaction.
 func testEffectivelyOnceTx(t *testing.T, b Broker) {
 	const unique, retries, reuses = 600, 150, 20
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "inbox.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	ctx := context.Background()
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE effects (id TEXT NOT NULL, payload BLOB)`); err != nil {
-		t.Fatal(err)
-	}
-	g := newGuard(t, store, idem.Options{Lease: 2 * time.Second})
+	in := newInbox(t)
+	g := newGuard(t, in.store, idem.Options{Lease: 2 * time.Second})
 	out := newOutcomes()
 	c := Consumer{
-		Guard: g,
-		HandleTx: func(ctx context.Context, tx *sql.Tx, m idem.Message) ([]byte, error) {
-			_, err := tx.ExecContext(ctx, `INSERT INTO effects (id, payload) VALUES (?, ?)`, m.ID, m.Payload)
-			return nil, err
-		},
-		Hooks: broker.Hooks[idem.Message]{AfterSettle: out.hook},
+		Guard:    g,
+		HandleTx: in.apply,
+		Hooks:    broker.Hooks[idem.Message]{AfterSettle: out.hook},
 	}
 	for range 2 {
 		start(t, b, c)
 	}
 	publish(t, b, workload(unique, retries, reuses)...)
-	count := func(q string) int {
-		var n int
-		if err := store.DB().QueryRowContext(ctx, q).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(q string) int { return in.count(t, q) }
 	waitFor(t, "every unique order committed and every reuse dead-lettered", func() bool {
 		return count(`SELECT COUNT(DISTINCT id) FROM effects`) == unique && len(deadLetters(t, b)) >= reuses
 	}, func() string { return fmt.Sprintf("%d committed; %s", count(`SELECT COUNT(*) FROM effects`), out) })
