@@ -22,7 +22,11 @@
 //     wrapped with [Permanent] is reported for dead-lettering.
 //
 // [Decide] maps the outcome of a call to the broker action (ack, retry,
-// dead-letter) so that broker integrations agree on it.
+// dead-letter) so that broker integrations agree on it. Errors carry one
+// class on every store and in both modes: data a store cannot take (a batch
+// repeating a key, [ErrDuplicateKeyInBatch]; a result over a store's
+// limit, or over [Options.MaxResultSize] in [DoTx]) is an [InvalidDataError],
+// permanent, dead-lettered with reason invalid_data.
 //
 // This package imports the standard library only. Stores, brokers, HTTP and
 // OpenTelemetry live in leaf packages that import it.

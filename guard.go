@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -19,7 +20,6 @@ type Guard struct {
 	store Store
 	inbox any // the TxStore of a NewInbox guard (store is then noRecords)
 	opts  Options
-	hb    *heartbeat
 }
 
 // New returns a guard over store. Options are validated once here; the error
@@ -31,7 +31,7 @@ func New(store Store, opts Options) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: opts, hb: newHeartbeat(opts.Lease)}, nil
+	return &Guard{store: store, opts: opts}, nil
 }
 
 // With returns a guard sharing g's store and options with another scope
@@ -47,7 +47,7 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb}, nil
+	return &Guard{store: g.store, inbox: g.inbox, opts: opts}, nil
 }
 
 // Store returns the guard's store.
@@ -97,7 +97,7 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
-			return g.doKey(ctx, key, fp, h, start)
+			return g.DoKey(ctx, key, fp, h)
 		}
 	}
 	return g.unkeyed(ctx, key, err, start, h, "two-phase")
@@ -127,12 +127,7 @@ func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.T
 // DoKey is Do with a key and fingerprint computed by the caller (HTTP
 // middleware, job runners). key.Scope is used as given.
 func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (Result, error) {
-	return g.doKey(ctx, key, fingerprint, h, time.Now())
-}
-
-// doKey is DoKey from start, the time the call began (Do reads the clock
-// once for the whole call).
-func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handler, start time.Time) (Result, error) {
+	start := time.Now()
 	ctx = g.start(ctx, key, "two-phase")
 	fingerprint = StoredFingerprint(fingerprint)
 	if err := key.Validate(); err != nil {
@@ -142,9 +137,9 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	if nr, ok := g.store.(noRecords); ok {
 		return g.refuse(ctx, key, nr, start)
 	}
-	sctx := g.storeCtxAt(ctx, start)
+	sctx, cancel := g.storeCtx(ctx)
 	c, err := g.store.Claim(sctx, g.claimRequest(key, fingerprint))
-	sctx.cancel(nil)
+	cancel()
 	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)
 }
 
@@ -184,14 +179,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	}()
 	res.Key = key
 	if claimErr != nil {
-		switch {
-		case errors.Is(claimErr, ErrLeaseLost):
-			res.Outcome = OutcomeLeaseLost
-		case errors.Is(claimErr, ErrInvalidData):
-			res.Outcome = OutcomePermanent
-		default:
-			res.Outcome = OutcomeStoreError
-		}
+		res.Outcome = storeOutcome(claimErr)
 		return res, storeErr("claim", claimErr)
 	}
 	res.Record, res.Retaken = c.Record, c.Retaken
@@ -224,9 +212,10 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	}
 
 	token := c.Record.Token
+	hctx := ContextWithKey(ctx, key)
 	if c.Retaken && g.opts.Stale == StaleReconcile {
 		hs := time.Now()
-		value, done, rerr := g.opts.Reconcile(ContextWithKey(ctx, key), c.Record)
+		value, done, rerr := g.opts.Reconcile(hctx, c.Record)
 		ev.Handler += time.Since(hs)
 		if rerr != nil {
 			g.release(ctx, key, token)
@@ -235,14 +224,13 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		}
 		if done {
 			res.Outcome = OutcomeReconciled
-			return g.complete(ctx, res, token, value, time.Now())
+			return g.complete(ctx, res, token, value)
 		}
 	}
 
 	hs := time.Now()
-	value, herr, lost := g.runLeased(ctx, key, token, h, hs)
-	he := time.Now()
-	ev.Handler += he.Sub(hs)
+	value, herr, lost := g.runLeased(hctx, key, token, h)
+	ev.Handler += time.Since(hs)
 	if lost {
 		res.Outcome = OutcomeLeaseLost
 		if herr == nil {
@@ -254,7 +242,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		// The effect is in place already (entity mode, version guards):
 		// complete the key so later deliveries stop at the claim.
 		res.Outcome = outcome
-		return g.complete(ctx, res, token, v, he)
+		return g.complete(ctx, res, token, v)
 	}
 	if herr != nil {
 		g.release(ctx, key, token)
@@ -262,13 +250,13 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		return res, herr
 	}
 	res.Outcome = OutcomeProcessed
-	return g.complete(ctx, res, token, value, he)
+	return g.complete(ctx, res, token, value)
 }
 
 // complete records value (or nothing, when it is too large: the effects are
 // done and must not be repeated, so the key is completed without a result and
-// ErrResultTooLarge is reported). now is the time the handler returned.
-func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte, now time.Time) (Result, error) {
+// ErrResultTooLarge is reported).
+func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte) (Result, error) {
 	var tooLarge error
 	if g.opts.MaxResultSize < 0 {
 		value = nil
@@ -277,8 +265,8 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			ErrResultTooLarge, len(value), g.opts.MaxResultSize)
 		value = nil
 	}
-	sctx := g.settleCtx(ctx, now)
-	defer sctx.cancel(nil)
+	sctx, cancel := g.settleCtx(ctx)
+	defer cancel()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		now := g.opts.Clock()
@@ -301,9 +289,9 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 		// A Complete that committed but whose reply was lost makes the
 		// retry find the record completed under this claim's own token:
 		// that is this claim's completion, not another owner's.
-		gctx := g.settleCtx(ctx, time.Now())
+		gctx, gcancel := g.settleCtx(ctx)
 		r, gerr := g.store.Get(gctx, res.Key)
-		gctx.cancel(nil)
+		gcancel()
 		if gerr == nil && r.State == StateCompleted && r.Token == token {
 			err = nil
 		}
@@ -324,9 +312,79 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 	return res, tooLarge
 }
 
+// runLeased runs h while a heartbeat renews the lease every Lease/3. If the
+// lease is lost, h's context is cancelled with cause ErrLeaseLost and lost is
+// true. A panic in h releases the claim and is re-raised.
+//
+// The heartbeat is a timer, not a goroutine: most handlers finish long before
+// the first renewal is due and pay only for arming and stopping it.
+func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) (value []byte, err error, lost bool) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu       sync.Mutex
+		stopped  bool
+		inflight sync.WaitGroup
+		timer    *time.Timer
+	)
+	interval := g.opts.Lease / 3
+	// Renewals end with the handler: a renewal stuck on a row lock or a
+	// half-open connection is cancelled when h returns, and none waits
+	// longer than StoreTimeout, so Do never waits on one.
+	rctx, rcancel := context.WithCancel(hctx)
+	renew := func() {
+		defer inflight.Done()
+		now := g.opts.Clock()
+		sctx, scancel := g.storeCtx(rctx)
+		rerr := g.store.Renew(sctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+		scancel()
+		if rerr != nil && rctx.Err() == nil {
+			g.step(ctx, Step{Key: key, Op: "renew", Token: token, Err: rerr})
+		}
+		if errors.Is(rerr, ErrLeaseLost) {
+			cancel(ErrLeaseLost)
+			return
+		}
+		// Other renewal errors are transient: the next tick tries again, and
+		// the lease is three ticks long.
+		mu.Lock()
+		if !stopped {
+			timer.Reset(interval)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(interval, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		inflight.Add(1)
+		mu.Unlock()
+		renew()
+	})
+	mu.Unlock()
+	defer func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		rcancel()
+		inflight.Wait()
+		if p := recover(); p != nil {
+			g.release(ctx, key, token)
+			panic(p)
+		}
+	}()
+	value, err = h(hctx)
+	lost = errors.Is(context.Cause(hctx), ErrLeaseLost)
+	return value, err, lost
+}
+
 func (g *Guard) release(ctx context.Context, key Key, token int64) {
-	sctx := g.settleCtx(ctx, time.Now())
-	defer sctx.cancel(nil)
+	sctx, cancel := g.settleCtx(ctx)
+	defer cancel()
 	// A failed release is harmless: the lease ends and the key is retaken.
 	// The observer hears of it.
 	if err := g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()}); err != nil {
@@ -360,22 +418,17 @@ func (g *Guard) step(ctx context.Context, s Step) {
 // Every store call the guard makes runs under it (or under settleCtx), so a
 // store that stops answering, or a row lock another session holds, costs
 // one message StoreTimeout and never stalls the consumer (a partition, a
-// slot) for as long as the store hangs. Cancel it with cancel(nil) when the
-// call returns.
-func (g *Guard) storeCtx(ctx context.Context) *callCtx { return g.storeCtxAt(ctx, time.Now()) }
-
-// storeCtxAt is storeCtx for a call that starts at now, a time the caller
-// read anyway: on a fast store the clock is a visible share of the cost.
-func (g *Guard) storeCtxAt(ctx context.Context, now time.Time) *callCtx {
-	return &callCtx{parent: ctx, deadline: now.Add(g.opts.StoreTimeout)}
+// slot) for as long as the store hangs.
+func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.opts.StoreTimeout)
 }
 
 // settleCtx is storeCtx for the calls that settle a claim (complete,
 // release, the read after a lost complete reply): they run even when the
 // caller's context has ended, so that a finished handler's record is
 // written on shutdown and a failed one's key is given back at once.
-func (g *Guard) settleCtx(ctx context.Context, now time.Time) *callCtx {
-	return g.storeCtxAt(context.WithoutCancel(ctx), now)
+func (g *Guard) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return g.storeCtx(context.WithoutCancel(ctx))
 }
 
 func (g *Guard) observe(ctx context.Context, e Event) {
@@ -397,6 +450,20 @@ func failedOutcome(err error) Outcome {
 		return OutcomePermanent
 	}
 	return OutcomeFailed
+}
+
+// storeOutcome is the outcome of a call whose store step failed with err:
+// data the store cannot take is permanent in every mode (two-phase and the
+// inbox alike), a stale token is a lost lease, anything else a store
+// failure to retry.
+func storeOutcome(err error) Outcome {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		return OutcomeLeaseLost
+	case errors.Is(err, ErrInvalidData):
+		return OutcomePermanent
+	}
+	return OutcomeStoreError
 }
 
 // storeErr wraps a store failure as *StoreError unless it is one of idem's

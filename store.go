@@ -185,14 +185,19 @@ type SweepRequest struct {
 
 // BatchStore is implemented by stores that claim many keys in one round trip
 // (one statement, one pipeline). Results are in request order. Keys in one
-// batch must be distinct.
+// batch must be distinct: a batch that repeats one is refused whole, nothing
+// written, with CheckBatchKeys's *InvalidDataError (ErrDuplicateKeyInBatch).
 type BatchStore interface {
 	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error)
 }
 
 // ClaimBatch claims reqs in one round trip when s is a BatchStore and one
-// by one otherwise.
+// by one otherwise. Keys must be distinct (ErrDuplicateKeyInBatch), with
+// or without a BatchStore.
 func ClaimBatch(ctx context.Context, s Store, reqs []ClaimRequest) ([]Claim, error) {
+	if err := CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	if bs, ok := s.(BatchStore); ok {
 		return bs.ClaimBatch(ctx, reqs)
 	}

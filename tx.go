@@ -23,8 +23,10 @@ type TxHandler[Tx any] func(ctx context.Context, tx Tx) ([]byte, error)
 // store/postgres for pgx.Tx, ...); otherwise DoTx returns ErrNoTx. fn must use
 // tx for every write that has to be exactly-once. An error from fn rolls
 // everything back and is returned (Permanent errors are dead-lettered by the
-// integrations); a result over Options.MaxResultSize rolls back too, as a
-// permanent error.
+// integrations); a result over Options.MaxResultSize, or one the store
+// refuses, rolls back too, as an *InvalidDataError (ErrInvalidData and
+// ErrResultTooLarge; OutcomePermanent, dead-lettered with reason
+// invalid_data), the class every store gives a result it cannot take.
 //
 // fn normally runs only once the marker is written. A store that defers
 // the marker to fn's first statement (a MarkDeferrer, such as store/postgres
@@ -108,17 +110,27 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		if g.opts.MaxResultSize < 0 {
 			value = nil
 		} else if len(value) > g.opts.MaxResultSize {
-			handlerErr = Permanent(fmt.Errorf("%w: %d bytes, limit %d (the transaction was rolled back)",
-				ErrResultTooLarge, len(value), g.opts.MaxResultSize))
-			return handlerErr
+			// Invalid data, as when the store refuses the result itself:
+			// one class (invalid_data, dead-lettered) whichever limit it
+			// met first.
+			outcomeErr = &InvalidDataError{Op: "save result", Err: fmt.Errorf("%w: %d bytes, limit %d (the transaction was rolled back)",
+				ErrResultTooLarge, len(value), g.opts.MaxResultSize)}
+			res.Outcome = OutcomePermanent
+			return outcomeErr
 		}
 		if len(value) > 0 {
-			sctx := g.storeCtx(ctx)
+			sctx, cancel := g.storeCtx(ctx)
 			err := ts.SaveResult(sctx, tx, key, value)
-			sctx.cancel(nil)
+			cancel()
+			if errors.Is(err, ErrInvalidData) {
+				// The result is all SaveResult carries: a refusal is
+				// of the result, ErrResultTooLarge as for the guard's
+				// own limit.
+				err = fmt.Errorf("%w: %w", ErrResultTooLarge, err)
+			}
 			if err != nil {
 				outcomeErr = storeErr("save result", err)
-				res.Outcome = OutcomeStoreError
+				res.Outcome = storeOutcome(err)
 				return outcomeErr
 			}
 		}
@@ -192,8 +204,8 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		err      error
 	)
 	if own {
-		sctx := g.storeCtx(ctx)
-		defer sctx.cancel(nil)
+		sctx, cancel := g.storeCtx(ctx)
+		defer cancel()
 		ctx = sctx
 		if d, ok := ts.(MarkDeferrer[Tx]); ok {
 			c, deferred, err = d.DeferMark(ctx, tx, req)
@@ -204,7 +216,7 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 	}
 	ev.Claim = time.Since(cs)
 	if err != nil {
-		res.Outcome = OutcomeStoreError
+		res.Outcome = storeOutcome(err)
 		return res, storeErr("mark", err)
 	}
 	res.Record = c.Record

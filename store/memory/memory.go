@@ -72,8 +72,12 @@ func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 }
 
 // ClaimBatch implements idem.BatchStore: the whole batch under one lock.
-// Every request is prepared first, so a rejected one writes nothing.
+// Every request is prepared first, so a rejected one (or a repeated key,
+// idem.ErrDuplicateKeyInBatch) writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
 		p, err := r.Prepare()

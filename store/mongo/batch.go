@@ -19,6 +19,9 @@ import (
 // conditional replace where a write is due), so the new keys of a poll cost
 // one round trip and its redeliveries one more.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
 		p, err := r.Prepare()

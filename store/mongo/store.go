@@ -18,7 +18,6 @@ type Store struct {
 	db    *mongo.Database
 	coll  *mongo.Collection
 	locks *mongo.Collection
-	turns *mongo.Collection // the right to write a record on FerretDB v1 (turns.go)
 	opts  Options
 	clock serverClock
 	txs   txRunner
@@ -49,7 +48,6 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 		db:    db,
 		coll:  coll,
 		locks: db.Collection(opts.Collection + ".locks"),
-		turns: db.Collection(opts.Collection + ".turns"),
 		opts:  opts,
 		clock: serverClock{db: db},
 		txs:   txRunner{client: db.Client(), probe: coll},
@@ -129,10 +127,8 @@ func (s *Store) freshClaim(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 // document to insert should the record be gone by the time it is read.
 func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh recordDoc, cur *recordDoc) (idem.Claim, error) {
 	id := idOf(req.Key)
-	var readAt time.Time // when cur was read; zero: by the caller, read again before a turn
 	for range maxClaimRounds {
 		if cur == nil {
-			readAt = time.Now()
 			var d recordDoc
 			err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 			if errors.Is(err, mongo.ErrNoDocuments) {
@@ -164,8 +160,7 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 			return idem.Claim{}, err
 		}
 		doc := docOf(c.Record, ttl)
-		ok, err := s.writeIf(ctx, id, unchanged(*cur), cur, readAt, func(ctx context.Context, filter bson.D, rev string) (int64, error) {
-			doc.Rev = rev
+		ok, err := s.writeIf(ctx, id, unchanged(*cur), func(ctx context.Context, filter bson.D) (int64, error) {
 			res, err := s.coll.ReplaceOne(ctx, filter, doc)
 			if err != nil {
 				return 0, err
@@ -186,8 +181,8 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 // fenced runs one update of the record of k held in progress under token,
 // and returns idem.ErrLeaseLost when there is no such record.
 func (s *Store) fenced(ctx context.Context, op string, k idem.Key, token int64, update bson.D) error {
-	ok, err := s.writeIf(ctx, idOf(k), heldBy(token), nil, time.Time{}, func(ctx context.Context, filter bson.D, rev string) (int64, error) {
-		res, err := s.coll.UpdateOne(ctx, filter, setRev(update, rev))
+	ok, err := s.writeIf(ctx, idOf(k), heldBy(token), func(ctx context.Context, filter bson.D) (int64, error) {
+		res, err := s.coll.UpdateOne(ctx, filter, update)
 		if err != nil {
 			return 0, err
 		}
@@ -215,6 +210,18 @@ func (s *Store) checkResult(op string, result []byte) error {
 		return &idem.InvalidDataError{Op: op, Err: &tooLargeError{Size: len(result) + resultOverhead, Limit: limit}}
 	}
 	return nil
+}
+
+// ResultLimit is the size in bytes of the largest result the store records:
+// the server's document size limit (measured from the server) less the room
+// the rest of a record takes. Complete and SaveResult refuse a larger one
+// with an *idem.InvalidDataError, nothing written; keep the guard's
+// MaxResultSize under it.
+func (s *Store) ResultLimit(ctx context.Context) (int, error) {
+	if err := s.clock.measure(ctx); err != nil {
+		return 0, wrap("result limit", err)
+	}
+	return s.clock.maxDocument() - resultOverhead, nil
 }
 
 // Complete implements idem.Store: one update fenced by token and state.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 
@@ -109,18 +108,15 @@ const maxBatch = 1000
 // keys of the earlier ones stay claimed in progress and are retaken once
 // their lease ends, like those of a consumer that crashed.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	seen := make(map[rkey]bool, len(reqs))
+	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
 		r, err := r.Prepare()
 		if err != nil {
 			return nil, err
 		}
-		k := keyOf(r.Key)
-		if seen[k] {
-			return nil, fmt.Errorf("%w: key %s twice in one batch", idem.ErrInvalidKey, r.Key)
-		}
-		seen[k] = true
 		prepared[i] = r
 	}
 	reqs = prepared

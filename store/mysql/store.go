@@ -214,8 +214,8 @@ func checkResult(ctx context.Context, q queryRower, op string, result []byte) er
 	if len(result) < bigResult {
 		return nil
 	}
-	var limit int64
-	if err := q.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&limit); err != nil {
+	limit, err := maxPacket(ctx, q)
+	if err != nil {
 		return err
 	}
 	// Interpolation escapes these bytes with a backslash: count them, so the
@@ -228,6 +228,27 @@ func checkResult(ctx context.Context, q queryRower, op string, result []byte) er
 		return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("mysql: a result of %d bytes does not fit the server's max_allowed_packet (%d bytes)", len(result), limit)}
 	}
 	return nil
+}
+
+// maxPacket is the server's max_allowed_packet.
+func maxPacket(ctx context.Context, q queryRower) (int64, error) {
+	var limit int64
+	err := q.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&limit)
+	return limit, err
+}
+
+// ResultLimit is the size in bytes of the largest result the store records:
+// the server's max_allowed_packet less the room the statement takes beside
+// the result (bytes that need escaping count twice). Complete and
+// SaveResult refuse a larger one with an *idem.InvalidDataError, nothing
+// written, and so does every try after it; keep the guard's MaxResultSize
+// under it.
+func (s *Store) ResultLimit(ctx context.Context) (int, error) {
+	limit, err := maxPacket(ctx, s.db)
+	if err != nil {
+		return 0, fmt.Errorf("mysql: result limit: %w", err)
+	}
+	return int(limit - packetSlack), nil
 }
 
 type queryRower interface {

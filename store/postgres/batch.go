@@ -13,10 +13,13 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// ErrDuplicateKeyInBatch means one batch named a key twice. PostgreSQL cannot
-// upsert one row twice in a statement, and the idem.BatchStore contract asks
-// for distinct keys.
-var ErrDuplicateKeyInBatch = errors.New("postgres: key repeated in one batch")
+// ErrDuplicateKeyInBatch is idem.ErrDuplicateKeyInBatch: one batch named a
+// key twice (PostgreSQL cannot upsert one row twice in a statement, and the
+// idem.BatchStore contract asks for distinct keys). The batch is refused
+// whole with an *idem.InvalidDataError, permanent like on every store.
+//
+// Deprecated: use idem.ErrDuplicateKeyInBatch; this is the same value.
+var ErrDuplicateKeyInBatch = idem.ErrDuplicateKeyInBatch
 
 // ClaimBatch implements idem.BatchStore: every key in one statement (arrays
 // unnested into one statement). Results are in request order; keys must be
@@ -38,6 +41,9 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	if err := idem.CheckBatchKeys(op, reqs); err != nil {
+		return nil, err
+	}
 	index := make(map[rkey]int, len(reqs))
 	norm := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
@@ -48,11 +54,7 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 		if err != nil {
 			return nil, err
 		}
-		k := rkey{n.Key.Scope, n.Key.StoredID()}
-		if _, dup := index[k]; dup {
-			return nil, fmt.Errorf("%w: %s", ErrDuplicateKeyInBatch, n.Key)
-		}
-		index[k] = i
+		index[rkey{n.Key.Scope, n.Key.StoredID()}] = i
 		norm[i] = n
 		if mark {
 			norm[i].TakeOverStale = false

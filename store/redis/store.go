@@ -357,6 +357,9 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 // before the failure stay in progress until their lease ends, then are
 // retaken.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
 		r, err := r.Prepare()

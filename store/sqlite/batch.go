@@ -21,8 +21,12 @@ const batchRows = 500
 // write of a single claim.
 //
 // Every request is prepared first (its own random NewToken, its fingerprint
-// as stored): a rejected request fails the batch before anything is written.
+// as stored): a rejected request, or a repeated key
+// (idem.ErrDuplicateKeyInBatch), fails the batch before anything is written.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
+	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, req := range reqs {
 		p, err := prepare(req)

@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"GuardConflict", testGuardConflict},
 	}
 	tests = append(tests, edgeTests...)
+	tests = append(tests, classTests...)
 	tests = append(tests, lifetimeStaleTests...)
 	tests = append(tests, epochTests...)
 	for _, tc := range tests {

@@ -38,6 +38,7 @@ func RunTx[Tx any](t *testing.T, newStore func(t *testing.T) TxStore[Tx]) {
 		{"MarkTokenUniqueAcrossDeletion", testMarkTokenAcrossDeletion[Tx]},
 		{"MarkFingerprintSticksAfterRelease", testMarkFingerprintSticksAfterRelease[Tx]},
 		{"DoTxRawFingerprint", testDoTxRawFingerprint[Tx]},
+		{"DoTxOversizedResultInvalidData", testDoTxOversizedResult[Tx]},
 		{"MarkStalePastRetention", testMarkStalePastRetention[Tx]},
 		{"MarkTimesAtEpoch", testMarkTimesAtEpoch[Tx]},
 	}

@@ -1,0 +1,35 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDuplicateKeyInBatch means one batch (BatchStore.ClaimBatch, a store's
+// batch of markers) named a key twice. The BatchStore contract asks for
+// distinct keys, and stores cannot honour a repeat the same way (one SQL
+// statement cannot upsert a row twice), so every store refuses the whole
+// batch before writing anything, with an *InvalidDataError that wraps this:
+// errors.Is(err, ErrInvalidData) and IsPermanent hold, so a caller that
+// retries on store errors does not retry it forever and Decide dead-letters
+// it (reason invalid_data). Guard.ClaimBatch never sends a repeat: it
+// claims a repeated key in its own turn, as the duplicate it is.
+var ErrDuplicateKeyInBatch = errors.New("idem: key repeated in one batch")
+
+// CheckBatchKeys returns an *InvalidDataError for op wrapping
+// ErrDuplicateKeyInBatch, naming the key, when two of reqs have the same
+// key; nil otherwise. Stores call it first in their batch operations so
+// that every store classifies a repeat the same way.
+func CheckBatchKeys(op string, reqs []ClaimRequest) error {
+	if len(reqs) < 2 {
+		return nil
+	}
+	seen := make(map[Key]int, len(reqs))
+	for i, r := range reqs {
+		if j, dup := seen[r.Key]; dup {
+			return &InvalidDataError{Op: op, Err: fmt.Errorf("%w: %s at positions %d and %d", ErrDuplicateKeyInBatch, r.Key, j, i)}
+		}
+		seen[r.Key] = i
+	}
+	return nil
+}
