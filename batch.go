@@ -44,14 +44,16 @@ func (t *Ticket) Key() Key { return t.key }
 func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, error) {
 	start := time.Now()
 	tickets := make([]*Ticket, len(msgs))
+	slab := make([]Ticket, len(msgs)) // one allocation for the batch's tickets
 	var (
-		reqs []ClaimRequest
-		idx  []int
+		reqs = make([]ClaimRequest, 0, len(msgs))
+		idx  = make([]int, 0, len(msgs))
 		seen = make(map[Key]bool, len(msgs))
 		now  = g.opts.Clock() // one instant for the whole batch
 	)
 	for i, m := range msgs {
-		t := &Ticket{g: g, msg: m}
+		t := &slab[i]
+		t.g, t.msg = g, m
 		tickets[i] = t
 		t.key, t.keyErr = g.Key(m)
 		if t.keyErr == nil {
@@ -106,11 +108,12 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	case t.keyErr != nil:
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
 	case !t.claimed:
-		return g.DoKey(ctx, t.key, t.fp, h)
+		return g.doKey(ctx, t.key, t.fp, h, start)
 	}
 	ctx = g.start(ctx, t.key, "two-phase")
 	c := t.claim
 	var err error
+	at := start
 	if c.Outcome == ClaimAcquired {
 		now := g.opts.Clock()
 		if !now.Before(c.Record.LeaseUntil.Add(-2 * g.opts.Lease / 3)) {
@@ -122,12 +125,13 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			sctx := g.storeCtx(ctx)
 			err = g.store.Renew(sctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
 			sctx.cancel(nil)
+			at = time.Now()
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
 				g.release(ctx, t.key, c.Record.Token) // let the redelivery claim it at once
 			}
 		}
 	}
-	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, h)
+	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, at, h)
 }
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting

@@ -23,10 +23,15 @@ type callCtx struct {
 	key      Key       // answered to KeyFromContext when hasKey (a handler's run)
 	hasKey   bool
 
-	mu    sync.Mutex
-	inner context.Context         // made by the first Done, Err past the end, or a cancel with a cause
-	stop  context.CancelCauseFunc // inner's cancel
-	ended bool                    // cancelled before inner was made: Err is Canceled
+	mu sync.Mutex
+	// detach: parent's cancellation and deadline do not apply (a settling
+	// call, Guard.settleCtx). parent becomes context.WithoutCancel(parent)
+	// the first time anything but Err reads it, so a store that reads Err
+	// only pays for no wrapper either.
+	detach bool
+	inner  context.Context         // made by the first Done, Err past the end, or a cancel with a cause
+	stop   context.CancelCauseFunc // inner's cancel
+	ended  bool                    // cancelled before inner was made: Err is Canceled
 }
 
 // closedChan is the Done of a callCtx cancelled before anything waited.
@@ -36,19 +41,29 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
+// base returns the parent the context derives from. Called with mu held.
+func (c *callCtx) base() context.Context {
+	if c.detach {
+		c.parent, c.detach = context.WithoutCancel(c.parent), false
+	}
+	return c.parent
+}
+
 // makeInner makes the context that answers from now on. Called with mu held.
 func (c *callCtx) makeInner() {
 	if c.deadline.IsZero() {
-		c.inner, c.stop = context.WithCancelCause(c.parent)
+		c.inner, c.stop = context.WithCancelCause(c.base())
 		return
 	}
-	inner, stop := context.WithDeadline(c.parent, c.deadline)
+	inner, stop := context.WithDeadline(c.base(), c.deadline)
 	c.inner, c.stop = inner, func(error) { stop() }
 }
 
 // Deadline implements context.Context.
 func (c *callCtx) Deadline() (time.Time, bool) {
-	d, ok := c.parent.Deadline()
+	c.mu.Lock()
+	d, ok := c.base().Deadline()
+	c.mu.Unlock()
 	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
 		return d, ok
 	}
@@ -79,7 +94,7 @@ func (c *callCtx) Err() error {
 		return c.inner.Err()
 	case c.ended:
 		return context.Canceled
-	case c.parent.Err() != nil || !c.deadline.IsZero() && !time.Now().Before(c.deadline):
+	case !c.detach && c.parent.Err() != nil || !c.deadline.IsZero() && time.Until(c.deadline) <= 0:
 		c.makeInner()
 		return c.inner.Err()
 	}
@@ -92,12 +107,12 @@ func (c *callCtx) Value(key any) any {
 		return c.key
 	}
 	c.mu.Lock()
-	inner := c.inner
-	c.mu.Unlock()
-	if inner != nil {
-		return inner.Value(key)
+	from := c.inner
+	if from == nil {
+		from = c.base()
 	}
-	return c.parent.Value(key)
+	c.mu.Unlock()
+	return from.Value(key)
 }
 
 // cancel ends the context, with cause when it is not nil (a lost lease:

@@ -81,14 +81,20 @@ func TestCallCtx(t *testing.T) {
 			}
 		})
 		t.Run(name+"/detached", func(t *testing.T) {
-			parent, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
+			parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
 			c := g.settleCtx(parent, time.Now())
 			wait(c)
-			cancel()
+			cancel(errCause)
 			if c.Err() != nil || closed(c.Done()) || c.Value(ctxKey{}) != "v" {
 				t.Fatalf("a settling call ended with its caller: Err %v", c.Err())
 			}
+			if _, ok := c.Deadline(); !ok {
+				t.Fatal("a settling call has no deadline")
+			}
 			c.cancel(nil)
+			if !errors.Is(c.Err(), context.Canceled) || context.Cause(c) != context.Canceled {
+				t.Fatalf("after its end: Err %v, Cause %v (not the caller's)", c.Err(), context.Cause(c))
+			}
 		})
 		t.Run(name+"/lease lost", func(t *testing.T) {
 			k := Key{Scope: "s", ID: "m"}

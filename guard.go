@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -20,6 +19,7 @@ type Guard struct {
 	store Store
 	inbox any // the TxStore of a NewInbox guard (store is then noRecords)
 	opts  Options
+	hb    *heartbeat
 }
 
 // New returns a guard over store. Options are validated once here; the error
@@ -31,7 +31,7 @@ func New(store Store, opts Options) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: opts}, nil
+	return &Guard{store: store, opts: opts, hb: newHeartbeat(opts.Lease)}, nil
 }
 
 // With returns a guard sharing g's store and options with another scope
@@ -47,7 +47,7 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: g.store, inbox: g.inbox, opts: opts}, nil
+	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb}, nil
 }
 
 // Store returns the guard's store.
@@ -97,7 +97,7 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
-			return g.DoKey(ctx, key, fp, h)
+			return g.doKey(ctx, key, fp, h, start)
 		}
 	}
 	return g.unkeyed(ctx, key, err, start, h, "two-phase")
@@ -128,19 +128,27 @@ func (g *Guard) unkeyed(ctx context.Context, key Key, keyErr error, start time.T
 // middleware, job runners). key.Scope is used as given.
 func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handler) (Result, error) {
 	start := time.Now()
-	ctx = g.start(ctx, key, "two-phase")
-	fingerprint = StoredFingerprint(fingerprint)
 	if err := key.Validate(); err != nil {
+		ctx = g.start(ctx, key, "two-phase")
 		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
 	}
+	return g.doKey(ctx, key, StoredFingerprint(fingerprint), h, start)
+}
+
+// doKey is DoKey for a key that is valid and a fingerprint in its stored
+// form (Guard.Key and Guard.Fingerprint made them), from start, the time
+// the call began: Do checks each once and reads the clock once.
+func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handler, start time.Time) (Result, error) {
+	ctx = g.start(ctx, key, "two-phase")
 	if nr, ok := g.store.(noRecords); ok {
 		return g.refuse(ctx, key, nr, start)
 	}
-	sctx, cancel := g.storeCtx(ctx)
+	sctx := g.storeCtxAt(ctx, start)
 	c, err := g.store.Claim(sctx, g.claimRequest(key, fingerprint))
-	cancel()
-	return g.afterClaim(ctx, key, fingerprint, c, err, start, time.Since(start), h)
+	sctx.cancel(nil)
+	claimed := time.Now()
+	return g.afterClaim(ctx, key, fingerprint, c, err, start, claimed.Sub(start), claimed, h)
 }
 
 // refuse answers a two-phase call on a guard without records (NewInbox).
@@ -170,8 +178,10 @@ func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) Claim
 
 // afterClaim runs the flow from a claim's answer (or its error) on: the
 // conflict check, the outcome, the handler under its lease, completion.
+// The call began at start; the claim's answer was at hand at at, when the
+// handler starts (one clock reading for both).
 func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c Claim, claimErr error,
-	start time.Time, claimTook time.Duration, h Handler) (res Result, err error) {
+	start time.Time, claimTook time.Duration, at time.Time, h Handler) (res Result, err error) {
 	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
 	defer func() {
 		ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
@@ -212,10 +222,9 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	}
 
 	token := c.Record.Token
-	hctx := ContextWithKey(ctx, key)
 	if c.Retaken && g.opts.Stale == StaleReconcile {
 		hs := time.Now()
-		value, done, rerr := g.opts.Reconcile(hctx, c.Record)
+		value, done, rerr := g.opts.Reconcile(ContextWithKey(ctx, key), c.Record)
 		ev.Handler += time.Since(hs)
 		if rerr != nil {
 			g.release(ctx, key, token)
@@ -224,13 +233,18 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		}
 		if done {
 			res.Outcome = OutcomeReconciled
-			return g.complete(ctx, res, token, value)
+			return g.complete(ctx, res, token, value, g.settleCtx(ctx, time.Now()))
 		}
 	}
 
-	hs := time.Now()
-	value, herr, lost := g.runLeased(hctx, key, token, h)
-	ev.Handler += time.Since(hs)
+	hs := at // the handler starts as the claim answered, or the Reconcile returned
+	if c.Retaken && g.opts.Stale == StaleReconcile {
+		hs = time.Now()
+	}
+	r := &run{g: g, outer: ctx, token: token}
+	value, herr, lost := g.runLeased(r, key, h, hs)
+	he := time.Now()
+	ev.Handler += he.Sub(hs)
 	if lost {
 		res.Outcome = OutcomeLeaseLost
 		if herr == nil {
@@ -242,7 +256,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		// The effect is in place already (entity mode, version guards):
 		// complete the key so later deliveries stop at the claim.
 		res.Outcome = outcome
-		return g.complete(ctx, res, token, v)
+		return g.complete(ctx, res, token, v, r.settleCtx(he))
 	}
 	if herr != nil {
 		g.release(ctx, key, token)
@@ -250,13 +264,13 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		return res, herr
 	}
 	res.Outcome = OutcomeProcessed
-	return g.complete(ctx, res, token, value)
+	return g.complete(ctx, res, token, value, r.settleCtx(he))
 }
 
 // complete records value (or nothing, when it is too large: the effects are
 // done and must not be repeated, so the key is completed without a result and
-// ErrResultTooLarge is reported).
-func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte) (Result, error) {
+// ErrResultTooLarge is reported), under sctx, a settleCtx.
+func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte, sctx *callCtx) (Result, error) {
 	var tooLarge error
 	if g.opts.MaxResultSize < 0 {
 		value = nil
@@ -265,8 +279,7 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			ErrResultTooLarge, len(value), g.opts.MaxResultSize)
 		value = nil
 	}
-	sctx, cancel := g.settleCtx(ctx)
-	defer cancel()
+	defer sctx.cancel(nil)
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		now := g.opts.Clock()
@@ -289,9 +302,9 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 		// A Complete that committed but whose reply was lost makes the
 		// retry find the record completed under this claim's own token:
 		// that is this claim's completion, not another owner's.
-		gctx, gcancel := g.settleCtx(ctx)
+		gctx := g.settleCtx(ctx, time.Now())
 		r, gerr := g.store.Get(gctx, res.Key)
-		gcancel()
+		gctx.cancel(nil)
 		if gerr == nil && r.State == StateCompleted && r.Token == token {
 			err = nil
 		}
@@ -312,79 +325,9 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 	return res, tooLarge
 }
 
-// runLeased runs h while a heartbeat renews the lease every Lease/3. If the
-// lease is lost, h's context is cancelled with cause ErrLeaseLost and lost is
-// true. A panic in h releases the claim and is re-raised.
-//
-// The heartbeat is a timer, not a goroutine: most handlers finish long before
-// the first renewal is due and pay only for arming and stopping it.
-func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler) (value []byte, err error, lost bool) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		mu       sync.Mutex
-		stopped  bool
-		inflight sync.WaitGroup
-		timer    *time.Timer
-	)
-	interval := g.opts.Lease / 3
-	// Renewals end with the handler: a renewal stuck on a row lock or a
-	// half-open connection is cancelled when h returns, and none waits
-	// longer than StoreTimeout, so Do never waits on one.
-	rctx, rcancel := context.WithCancel(hctx)
-	renew := func() {
-		defer inflight.Done()
-		now := g.opts.Clock()
-		sctx, scancel := g.storeCtx(rctx)
-		rerr := g.store.Renew(sctx, RenewRequest{Key: key, Token: token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
-		scancel()
-		if rerr != nil && rctx.Err() == nil {
-			g.step(ctx, Step{Key: key, Op: "renew", Token: token, Err: rerr})
-		}
-		if errors.Is(rerr, ErrLeaseLost) {
-			cancel(ErrLeaseLost)
-			return
-		}
-		// Other renewal errors are transient: the next tick tries again, and
-		// the lease is three ticks long.
-		mu.Lock()
-		if !stopped {
-			timer.Reset(interval)
-		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	timer = time.AfterFunc(interval, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		inflight.Add(1)
-		mu.Unlock()
-		renew()
-	})
-	mu.Unlock()
-	defer func() {
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
-		rcancel()
-		inflight.Wait()
-		if p := recover(); p != nil {
-			g.release(ctx, key, token)
-			panic(p)
-		}
-	}()
-	value, err = h(hctx)
-	lost = errors.Is(context.Cause(hctx), ErrLeaseLost)
-	return value, err, lost
-}
-
 func (g *Guard) release(ctx context.Context, key Key, token int64) {
-	sctx, cancel := g.settleCtx(ctx)
-	defer cancel()
+	sctx := g.settleCtx(ctx, time.Now())
+	defer sctx.cancel(nil)
 	// A failed release is harmless: the lease ends and the key is retaken.
 	// The observer hears of it.
 	if err := g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()}); err != nil {
@@ -418,17 +361,32 @@ func (g *Guard) step(ctx context.Context, s Step) {
 // Every store call the guard makes runs under it (or under settleCtx), so a
 // store that stops answering, or a row lock another session holds, costs
 // one message StoreTimeout and never stalls the consumer (a partition, a
-// slot) for as long as the store hangs.
-func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.opts.StoreTimeout)
+// slot) for as long as the store hangs. Cancel it with cancel(nil) when the
+// call returns.
+func (g *Guard) storeCtx(ctx context.Context) *callCtx { return g.storeCtxAt(ctx, time.Now()) }
+
+// storeCtxAt is storeCtx for a call that starts at now, a time the caller
+// read anyway: on a fast store the clock is a visible share of the cost.
+func (g *Guard) storeCtxAt(ctx context.Context, now time.Time) *callCtx {
+	c := new(callCtx)
+	g.bound(c, ctx, now, false)
+	return c
+}
+
+// bound makes c the context of a store call under ctx that starts at now
+// (detach: a settling call). c is new, or a field of a new run.
+func (g *Guard) bound(c *callCtx, ctx context.Context, now time.Time, detach bool) {
+	c.parent, c.deadline, c.detach = ctx, now.Add(g.opts.StoreTimeout), detach
 }
 
 // settleCtx is storeCtx for the calls that settle a claim (complete,
 // release, the read after a lost complete reply): they run even when the
 // caller's context has ended, so that a finished handler's record is
 // written on shutdown and a failed one's key is given back at once.
-func (g *Guard) settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return g.storeCtx(context.WithoutCancel(ctx))
+func (g *Guard) settleCtx(ctx context.Context, now time.Time) *callCtx {
+	c := new(callCtx)
+	g.bound(c, ctx, now, true)
+	return c
 }
 
 func (g *Guard) observe(ctx context.Context, e Event) {

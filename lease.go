@@ -33,13 +33,15 @@ const (
 	runEnded                    // the handler returned
 )
 
-// run is one handler's run under its lease: the handler's context and its
-// place on the heartbeat.
+// run is one handler's run under its lease: the handler's context, its
+// place on the heartbeat, and the context of the complete that follows (one
+// allocation for the three).
 type run struct {
-	ctx   callCtx // the handler's: ErrLeaseLost is its cause when the lease is lost
-	g     *Guard
-	outer context.Context // the call's, for the observer's steps
-	token int64
+	ctx    callCtx // the handler's: ErrLeaseLost is its cause when the lease is lost
+	settle callCtx // the complete's (settleCtx)
+	g      *Guard
+	outer  context.Context // the call's, for the observer's steps
+	token  int64
 
 	// Under the heartbeat's mu.
 	prev, next *run
@@ -155,23 +157,31 @@ func (r *run) renew() {
 	hb.mu.Unlock()
 }
 
-// runLeased runs h under its lease, renewed by the guard's heartbeat. If the
-// lease is lost, h's context is cancelled with cause ErrLeaseLost and lost
-// is true. A panic in h releases the claim and is re-raised.
-// started is when h starts.
-func (g *Guard) runLeased(ctx context.Context, key Key, token int64, h Handler, started time.Time) (value []byte, err error, lost bool) {
-	r := &run{ctx: callCtx{parent: ctx, key: key, hasKey: true}, g: g, outer: ctx, token: token}
+// runLeased runs h for the claim of key that r holds (its g, outer and
+// token set), under its lease, renewed by the guard's heartbeat; h starts
+// at started. If the lease is lost, h's context is cancelled with cause
+// ErrLeaseLost and lost is true. A panic in h releases the claim and is
+// re-raised.
+func (g *Guard) runLeased(r *run, key Key, h Handler, started time.Time) (value []byte, err error, lost bool) {
+	r.ctx.parent, r.ctx.key, r.ctx.hasKey = r.outer, key, true
 	g.hb.add(r, started)
 	defer func() {
 		g.hb.remove(r)
 		r.ctx.cancel(nil) // ends a renewal in flight
 		r.renewing.Wait()
 		if p := recover(); p != nil {
-			g.release(ctx, key, token)
+			g.release(r.outer, key, r.token)
 			panic(p)
 		}
 	}()
 	value, err = h(&r.ctx)
 	lost = errors.Is(context.Cause(&r.ctx), ErrLeaseLost)
 	return value, err, lost
+}
+
+// settleCtx is Guard.settleCtx for the complete after r's handler returned
+// at now, in r's own memory.
+func (r *run) settleCtx(now time.Time) *callCtx {
+	r.g.bound(&r.settle, r.outer, now, true)
+	return &r.settle
 }

@@ -119,9 +119,9 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 			return outcomeErr
 		}
 		if len(value) > 0 {
-			sctx, cancel := g.storeCtx(ctx)
+			sctx := g.storeCtx(ctx)
 			err := ts.SaveResult(sctx, tx, key, value)
-			cancel()
+			sctx.cancel(nil)
 			if errors.Is(err, ErrInvalidData) {
 				// The result is all SaveResult carries: a refusal is
 				// of the result, ErrResultTooLarge as for the guard's
@@ -204,8 +204,8 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		err      error
 	)
 	if own {
-		sctx, cancel := g.storeCtx(ctx)
-		defer cancel()
+		sctx := g.storeCtx(ctx)
+		defer sctx.cancel(nil)
 		ctx = sctx
 		if d, ok := ts.(MarkDeferrer[Tx]); ok {
 			c, deferred, err = d.DeferMark(ctx, tx, req)
