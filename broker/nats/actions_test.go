@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,9 +82,13 @@ type infoConsumer struct {
 func (c infoConsumer) CachedInfo() *jetstream.ConsumerInfo { return c.info }
 
 // failingStore is a store that is down.
-type failingStore struct{ *memory.Store }
+type failingStore struct {
+	*memory.Store
+	claims *atomic.Int32
+}
 
-func (failingStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+func (s failingStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	s.claims.Add(1)
 	return idem.Claim{}, errors.New("connection refused")
 }
 
@@ -104,6 +109,7 @@ func TestActions(t *testing.T) {
 		wantAction string
 		wantDLQ    string // reason of a dead letter published
 	}
+	down := failingStore{memory.New(), new(atomic.Int32)}
 	tests := []struct {
 		name    string
 		store   idem.Store
@@ -133,7 +139,9 @@ func TestActions(t *testing.T) {
 		{"failed dead letter naks instead of terminating", nil, true, []step{
 			{permanent, &recMsg{id: "a", data: []byte("1"), delivered: 3}, "[nak 3s]", ""},
 		}},
-		{"store down naks", failingStore{memory.New()}, false, []step{
+		// A store outage spends no delivery: the message is held (claimed
+		// again on the back-off) and nak'ed only when Process's context ends.
+		{"store down holds, naks when the context ends", down, false, []step{
 			{ok, &recMsg{id: "a", data: []byte("1"), delivered: 1}, "[nak 1s]", ""},
 		}},
 	}
@@ -149,12 +157,18 @@ func TestActions(t *testing.T) {
 			}
 			js := &recJS{fail: tt.failDLQ}
 			for i, s := range tt.steps {
-				c, err := natsidem.NewConsumer(cons, g, s.h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq", Backoff: backoff})
+				c, err := natsidem.NewConsumer(cons, g, s.h, natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: backoff}, JetStream: js, DeadLetterSubject: "dlq"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				s.msg.subject = "orders.x"
-				r := c.Process(context.Background(), s.msg)
+				ctx := context.Background()
+				if tt.store == down {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, 1500*time.Millisecond)
+					defer cancel()
+				}
+				r := c.Process(ctx, s.msg)
 				if got := s.msg.got(); got != s.wantAction {
 					t.Fatalf("step %d: actions %s, want %s (report %+v)", i, got, s.wantAction, r)
 				}
@@ -168,6 +182,9 @@ func TestActions(t *testing.T) {
 						t.Fatalf("step %d: dead letter headers %v, report reason %q; want reason %q", i, dl.Header, r.Reason, s.wantDLQ)
 					}
 				}
+			}
+			if tt.store == down && down.claims.Load() < 2 {
+				t.Fatalf("the store was claimed %d times while down: the message was not held", down.claims.Load())
 			}
 		})
 	}

@@ -2,17 +2,14 @@ package natsidem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
-	"github.com/idemgo/idem/internal/consume"
 )
 
 // Options configure a Consumer. JetStream and DeadLetterSubject are
@@ -20,6 +17,16 @@ import (
 // scope and the key are the guard's (idem.Options.Scope, filled by
 // NewGuard, and idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
+	// Options are the engine's, the same in every adapter: Concurrency
+	// (messages handled at once, default 1), Backoff (the NakWithDelay
+	// delay of a retried message from its delivery count, and the pace of
+	// a held message's claims), MaxHold (how long a message whose key is in
+	// progress elsewhere is held, telling the server it is in progress,
+	// before it is nak'ed with the delay until the holder's lease ends),
+	// MaxDeliveries (handler failures before a max_deliver dead letter;
+	// default: the consumer's MaxDeliver), ShutdownTimeout and Hooks. See
+	// broker.Options.
+	broker.Options[jetstream.Msg]
 	// JetStream publishes dead letters (and waits for the stream's ack, so a
 	// dead letter is durable before the original is terminated).
 	JetStream jetstream.JetStream
@@ -31,8 +38,6 @@ type Options struct {
 	// consumes (its filter subjects match it) is refused: dead letters
 	// would come back to it.
 	DeadLetterSubject string
-	// Concurrency is how many messages are handled at once. Default 1.
-	Concurrency int
 	// Prefetch is how many messages the client buffers ahead of the
 	// handlers (PullMaxMessages). Default 2*Concurrency, at least 4 (pulls
 	// of one or two messages have been seen to stall until the pull
@@ -40,62 +45,29 @@ type Options struct {
 	// MaxAckPending, and their AckWait runs while they wait: keep
 	// Prefetch/Concurrency times the handler's duration under AckWait.
 	Prefetch int
-	// Backoff gives the NakWithDelay delay for a retried message from its
-	// delivery count (1 for the first delivery), and the pace at which a
-	// held message is claimed again (from its round). Default
-	// idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff). A key
-	// in progress elsewhere is not retried on this back-off: see MaxHold.
-	Backoff func(attempt int) time.Duration
-	// MaxHold bounds how long a message whose key is in progress elsewhere
-	// is held before it is nak'ed. Held, it spends none of the consumer's
-	// MaxDeliver: the consumer tells the server it is in progress and
-	// claims the key again on the back-off, at the latest when the holder's
-	// lease ends (then a crashed holder's claim is retaken as stale). Past
-	// MaxHold, or when Run shuts down, it is nak'ed with the delay until
-	// the holder's lease ends (idem.RetryAfter). On its last allowed
-	// delivery it is held without bound: a nak would let JetStream drop it.
-	// Held messages wait outside the Concurrency workers; they count
-	// against the consumer's MaxAckPending. Default DefaultMaxHold;
-	// negative: never held (nak'ed at once, with the delay until the lease
-	// ends).
-	MaxHold time.Duration
 	// DoubleAck acknowledges with DoubleAck, waiting for the server to
 	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
 	// acked without running the handler); DoubleAck trades a round trip per
 	// message for fewer such redeliveries and ack failures in the Report.
 	DoubleAck bool
-	// ShutdownTimeout bounds how long Run waits for in-flight handlers after
-	// its context ends before cancelling their contexts (it still waits for
-	// them to return). Default 30s.
-	ShutdownTimeout time.Duration
-	// Hooks are the user's places in the flow of each message (see
-	// broker.Hooks): BeforeSettle once the outcome is known and before the
-	// ack, nak or dead letter; OnDeadLetter once a dead letter is stored by
-	// its stream (alert on conflicts there); AfterSettle after the action,
-	// with BrokerErr set when it failed; OnError for the errors the
-	// consumer handles by itself (fetch errors and reconnections, failed
-	// dead-letter publishes, which are retried, and naks on shutdown).
-	// A held message yields one Report, when it is settled. Hooks run on
-	// the goroutine that handled the message and must be safe for
-	// concurrent use.
-	Hooks broker.Hooks[jetstream.Msg]
 }
 
-// Default back-off bounds for NakWithDelay (Options.Backoff).
-const (
-	DefaultMinBackoff = 500 * time.Millisecond
-	DefaultMaxBackoff = 30 * time.Second
-)
+// ConsumerOptions are the engine's options of a Consumer, for literals:
+// natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8}, ...}.
+type ConsumerOptions = broker.Options[jetstream.Msg]
 
-// DefaultMaxHold is the default of Options.MaxHold.
-const DefaultMaxHold = 5 * time.Minute
+// Default back-off bounds and hold (broker.Options).
+const (
+	DefaultMinBackoff = broker.DefaultMinBackoff
+	DefaultMaxBackoff = broker.DefaultMaxBackoff
+	DefaultMaxHold    = broker.DefaultMaxHold
+)
 
 // ReasonMaxDeliver is broker.ReasonMaxDeliver, the dead-letter reason of a
 // message that would be retried on its last allowed delivery (the
-// consumer's MaxDeliver): JetStream would otherwise drop it silently. A key
-// in progress elsewhere never gets there while it is held; only a shutdown
-// that outlasts ShutdownTimeout during such a hold dead-letters it (with
-// Idem-Stored-State in_progress).
+// consumer's MaxDeliver), that failed MaxDeliveries times, or that
+// JetStream gave up on (its max-deliveries advisory): JetStream would
+// otherwise drop it silently.
 const ReasonMaxDeliver = broker.ReasonMaxDeliver
 
 // pullExpiry bounds each pull request. Short requests bound the stall when
@@ -104,15 +76,15 @@ const ReasonMaxDeliver = broker.ReasonMaxDeliver
 // one request per pullExpiry on an idle consumer.
 const pullExpiry = 5 * time.Second
 
-// Consumer runs a Handler for the messages of a JetStream pull consumer.
+// Consumer runs a Handler for the messages of a JetStream pull consumer on
+// idem's consumer engine (broker.Consumer).
 type Consumer struct {
-	cons       jetstream.Consumer
-	g          *idem.Guard
-	opts       Options
-	drv        consume.Driver[jetstream.Msg]
-	ackWait    time.Duration // the shortest ack wait of the consumer (AckWait, BackOff)
-	maxDeliver int
-	name       string
+	cons jetstream.Consumer
+	g    *idem.Guard
+	h    Handler
+	opts Options
+	t    transport // without an iterator: Process's
+	eng  *broker.Consumer[jetstream.Msg]
 }
 
 // NewConsumer returns a consumer of cons running h for each message under
@@ -141,26 +113,17 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 		return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject is required (conflicts are never dropped silently)", idem.ErrInvalidOptions)
 	case strings.ContainsAny(opts.DeadLetterSubject, "*> \t"):
 		return nil, fmt.Errorf("%w: natsidem: Options.DeadLetterSubject %q is not a subject to publish to", idem.ErrInvalidOptions, opts.DeadLetterSubject)
-	case opts.Concurrency < 0 || opts.Prefetch < 0 || opts.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: natsidem: negative Concurrency, Prefetch or ShutdownTimeout", idem.ErrInvalidOptions)
+	case opts.Prefetch < 0:
+		return nil, fmt.Errorf("%w: natsidem: negative Prefetch", idem.ErrInvalidOptions)
 	}
-	if opts.Concurrency == 0 {
-		opts.Concurrency = 1
+	if err := opts.Options.Fill(); err != nil {
+		return nil, err
 	}
 	if opts.Prefetch == 0 {
 		opts.Prefetch = max(2*opts.Concurrency, 4)
 	}
-	if opts.Backoff == nil {
-		opts.Backoff = idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
-	}
-	if opts.ShutdownTimeout == 0 {
-		opts.ShutdownTimeout = 30 * time.Second
-	}
-	if opts.MaxHold == 0 {
-		opts.MaxHold = DefaultMaxHold
-	}
-	c := &Consumer{cons: cons, g: g, opts: opts,
-		drv: consume.Driver[jetstream.Msg]{Handler: h, Guard: g, Backoff: opts.Backoff, MaxHold: opts.MaxHold}}
+	c := &Consumer{cons: cons, g: g, h: h, opts: opts,
+		t: transport{cons: cons, js: opts.JetStream, dlq: opts.DeadLetterSubject, doubleAck: opts.DoubleAck}}
 	if info := cons.CachedInfo(); info != nil {
 		for _, f := range filterSubjects(info.Config) {
 			if subjectMatches(f, opts.DeadLetterSubject) {
@@ -168,15 +131,23 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 					idem.ErrInvalidOptions, opts.DeadLetterSubject, f)
 			}
 		}
-		c.ackWait = info.Config.AckWait
+		c.t.ackWait = info.Config.AckWait
 		for _, b := range info.Config.BackOff {
-			if b > 0 && (c.ackWait <= 0 || b < c.ackWait) {
-				c.ackWait = b
+			if b > 0 && (c.t.ackWait <= 0 || b < c.t.ackWait) {
+				c.t.ackWait = b
 			}
 		}
-		c.maxDeliver = info.Config.MaxDeliver
-		c.name = info.Stream + "/" + info.Name
+		c.t.maxDeliver = info.Config.MaxDeliver
+		c.t.name = info.Stream + "/" + info.Name
 	}
+	if c.opts.MaxDeliveries == 0 && c.t.maxDeliver > 0 {
+		c.opts.MaxDeliveries = c.t.maxDeliver
+	}
+	eng, err := broker.NewConsumer[jetstream.Msg](&c.t, g, h, c.opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	c.eng = eng
 	return c, nil
 }
 
@@ -216,14 +187,21 @@ func Consume(ctx context.Context, cons jetstream.Consumer, g *idem.Guard, h Hand
 	return c.Run(ctx)
 }
 
-// Run pulls and handles messages until ctx ends, then shuts down gracefully:
-// it stops pulling, naks the messages buffered but not started (so other
-// consumers get them at once) and the held ones (with the delay until their
-// holder's lease ends; one on its last allowed delivery is held on until
-// ShutdownTimeout), waits for the in-flight handlers (cancelling their
-// contexts after ShutdownTimeout) and returns nil. It returns an error if
-// consuming cannot start or the iterator closes under it (connection
-// closed, consumer deleted); in-flight handlers are finished first.
+// Run pulls and handles messages until ctx ends, then shuts down gracefully
+// (broker.Consumer.Run): it stops pulling, naks the messages buffered but
+// not started (so other consumers get them at once) and the held ones
+// (with the delay until their holder's lease ends; one on its last allowed
+// delivery is held on until ShutdownTimeout), waits for the in-flight
+// handlers (cancelling their contexts after ShutdownTimeout) and returns
+// nil. It returns an error if consuming cannot start or the iterator
+// closes under it (connection closed, consumer deleted); in-flight
+// handlers are finished first.
+//
+// While it runs, it also listens for JetStream's max-deliveries advisory of
+// its consumer: a message JetStream gives up on (its last delivery went to
+// a consumer that died before settling it) is dead-lettered from the
+// stream by its sequence, unless its key is completed in the store (then
+// it was applied). See the package doc.
 //
 // Several Runs, in one process or many, may share one durable consumer: they
 // compete for its messages.
@@ -233,124 +211,28 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("natsidem: start consuming: %w", err)
 	}
 	defer iter.Stop()
-
-	// stop ends when the pull loop does (ctx ended or the iterator
-	// closed); handlers outlive it so that a shutdown finishes them, and
-	// workCtx ends ShutdownTimeout after it.
-	stopCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	stop := stopCtx.Done()
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-
-	// A fixed pool of workers: their stacks stay grown, where a goroutine
-	// per message would grow a fresh stack through the guard every time.
-	// A message whose key is in progress elsewhere waits in a goroutine of
-	// its own (hold), freeing its worker and its slot, and comes back
-	// through again to be claimed by a worker.
-	slots := make(chan struct{}, c.opts.Concurrency)
-	work := make(chan jetstream.Msg, c.opts.Concurrency)
-	again := make(chan *delivery)
-	var wg sync.WaitGroup
-	var hold func(d *delivery, wait time.Duration)
-	claim := func(d *delivery) {
-		if wait, held := c.drv.Claim(workCtx, d.p); held {
-			wg.Add(1) // the calling worker is still counted: never from zero
-			go hold(d, wait)
-			return
-		}
-		c.finish(workCtx, d)
+	t := &transport{cons: c.t.cons, js: c.t.js, dlq: c.t.dlq, doubleAck: c.t.doubleAck,
+		ackWait: c.t.ackWait, maxDeliver: c.t.maxDeliver, name: c.t.name}
+	t.iter.Store(&iterator{iter})
+	eng, err := broker.NewConsumer[jetstream.Msg](t, c.g, c.h, c.opts.Options)
+	if err != nil {
+		return err
 	}
-	hold = func(d *delivery, wait time.Duration) {
-		defer wg.Done()
-		until := time.Now().Add(wait)
-		if consume.Sleep(wait, stop) {
-			select {
-			case again <- d:
-				return
-			case <-stop:
-			}
-		}
-		// Shutting down: no worker claims it again. It is nak'ed now,
-		// unless this is its last delivery: that is held on, and claimed
-		// here, until workCtx ends.
-		c.drv.Resume(workCtx, stop, d.p, time.Until(until), true)
-		c.finish(workCtx, d)
+	stopAdvisories, err := c.watchMaxDeliveries(ctx, t)
+	if err != nil {
+		return err
 	}
-	for range c.opts.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case msg, ok := <-work:
-					if !ok {
-						return
-					}
-					if stopCtx.Err() != nil {
-						// Shutdown began as msg was pulled (a freed slot and a
-						// cancelled ctx race in the select below): it goes back
-						// unstarted, like the buffered ones.
-						if err := msg.Nak(); err != nil {
-							c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
-						}
-						<-slots
-						continue
-					}
-					claim(c.start(msg))
-					<-slots
-				case d := <-again:
-					claim(d)
-				}
-			}
-		}()
-	}
-	var runErr, lastErr error
-loop:
-	for {
-		// Take a slot before pulling, so no message waits on a busy worker.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break loop
-		}
-		msg, err := iter.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			<-slots
-			switch {
-			case ctx.Err() != nil:
-				break loop
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				runErr = fmt.Errorf("natsidem: consumer %s: %w", c.name, err)
-				if lastErr != nil { // what closed it (consumer deleted, ...)
-					runErr = fmt.Errorf("%w (after: %w)", runErr, lastErr)
-				}
-				break loop
-			}
-			lastErr = err
-			c.reportErr(err) // the iterator keeps pulling unless err ended it
-			continue
-		}
-		work <- msg // never blocks: the slot bounds the messages in work
-	}
-	stopRun()
-	close(work)
-
-	// Stop pulling; hand back what is buffered but not started.
-	iter.Drain()
-	for {
-		msg, err := iter.Next(jetstream.NextMaxWait(time.Second))
-		if err != nil {
-			break
-		}
-		if err := msg.Nak(); err != nil {
-			c.reportErr(fmt.Errorf("natsidem: nak on shutdown: %w", err))
-		}
-	}
-	t := time.AfterFunc(c.opts.ShutdownTimeout, cancelWork)
-	wg.Wait()
-	t.Stop()
-	return runErr
+	defer stopAdvisories()
+	return eng.Run(ctx)
 }
 
-func (c *Consumer) reportErr(err error) { c.opts.Hooks.CallOnError(err) }
+// Process handles one message and takes its broker action, with the hooks
+// of Options.Hooks; Run does the same for every message. It is for
+// programs that run their own fetch loop (cons.Consume, Fetch): call it
+// once per message, from any goroutine. A message whose key is in progress
+// elsewhere, or whose store cannot be reached, is held inline (see
+// Options.MaxHold), so Process may block that long; when ctx ends it is
+// nak'ed.
+func (c *Consumer) Process(ctx context.Context, msg jetstream.Msg) broker.Report {
+	return c.eng.Process(ctx, msg)
+}

@@ -8,7 +8,7 @@
 // action with [broker.Decide]. It has the shape every idem broker adapter
 // has (see package github.com/idemgo/idem/broker): [NewGuard], [Handle] or
 // [HandleTx], [NewConsumer] and [Consumer.Run] (or [Consume]),
-// [MessageOf], one [broker.Report] per message passed to [Options.Hooks],
+// [MessageOf], one [broker.Report] per message passed to [broker.Options.Hooks],
 // and [Replay] for dead letters.
 //
 //   - processed or duplicate: Ack (DoubleAck with [Options.DoubleAck]), only
@@ -20,14 +20,21 @@
 //     again on the back-off, at the latest when the holder's lease ends:
 //     it then finds the key completed (acked as a duplicate), renewed (held
 //     on) or orphaned (retaken as stale and processed). Past
-//     [Options.MaxHold], or when Run shuts down, it is nak'ed with the delay
+//     [broker.Options.MaxHold], or when Run shuts down, it is nak'ed with the delay
 //     until the holder's lease ends ([idem.RetryAfter]); on its last allowed
 //     delivery it is held without bound, so a live duplicate is not
 //     dead-lettered as max_deliver (only a shutdown that outlasts
-//     [Options.ShutdownTimeout] during that hold does: a nak would let
+//     [broker.Options.ShutdownTimeout] during that hold does: a nak would let
 //     JetStream drop it);
-//   - a transient handler error, a store failure: NakWithDelay with the
-//     back-off of [Options.Backoff] (redelivered later); on the consumer's
+//   - a store that cannot be reached (down, restarting, timing out): held,
+//     not nak'ed: kept in progress at the server and claimed again on the
+//     back-off until the store answers, spending none of MaxDeliver (a
+//     database restart must not dead-letter orders); reported through
+//     Hooks.OnError as a [broker.OutageError] at most every ten seconds.
+//     At shutdown it is nak'ed;
+//   - a transient handler error: NakWithDelay with the back-off of the
+//     engine's Backoff (redelivered later); after MaxDeliveries handler
+//     failures (default: the consumer's MaxDeliver), or on the consumer's
 //     last allowed delivery, dead-lettered with reason max_deliver
 //     ([broker.ReasonMaxDeliver]) instead, which JetStream would drop;
 //   - conflict, permanent error, missing or invalid key, parked record:
@@ -42,7 +49,7 @@
 //	h := natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 //	})
-//	c, _ := natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Concurrency: 8})
+//	c, _ := natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Options: natsidem.ConsumerOptions{Concurrency: 8}})
 //	err := c.Run(ctx)
 //
 // With a store that has a transactional inbox (store/sqlite, store/postgres,
@@ -58,11 +65,30 @@
 // NewConsumer checks everything once: the options, and that a HandleTx
 // handler's store has transactions of its type.
 //
+// # At the delivery limit
+//
+// JetStream stops delivering a message at the consumer's MaxDeliver and
+// drops it silently. The consumer never lets it get there by itself: a
+// retry on the last allowed delivery is dead-lettered with reason
+// max_deliver and idem's headers, and a key in progress elsewhere or a
+// store outage on it is held rather than nak'ed. One case is left: the
+// process holding the last delivery dies (SIGKILL, lost connection)
+// before settling it. JetStream then publishes its max-deliveries
+// advisory, which every Run listens for (a queue subscription: one Run of
+// the fleet takes each): the message is read from the stream by its
+// sequence and, unless its key is completed in the store with its content
+// (it was applied), dead-lettered with reason max_deliver, its Idem-Stream-Seq
+// and Idem-Deliveries; each is reported through Hooks.OnError as a
+// [MaxDeliveriesError]. Advisories are not stored: one raised while no Run
+// is up is missed, so run the consumer while its messages can reach the
+// limit, or use MaxDeliver -1 (no limit; idem's MaxDeliveries still
+// dead-letters a failing handler).
+//
 // # Hooks
 //
 // Each message yields one [broker.Report] (the guard's result and error,
 // the action, the dead-letter reason, the nak delay, the delivery count),
-// passed to [Options.Hooks]: BeforeSettle once the outcome is known and
+// passed to [broker.Options.Hooks]: BeforeSettle once the outcome is known and
 // before the ack, nak or dead letter (the worst moment to crash, and the
 // place for work that must happen first); OnDeadLetter once a dead letter
 // is stored by its stream (alert on conflicts there); AfterSettle after the

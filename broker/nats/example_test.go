@@ -49,15 +49,11 @@ func Example() {
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 		return []byte(receipt), err
 	})
-	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{
-		JetStream:         js,
-		DeadLetterSubject: "orders.dlq",
-		Concurrency:       8,
-		Hooks: broker.Hooks[jetstream.Msg]{
-			OnDeadLetter: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
-				log.Printf("dead letter %s: %s (%v)", natsidem.MessageOf(msg).ID, r.Reason, r.Err)
-			},
+	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8, Hooks: broker.Hooks[jetstream.Msg]{
+		OnDeadLetter: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
+			log.Printf("dead letter %s: %s (%v)", natsidem.MessageOf(msg).ID, r.Reason, r.Err)
 		},
+	}}, JetStream: js, DeadLetterSubject: "orders.dlq",
 	})
 	if err != nil {
 		log.Fatal(err) // a misconfiguration, found before any message is taken

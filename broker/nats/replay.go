@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemgo/idem/internal/consume"
+	"github.com/idemgo/idem/broker"
 )
 
 // ErrNotDeadLetter means Replay was given a message that is not a dead
@@ -72,7 +72,7 @@ func replayed(h nats.Header, data []byte) (*nats.Msg, error) {
 	msg.Data = data
 	for k, v := range h {
 		switch {
-		case consume.IsDeadLetterHeader(k), hasPrefixFold(k, "Nats-"):
+		case broker.IsDeadLetterHeader(k), hasPrefixFold(k, "Nats-"):
 		case hasPrefixFold(k, HeaderOriginalPrefix):
 			if strings.EqualFold(k[len(HeaderOriginalPrefix):], jetstream.MsgIDHeader) && len(v) > 0 {
 				msg.Header.Set(jetstream.MsgIDHeader, v[0])

@@ -82,16 +82,14 @@ func TestReplay(t *testing.T) {
 			defer mu.Unlock()
 			applied[natsidem.MessageOf(msg).ID]++
 			return nil, nil
-		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true,
-			Backoff: func(int) time.Duration { return time.Millisecond },
-			Hooks: broker.Hooks[jetstream.Msg]{
-				OnDeadLetter: func(context.Context, jetstream.Msg, broker.Report) { dead <- struct{}{} },
-				AfterSettle: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
-					if r.Action == idem.ActionAck {
-						settled <- seen{r.Result.Outcome, msg.Headers()}
-					}
-				},
-			}})
+		}), natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: func(int) time.Duration { return time.Millisecond }, Hooks: broker.Hooks[jetstream.Msg]{
+			OnDeadLetter: func(context.Context, jetstream.Msg, broker.Report) { dead <- struct{}{} },
+			AfterSettle: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
+				if r.Action == idem.ActionAck {
+					settled <- seen{r.Result.Outcome, msg.Headers()}
+				}
+			},
+		}}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 
 	subject := e.subject + ".orders"
@@ -180,7 +178,7 @@ func TestReplayInsideDuplicateWindow(t *testing.T) {
 	go func() {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 			return nil, idem.Permanent(errors.New("rejected"))
-		}), natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, Hooks: consumetest.ReportTo[jetstream.Msg](reports)})
+		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	if _, err := natsidem.Publish(ctx, e.js, e.subject+".x", "w-1", []byte("{}")); err != nil {
 		t.Fatal(err)

@@ -110,7 +110,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		id, err := api.send(ctx, s.Email, "Welcome, "+s.Name)
 		return []byte(id), err // the mail id is recorded and replayed to duplicates
-	}), natsidem.Options{JetStream: js, DeadLetterSubject: deadLetter, Concurrency: 4})
+	}), natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 4}, JetStream: js, DeadLetterSubject: deadLetter})
 }
 
 // setupJetStream declares the signup stream, a stream keeping dead letters,

@@ -165,6 +165,5 @@ func (e *natsEnv) idem(ctx context.Context, r *run, store *postgres.Store, h nat
 	if err != nil {
 		return err
 	}
-	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq,
-		Concurrency: workers, Prefetch: natsPrefetch, Hooks: hooks[jetstream.Msg](r)})
+	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: workers, Hooks: hooks[jetstream.Msg](r)}, JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: natsPrefetch})
 }

@@ -117,10 +117,13 @@ func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 		return err
 	}
 	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{
-		JetStream: js, DeadLetterSubject: cfg.DLQ, Concurrency: cfg.Concurrency,
-		Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-		Hooks: broker.Hooks[jetstream.Msg]{
-			BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
+		JetStream: js, DeadLetterSubject: cfg.DLQ,
+		Options: natsidem.ConsumerOptions{
+			Concurrency: cfg.Concurrency,
+			Backoff:     idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+			Hooks: broker.Hooks[jetstream.Msg]{
+				BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
+			},
 		},
 	})
 	if err != nil {
