@@ -22,6 +22,7 @@ type Consumer[M any] struct {
 	ka     KeepAliver[M]
 	delays bool
 	ret    Returner[M]
+	runner Runner[M]
 	outage outageReporter
 }
 
@@ -45,6 +46,7 @@ func NewConsumer[M any](t Transport[M], g *idem.Guard, h Handler[M], opts Option
 		c.delays = d.RetryDelays()
 	}
 	c.ret, _ = t.(Returner[M])
+	c.runner, _ = t.(Runner[M])
 	return c, nil
 }
 
@@ -268,14 +270,63 @@ func (c *Consumer[M]) giveBack(ctx context.Context, m M) error {
 // held inline, so Process may block that long; when ctx ends it is handed
 // back (a last delivery is dead-lettered rather than dropped).
 func (c *Consumer[M]) Process(ctx context.Context, msg M) Report {
+	return c.ProcessUntil(ctx, ctx.Done(), msg)
+}
+
+// ProcessUntil is Process with the end of the holds apart from the
+// handler's context: a hold (in progress elsewhere, a store outage) ends
+// when stop closes (a nil stop never does) or ctx ends, while a running
+// handler is cut only by ctx. Transports that schedule deliveries
+// themselves (Kafka's partitions, one record at a time in order) call it
+// per delivery: stop is their graceful stop, ctx their hard one. A Retry
+// report from a transport whose Retry is in place (it does not redeliver)
+// is the transport's to wait out (Report.Delay) and process again.
+func (c *Consumer[M]) ProcessUntil(ctx context.Context, stop <-chan struct{}, msg M) Report {
 	d := c.start(ctx, msg)
+	until := stop
+	merged := false
 	for {
-		wait, held := c.claim(d, ctx.Done())
-		if !held || !sleep(wait, ctx.Done()) {
+		wait, held := c.claim(d, stop)
+		if !held {
+			break
+		}
+		if !merged {
+			// Only a hold waits on both (most deliveries never do): no
+			// goroutine per delivery.
+			until, merged = mergeDone(stop, ctx.Done()), true
+		}
+		if !sleep(wait, until) {
 			break
 		}
 	}
-	return c.settle(d, c.decide(d), ctx.Done())
+	return c.settle(d, c.decide(d), until)
+}
+
+// mergeDone is a channel that closes when either a or b does (nil when
+// both are nil, a itself when b is nil, and the reverse).
+func mergeDone(a, b <-chan struct{}) <-chan struct{} {
+	switch {
+	case a == nil:
+		return b
+	case b == nil, a == b:
+		return a
+	}
+	select {
+	case <-a:
+		return a
+	case <-b:
+		return b
+	default:
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-a:
+		case <-b:
+		}
+		close(done)
+	}()
+	return done
 }
 
 func (c *Consumer[M]) reportErr(err error) { c.opts.Hooks.CallOnError(err) }

@@ -80,7 +80,15 @@ const maxHoldPoll = time.Second
 // and the delivery is not to spend a broker delivery on it. stop closes
 // at shutdown: an outage then no longer holds, except a last delivery.
 func (c *Consumer[M]) claim(d *delivery[M], stop <-chan struct{}) (wait time.Duration, held bool) {
-	res, err := c.h.Run(d.ctx, c.g, d.im, d.msg)
+	var (
+		res idem.Result
+		err error
+	)
+	if c.runner != nil {
+		res, err = c.runner.RunHandler(d.ctx, c.h, c.g, d.im, d.msg)
+	} else {
+		res, err = c.h.Run(d.ctx, c.g, d.im, d.msg)
+	}
 	if d.err != nil && d.ctx.Err() != nil && res.Outcome == idem.OutcomeStoreError && errors.Is(err, d.ctx.Err()) {
 		// A claim of a held delivery cut short by the handlers' context
 		// ending (the shutdown's last claims): the previous answer stands,

@@ -47,6 +47,22 @@ func HandleTx[Tx, M any](fn func(ctx context.Context, tx Tx, msg M) ([]byte, err
 	}
 }
 
+// HandleRun is a handler of an adapter's own mode (Kafka's checkpoints):
+// run is called for each delivery under the guard, and check, when not
+// nil, once by NewConsumer (its error is wrapped in
+// idem.ErrInvalidOptions). Users build handlers with Handle and HandleTx,
+// or with the adapter's own constructors.
+func HandleRun[M any](run func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error), check func(g *idem.Guard) error) Handler[M] {
+	if run == nil {
+		return Handler[M]{}
+	}
+	return Handler[M]{run: run, check: check}
+}
+
+// TwoPhase reports whether h was built by Handle: its claims can be made
+// ahead (RunTicket), and its record counts the handler's attempts.
+func (h Handler[M]) TwoPhase() bool { return h.fn != nil }
+
 // Check reports whether h can run under g: a built handler, and for HandleTx
 // a guard whose store has transactions of its type. Adapters call it in
 // their constructor, so a mismatch fails there rather than on every

@@ -102,3 +102,12 @@ type Returner[M any] interface {
 type Drainer[M any] interface {
 	Drain(ctx context.Context) []M
 }
+
+// Runner is implemented by transports that run some deliveries' handlers
+// their own way: Kafka runs a partition's queued records under claims made
+// ahead in one batch (Handler.RunTicket). The engine calls RunHandler in
+// place of h.Run; everything around it (holds, deciding, settling) stays
+// the engine's.
+type Runner[M any] interface {
+	RunHandler(ctx context.Context, h Handler[M], g *idem.Guard, im idem.Message, msg M) (idem.Result, error)
+}
