@@ -64,8 +64,9 @@
 // requeued, a retry on it is dead-lettered by the consumer with reason
 // max_deliver ([broker.ReasonMaxDeliver]) and idem's headers, a key in
 // progress elsewhere or a store outage holds it, and on shutdown it is
-// held until ShutdownTimeout. That leaves the broker one delivery more
-// than the consumer uses, for a consumer that dies holding its last one.
+// held until ShutdownTimeout, then dead-lettered (max_deliver) rather than
+// requeued. That leaves the broker one delivery more than the consumer
+// uses, for a consumer that dies holding its last one.
 // Give the queue an x-dead-letter-exchange to the same dead-letter queue
 // as well: a message whose every delivery was spent by crashes is then
 // dead-lettered by RabbitMQ (x-first-death-reason delivery_limit) rather
