@@ -351,6 +351,12 @@ func testSpreadAndBatchAcrossSlots(t *testing.T, on backend) {
 	if err != nil || len(st) != 1 || st[0].InProgress != n {
 		t.Fatalf("Stats = %+v, %v", st, err)
 	}
+	// Completed (only settled records expire), then swept on every master.
+	for i, cl := range third {
+		if err := s.Complete(ctx, idem.CompleteRequest{Key: reqs[i].Key, Token: cl.Record.Token, Now: later, ExpiresAt: later.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	total := 0
 	for range 20 {
 		n, err := s.Sweep(ctx, idem.SweepRequest{Now: now.Add(2 * time.Hour), Limit: 100})

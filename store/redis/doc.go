@@ -24,7 +24,7 @@
 // # Atomicity
 //
 // Every transition is one atomic step on one key. A claim is one
-// SET key fresh NX PX (ExpiresAt - Now): when the key is absent it writes
+// SET key fresh NX (no expiry while in progress): when the key is absent it writes
 // the fresh in-progress record, with the request's fresh token (the common
 // case costs no script at all). When the key exists, the claim script
 // decides (a second round trip), and the
@@ -92,22 +92,27 @@
 // One clock decides: the caller's. The lease is a field of the record
 // (lease_until) and so is the retention end (expires_at), both in the
 // caller's time, and every claim, completion and sweep compares them with
-// the request's Now. A record counts as expired when expires_at <= Now,
-// except an in-progress record whose lease is live (lease_until > Now),
-// which never expires: Renew moves expires_at to the new lease end when
-// that is later, so a handler that runs longer than the retention keeps
-// its key for as long as it renews.
+// the request's Now. Only a settled record (completed, released) expires,
+// when expires_at <= Now. An in-progress record never does: while its lease
+// is live it is held (Renew also moves expires_at to the new lease end when
+// that is later), and once the lease has ended it is stale, however long
+// ago, and a claim asks the Stale policy (retake, park, reconcile) instead
+// of starting a new lifetime over it; Sweep leaves it for the operator.
 //
-// The key's Redis expiry follows the retention end as a duration, never
-// as a point in time: every write sets it to expires_at - Now of its own
-// request (PX, at least 1 ms), so Redis's clock only counts down how long
+// So an in-progress record's key has no Redis expiry at all: the claim
+// writes it without one and Renew keeps it without one, and a crashed
+// run's record stays until the Stale policy or an operator resolves it.
+// A settled record's Redis expiry follows the retention end as a duration,
+// never as a point in time: Complete and Release set it to expires_at - Now
+// of their own request (PX, at least 1 ms), so Redis's clock only counts down how long
 // the record has left, which every clock agrees on. A caller whose clock
 // is an hour behind or ahead of the Redis server keeps its records for
 // exactly the retention measured by its own clock: never deleted early
 // (which would let a second consumer acquire a key whose owner is still
-// working), never kept an hour longer. The claim sets it, Complete moves it
-// to the new retention end, Renew extends it with the lease, and Release
-// sets it again to what is left of the retention. Sweep is for records
+// working), never kept an hour longer. Complete sets it to the new
+// retention end and Release to what is left of the retention (a key
+// written in progress by an older version, with an expiry, loses it at its
+// next renewal). Sweep is for records
 // whose retention ended by the caller's clock before Redis's countdown ran
 // out (it scans the prefix a bounded number of keys per call, under an
 // advisory lock); with a fleet whose clocks agree it usually finds nothing.
@@ -154,9 +159,9 @@
 //   - appendonly yes, appendfsync always: nothing acknowledged, at the cost
 //     of an fsync per write.
 //
-// Eviction loses records the same way: every record has an expiry, so
-// the volatile-* maxmemory policies (and the allkeys-* ones) may delete live
-// records under memory pressure. Run the store's Redis with
+// Eviction loses records the same way: every settled record has an expiry,
+// so the volatile-* maxmemory policies (and the allkeys-* ones) may delete
+// records still inside their retention under memory pressure. Run the store's Redis with
 // maxmemory-policy noeviction, so that a full Redis fails claims (the
 // messages are retried) instead of forgetting what it processed.
 //

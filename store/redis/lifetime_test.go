@@ -43,8 +43,8 @@ func testSkewedClockKeepsItsRetention(t *testing.T, on backend) {
 			if first.Outcome != idem.ClaimAcquired {
 				t.Fatalf("first claim: %v", first.Outcome)
 			}
-			if d, _ := c.PTTL(ctx, s.Key(k)).Result(); d <= retention-200*time.Millisecond || d > retention {
-				t.Fatalf("PTTL after the claim = %v, want about %v", d, retention)
+			if d, _ := c.PTTL(ctx, s.Key(k)).Result(); d != -1 {
+				t.Fatalf("PTTL after the claim = %v, want none (-1): an in-progress record never expires", d)
 			}
 			time.Sleep(500 * time.Millisecond)
 			if cl := claim(); cl.Outcome != idem.ClaimInProgress || cl.Record.Token != first.Record.Token {
@@ -54,6 +54,9 @@ func testSkewedClockKeepsItsRetention(t *testing.T, on backend) {
 			done := clock()
 			if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: first.Record.Token, Now: done, ExpiresAt: done.Add(retention)}); err != nil {
 				t.Fatal(err)
+			}
+			if d, _ := c.PTTL(ctx, s.Key(k)).Result(); d <= retention-200*time.Millisecond || d > retention {
+				t.Fatalf("PTTL after the completion = %v, want about %v", d, retention)
 			}
 			time.Sleep(retention / 2)
 			if cl := claim(); cl.Outcome != idem.ClaimDuplicate {
@@ -68,11 +71,12 @@ func testSkewedClockKeepsItsRetention(t *testing.T, on backend) {
 }
 
 // TestRenewKeepsKeyPastRetention: a handler that runs far longer than the
-// retention, renewing its lease, keeps its key in Redis (the key's TTL moves
-// with each renewal) and its claim: another consumer sees it in progress the
+// retention, renewing its lease, keeps its key in Redis (the key has no TTL
+// while in progress) and its claim: another consumer sees it in progress the
 // whole time. Renewals alternate between the store that claimed (its
 // compare-and-set path) and another one (the script's parsing path). When
-// the renewals stop, Redis removes the key once the last lease ends.
+// the renewals stop (the owner crashed), the key stays, stale, with no TTL:
+// only settled records expire. A retake and a release then give it one.
 func TestRenewKeepsKeyPastRetention(t *testing.T) { testRenewKeepsKeyPastRetention(t, standalone) }
 
 func testRenewKeepsKeyPastRetention(t *testing.T, on backend) {
@@ -109,8 +113,22 @@ func testRenewKeepsKeyPastRetention(t *testing.T, on backend) {
 			t.Fatalf("renewal %d: expires %v before the lease ends %v", i, r.ExpiresAt, r.LeaseUntil)
 		}
 	}
-	time.Sleep(lease + 100*time.Millisecond)
-	if n, _ := c.Exists(ctx, a.Key(k)).Result(); n != 0 {
-		t.Fatal("the key outlived its last lease by more than 100 ms in Redis")
+	if d, _ := c.PTTL(ctx, a.Key(k)).Result(); d != -1 {
+		t.Fatalf("PTTL after the renewals = %v, want none (-1): an in-progress record never expires", d)
+	}
+	// The owner crashed: long after its lease, the record is stale, not gone.
+	later := clock().Add(time.Hour)
+	re, err := b.Claim(ctx, idem.ClaimRequest{Key: k, Now: later, LeaseUntil: later.Add(lease), ExpiresAt: later.Add(retention), TakeOverStale: true})
+	if err != nil || re.Outcome != idem.ClaimAcquired || !re.Retaken {
+		t.Fatalf("claim an hour after the last lease: %v retaken=%v, %v; want a retake", re.Outcome, re.Retaken, err)
+	}
+	if d, _ := c.PTTL(ctx, a.Key(k)).Result(); d != -1 {
+		t.Fatalf("PTTL after the retake = %v, want none (-1)", d)
+	}
+	if err := b.Release(ctx, idem.ReleaseRequest{Key: k, Token: re.Record.Token, Now: later}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := c.PTTL(ctx, a.Key(k)).Result(); d <= 0 || d > retention+lease {
+		t.Fatalf("PTTL after the release = %v, want what is left of the retention", d)
 	}
 }

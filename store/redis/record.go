@@ -59,13 +59,15 @@ func ttlMs(expires, now time.Time) int64 {
 	return max(1, expires.UnixMilli()-now.UnixMilli())
 }
 
-// ttlArg is ttlMs as a script argument: "" for a record without a
-// retention end (written by an older version).
-func ttlArg(expires, now time.Time) string {
-	if expires.IsZero() {
+// ttlArg is the key's Redis expiry for r written at now, as a script
+// argument: "" (no expiry) for an in-progress record, which never expires
+// however long ago its lease ended, and for a record without a retention
+// end (written by an older version); ttlMs otherwise.
+func ttlArg(r idem.Record, now time.Time) string {
+	if r.State == idem.StateInProgress || r.ExpiresAt.IsZero() {
 		return ""
 	}
-	return strconv.FormatInt(ttlMs(expires, now), 10)
+	return strconv.FormatInt(ttlMs(r.ExpiresAt, now), 10)
 }
 
 // msTime decodes msArg's encoding.

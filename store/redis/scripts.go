@@ -7,7 +7,9 @@ import goredis "github.com/redis/go-redis/v9"
 // interleaving of clients can break a transition. Times arrive as unix
 // milliseconds in ARGV (the caller's clock, never Redis's: TIME is not used);
 // a zero time is the empty string. Tokens are compared as decimal strings.
-// The key's Redis expiry is always set relative to the request's now (PX
+// An in-progress record's key has no Redis expiry (an in-progress record
+// never expires: past its lease it is stale, for the Stale policy); a
+// settled record's expiry is always set relative to the request's now (PX
 // expires_at - now, at least 1 ms), never at an absolute time: Redis's clock
 // then only measures how long a record lives, which every clock agrees on,
 // not when, which a caller's clock may put an hour away.
@@ -45,11 +47,12 @@ local function ttl(exp, now)
 end
 
 -- write stores r with the key's expiry at its retention end, measured
--- from now.
+-- from now; an in-progress record gets none (SET drops the old one), so
+-- Redis never removes a run that is live or stale.
 local function write(k, r, now)
   local v = table.concat({'1', r.state, r.token, r.attempts, r.lease, r.exp, r.created, r.updated,
     string.format('%d', string.len(r.fp)), r.lens, ''}, '|') .. r.fp .. r.ident .. r.result
-  if r.exp == '' then
+  if r.exp == '' or r.state == 'in_progress' then
     redis.call('SET', k, v)
   else
     redis.call('SET', k, v, 'PX', ttl(r.exp, now))
@@ -68,16 +71,14 @@ local function inc(n)
   return string.format('%d', x)
 end
 
--- expired: the retention ended at now, unless the record is in progress
--- under a live lease (an in-progress record never expires while its lease
--- is live, even one written before renewals carried the expiry along).
+-- expired: a settled record whose retention ended at now. An in-progress
+-- record never expires: past its lease it is stale, for the Stale policy.
 local function expired(r, now)
-  local exp = tonumber(r.exp)
-  if not exp or exp > now then
+  if r.state == 'in_progress' then
     return false
   end
-  local lease = tonumber(r.lease)
-  return not (r.state == 'in_progress' and lease and lease > now)
+  local exp = tonumber(r.exp)
+  return exp ~= nil and exp <= now
 end
 
 local function malformed(k)
@@ -115,8 +116,8 @@ if not r then
   return malformed(k)
 end
 if expired(r, now) then
-  -- Expired but not yet removed by Redis: a new lifetime (the request's
-  -- fingerprint) that keeps counting tokens from the old one.
+  -- Settled, expired but not yet removed by Redis: a new lifetime (the
+  -- request's fingerprint) that keeps counting tokens from the old one.
   fresh.token = inc(r.token)
   return {1, write(k, fresh, now), 0}
 end
@@ -208,8 +209,7 @@ return 1
 
 // renewScript: ARGV 1-4 as fencedPrelude, then lease_until, now. Reply as
 // completeScript. The retention end moves to the new lease end when that is
-// later (and the key's Redis expiry with it), so an in-progress record
-// outlives its retention as long as its owner renews.
+// later; the key keeps no Redis expiry (the record stays in progress).
 var renewScript = goredis.NewScript(fencedPrelude + `
 r.lease, r.updated = ARGV[5], ARGV[6]
 if r.exp ~= '' and tonumber(r.exp) < tonumber(ARGV[5]) then
@@ -220,7 +220,7 @@ return 1
 `)
 
 // sweepScript deletes the record if it expired at ARGV now (see expired: an
-// in-progress record under a live lease never does). It re-checks, so a
+// in-progress record, live or stale, never does). It re-checks, so a
 // record claimed again since the scan survives. Reply 1 when deleted.
 var sweepScript = goredis.NewScript(luaRecord + `
 local v = redis.call('GET', KEYS[1])

@@ -81,13 +81,14 @@ func pttl(t *testing.T, s *Store, k idem.Key) time.Duration {
 // the time the test took since it was set.
 func near(got, want time.Duration) bool { return got <= want && got > want-5*time.Second }
 
-// TestRedisTTLIsRelative: every write sets the key's Redis expiry to
-// ExpiresAt - Now of its request, whatever the caller's clock says the time
-// is (here 2030): the claim, the completion, the release and a renewal past
-// the retention, on the compare-and-set path (the store that claimed) and
-// on the parsing path (another store), and the lease is a field, not the
-// key's TTL. Never an absolute PXAT: with it this record would live until
-// 2030.
+// TestRedisTTLIsRelative: an in-progress record's key has no Redis expiry
+// (claimed, renewed past the retention, reclaimed: an in-progress record
+// never expires), and every write of a settled record sets it to ExpiresAt
+// - Now of its request, whatever the caller's clock says the time is (here
+// 2030): the completion and the release, on the compare-and-set path (the
+// store that claimed) and on the parsing path (another store). The lease is
+// a field, not the key's TTL. Never an absolute PXAT: with it this record
+// would live until 2030.
 func TestRedisTTLIsRelative(t *testing.T) {
 	a := internalStore(t)
 	b, err := New(a.client, Options{Prefix: a.prefix}) // same records, no held claims
@@ -102,15 +103,15 @@ func TestRedisTTLIsRelative(t *testing.T) {
 		if err != nil || c.Outcome != idem.ClaimAcquired {
 			t.Fatalf("claim: %v %v", c.Outcome, err)
 		}
-		if d := pttl(t, a, k); !near(d, time.Hour) {
-			t.Fatalf("PTTL after claim = %v, want 1h (ExpiresAt - Now, not the lease, not 2030)", d)
+		if d := pttl(t, a, k); d != -1 {
+			t.Fatalf("PTTL after claim = %v, want none (-1): in progress", d)
 		}
 		at := now.Add(30 * time.Minute)
 		if err := via.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: at, LeaseUntil: at.Add(2 * time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		if d := pttl(t, a, k); !near(d, 2*time.Hour) {
-			t.Fatalf("PTTL after a renewal past the retention = %v, want 2h (the new lease end - Now)", d)
+		if d := pttl(t, a, k); d != -1 {
+			t.Fatalf("PTTL after a renewal past the retention = %v, want none (-1): in progress", d)
 		}
 		if r, _ := a.Get(ctx, k); !r.ExpiresAt.Equal(at.Add(2 * time.Hour)) {
 			t.Fatalf("renewed record expires %v, want the lease end %v", r.ExpiresAt, at.Add(2*time.Hour))
@@ -119,8 +120,8 @@ func TestRedisTTLIsRelative(t *testing.T) {
 		if err := via.Renew(ctx, idem.RenewRequest{Key: k, Token: c.Record.Token, Now: at.Add(time.Minute), LeaseUntil: at.Add(2 * time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
-		if d := pttl(t, a, k); !near(d, 2*time.Hour-time.Minute) {
-			t.Fatalf("PTTL after a short renewal = %v, want the retention end - Now (1h59m)", d)
+		if d := pttl(t, a, k); d != -1 {
+			t.Fatalf("PTTL after a short renewal = %v, want none (-1): in progress", d)
 		}
 		if err := via.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: at, ExpiresAt: at.Add(48 * time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -140,13 +141,21 @@ func TestRedisTTLIsRelative(t *testing.T) {
 		if d := pttl(t, a, r); !near(d, 50*time.Minute) {
 			t.Fatalf("PTTL after release = %v, want the retention end - Now (50m)", d)
 		}
-		// Reclaimed by the claim script: the request's retention from its Now.
+		// Reclaimed by the claim script: in progress again, so no expiry;
+		// its release sets the request's retention from its Now.
 		at = now.Add(20 * time.Minute)
-		if _, err := via.Claim(ctx, idem.ClaimRequest{Key: r, Now: at, LeaseUntil: at.Add(time.Second), ExpiresAt: at.Add(3 * time.Hour)}); err != nil {
+		c, err = via.Claim(ctx, idem.ClaimRequest{Key: r, Now: at, LeaseUntil: at.Add(time.Second), ExpiresAt: at.Add(3 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := pttl(t, a, r); d != -1 {
+			t.Fatalf("PTTL after a reclaim = %v, want none (-1): in progress", d)
+		}
+		if err := via.Release(ctx, idem.ReleaseRequest{Key: r, Token: c.Record.Token, Now: at}); err != nil {
 			t.Fatal(err)
 		}
 		if d := pttl(t, a, r); !near(d, 3*time.Hour) {
-			t.Fatalf("PTTL after a reclaim = %v, want 3h", d)
+			t.Fatalf("PTTL after the reclaim's release = %v, want 3h", d)
 		}
 	}
 	// A retention already over by the caller's clock: the key lives 1 ms
@@ -168,7 +177,8 @@ func TestRedisTTLIsRelative(t *testing.T) {
 // TestLiveLeaseNeverExpires: a record written before renewals carried the
 // expiry along (in progress, expires_at before a live lease_until) counts as
 // expired neither for a claim nor for the sweep, and its next renewal moves
-// expires_at to the lease end.
+// expires_at to the lease end and drops the key's Redis expiry. Once its
+// lease ends it is stale, still never expired nor swept.
 func TestLiveLeaseNeverExpires(t *testing.T) {
 	s := internalStore(t)
 	ctx := context.Background()
@@ -209,10 +219,20 @@ func TestLiveLeaseNeverExpires(t *testing.T) {
 	if err != nil || !r.ExpiresAt.Equal(now.Add(2*time.Hour)) || r.Fingerprint != "fp" {
 		t.Fatalf("after renewal: %+v, %v; want expires_at at the lease end and the fingerprint kept", r, err)
 	}
-	// Once the lease ends the record is expired and swept.
+	if d := pttl(t, s, k); d != -1 {
+		t.Fatalf("PTTL after the renewal = %v, want none (-1): in progress", d)
+	}
+	// Once the lease ends the record is stale: neither swept nor reborn.
 	end := now.Add(2*time.Hour + time.Second)
-	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: end, Limit: 10}); n != 1 || err != nil {
-		t.Fatalf("Sweep after the lease = %d, %v; want 1", n, err)
+	if n, err := s.Sweep(ctx, idem.SweepRequest{Now: end, Limit: 10}); n != 0 || err != nil {
+		t.Fatalf("Sweep after the lease = %d, %v; want 0 (stale, not expired)", n, err)
+	}
+	if n, err := s.deleteExpired(ctx, []string{keyOf(s.prefix, k)}, end); n != 0 || err != nil {
+		t.Fatalf("sweep script after the lease = %d, %v; want 0", n, err)
+	}
+	c, err := s.Claim(ctx, idem.ClaimRequest{Key: k, Now: end, LeaseUntil: end.Add(time.Minute), ExpiresAt: end.Add(time.Hour)})
+	if err != nil || c.Outcome != idem.ClaimStale || c.Record.Token != 7 {
+		t.Fatalf("claim after the lease = %v token %d, %v; want stale under token 7", c.Outcome, c.Record.Token, err)
 	}
 }
 
@@ -256,8 +276,10 @@ func TestLuaCountsTokensExactly(t *testing.T) {
 		if refused != (start > 1e15+7) {
 			t.Fatalf("from %d: refused %v", start, refused)
 		}
-		if d := pttl(t, s, k); !near(d, 200*365*24*time.Hour) {
-			t.Fatalf("PTTL of a 200-year retention = %v", d)
+		// Refused after a release (settled: the retention's expiry), or
+		// left in progress by the last reclaim (no expiry).
+		if d := pttl(t, s, k); refused && !near(d, 200*365*24*time.Hour) || !refused && d != -1 {
+			t.Fatalf("PTTL of a 200-year retention = %v (refused %v)", d, refused)
 		}
 	}
 }

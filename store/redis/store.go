@@ -111,8 +111,11 @@ func (s *Store) Key(k idem.Key) string { return keyOf(s.prefix, k) }
 // atomically.
 //
 // The record a claim writes carries req.NewToken (drawn by Prepare), and the
-// key's Redis expiry is ExpiresAt - Now (at least 1 ms): a duration from
-// the caller's clock, never an absolute time.
+// key has no Redis expiry while the record is in progress: an in-progress
+// record never expires (past its lease it is stale, for the Stale policy),
+// so no countdown may remove it. Complete and Release set the key's expiry
+// to ExpiresAt - Now (at least 1 ms): a duration from the caller's clock,
+// never an absolute time.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 	req, err := req.Prepare()
 	if err != nil {
@@ -132,13 +135,13 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		done bool
 	)
 	if s.dupGet.Active() {
-		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh, req)...)
+		cmd := s.client.Do(ctx, setNXGetArgs(key, fresh)...)
 		c, done, err = decodeSetNXGet(req, rec, cmd)
 		if existed := !done || (err == nil && c.Outcome != idem.ClaimAcquired); existed {
 			s.dupGet.Start(dupGetClaims)
 		}
 	} else {
-		err = s.client.Do(ctx, setNXArgs(key, fresh, req)...).Err()
+		err = s.client.Do(ctx, setNXArgs(key, fresh)...).Err()
 		switch {
 		case err == nil:
 			c, done = idem.Claim{Outcome: idem.ClaimAcquired, Record: rec}, true
@@ -171,16 +174,17 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 const dupGetClaims = 64
 
 // setNXArgs is the claim of an absent key alone: write fresh only if the
-// key does not exist, expiring ExpiresAt - Now from now. The reply is OK,
+// key does not exist, with no Redis expiry (an in-progress record never
+// expires; Complete and Release give the key its expiry). The reply is OK,
 // or nil when the key exists.
-func setNXArgs(key, fresh string, req idem.ClaimRequest) []any {
-	return []any{"set", key, fresh, "nx", "px", ttlMs(req.ExpiresAt, req.Now)}
+func setNXArgs(key, fresh string) []any {
+	return []any{"set", key, fresh, "nx"}
 }
 
 // setNXGetArgs is the claim of an absent key: write fresh only if the key
 // does not exist, and return what it held otherwise (Redis 7.0+).
-func setNXGetArgs(key, fresh string, req idem.ClaimRequest) []any {
-	return []any{"set", key, fresh, "nx", "get", "px", ttlMs(req.ExpiresAt, req.Now)}
+func setNXGetArgs(key, fresh string) []any {
+	return []any{"set", key, fresh, "nx", "get"}
 }
 
 // decodeSetNXGet interprets the SET NX GET reply: acquired when the key was
@@ -256,7 +260,7 @@ func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k
 	h, ok := s.held.take(key, token)
 	if ok {
 		change(&h.rec)
-		expected, next, ttl = h.value, encodeRecord(h.rec), ttlArg(h.rec.ExpiresAt, now)
+		expected, next, ttl = h.value, encodeRecord(h.rec), ttlArg(h.rec, now)
 	}
 	all := append([]any{strconv.FormatInt(token, 10), expected, next, ttl}, args...)
 	n, err := s.flights.run(s.client, &fencedCall{ctx: ctx, script: script, key: key, args: all})
@@ -304,9 +308,9 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 }
 
 // Renew implements idem.Store: the lease moves to req.LeaseUntil and the
-// retention end to the later of itself and the new lease end, and the key's
-// Redis expiry with it, so a record in progress never vanishes while its
-// lease is live, however long its handler runs.
+// retention end to the later of itself and the new lease end. The key keeps
+// no Redis expiry (the record is in progress), so it never vanishes,
+// however long its handler runs.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	req, err := req.Prepare()
 	if err != nil {
@@ -387,7 +391,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 		keys[i] = keyOf(s.prefix, r.Key)
 		recs[i] = freshRecord(r)
 		fresh[i] = encodeRecord(recs[i])
-		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i], r)...)
+		setCmds[i] = pipe.Do(ctx, setNXGetArgs(keys[i], fresh[i])...)
 	}
 	// Exec's error is the first failed command's; redis.Nil (key was absent)
 	// is no failure, so each command is judged on its own.

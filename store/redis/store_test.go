@@ -279,6 +279,9 @@ func testTokenAfterRedisDeletesRecord(t *testing.T, on backend) {
 	if err != nil || first.Record.Token < 1<<32 {
 		t.Fatalf("first claim: %+v %v; want a random token of 2^32 or more", first, err)
 	}
+	if err := s.Complete(ctx, idem.CompleteRequest{Key: k, Token: first.Record.Token, Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err) // settled: only settled records expire
+	}
 	later := req
 	later.Now, later.LeaseUntil, later.ExpiresAt = now.Add(2*time.Hour), now.Add(2*time.Hour+time.Minute), now.Add(3*time.Hour)
 	second, err := s.Claim(ctx, later) // expired by the caller's clock, still in Redis

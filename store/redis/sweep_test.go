@@ -35,6 +35,23 @@ func seed(t *testing.T, s idem.Store, name string, n int, ret time.Duration) []i
 	return keys
 }
 
+// seedDone is seed with each record completed (retention ret from T0):
+// only settled records expire.
+func seedDone(t *testing.T, s idem.Store, name string, n int, ret time.Duration) []idem.Key {
+	t.Helper()
+	keys := seed(t, s, name, n, ret)
+	for _, k := range keys {
+		r, err := s.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(context.Background(), idem.CompleteRequest{Key: k, Token: r.Token, Now: storetest.T0, ExpiresAt: storetest.T0.Add(ret)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
 // TestSweepBoundedBatches: with far more expired records than Limit, every
 // call deletes at most Limit, repeated calls delete them all, and live
 // records stay.
@@ -43,8 +60,8 @@ func TestSweepBoundedBatches(t *testing.T) { testSweepBoundedBatches(t, standalo
 func testSweepBoundedBatches(t *testing.T, on backend) {
 	s := newStore(t, on.client(t))
 	ctx := context.Background()
-	old := seed(t, s, "old", 2500, time.Hour)
-	live := seed(t, s, "live", 300, 48*time.Hour)
+	old := seedDone(t, s, "old", 2500, time.Hour)
+	live := seedDone(t, s, "live", 300, 48*time.Hour)
 	now := storetest.T0.Add(2 * time.Hour)
 	total := 0
 	for calls := 0; total < len(old); calls++ {
@@ -86,7 +103,7 @@ func testSweepOneInstanceAtATime(t *testing.T, on backend) {
 	c := on.client(t)
 	s := newStore(t, c)
 	ctx := context.Background()
-	old := seed(t, s, "old", 10, time.Hour)
+	old := seedDone(t, s, "old", 10, time.Hour)
 	now := storetest.T0.Add(2 * time.Hour)
 	lock := s.Prefix() + ":sweep-lock"
 	if err := c.Set(ctx, lock, "another-instance", time.Minute).Err(); err != nil {
@@ -118,7 +135,7 @@ func TestSweepSparesReclaimed(t *testing.T) { testSweepSparesReclaimed(t, standa
 func testSweepSparesReclaimed(t *testing.T, on backend) {
 	a, b := twoStores(t, on)
 	ctx := context.Background()
-	old := seed(t, a, "old", 1000, time.Hour)
+	old := seedDone(t, a, "old", 1000, time.Hour)
 	now := storetest.T0.Add(2 * time.Hour)
 	var (
 		wg       sync.WaitGroup
@@ -198,6 +215,10 @@ func testBatchRewrites(t *testing.T, on backend) {
 		if err := s.Release(ctx, idem.ReleaseRequest{Key: keys[i], Token: tokens[i], Now: t0}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// keys[2] completed, expired by the batch's time (still in Redis).
+	if err := s.Complete(ctx, idem.CompleteRequest{Key: keys[2], Token: tokens[2], Now: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
 	}
 	at := t0.Add(30 * time.Minute) // keys[1] stale (lease ended)
 	fresh := idem.Key{Scope: "sweep", ID: "fresh"}
