@@ -63,7 +63,8 @@ const settleTimeout = 10 * time.Second
 
 // Run receives and handles deliveries until ctx ends, then shuts down
 // gracefully: it stops receiving, gives back what was received but not
-// started (and what a Drainer buffered), hands back held deliveries (with
+// started (and what a Drainer buffered; a last allowed delivery among them
+// is handled instead), hands back held deliveries (with
 // the delay until their holder's lease ends; one on its last allowed
 // delivery is held on until ShutdownTimeout), waits for the in-flight
 // handlers (cancelling their contexts after ShutdownTimeout) and returns
@@ -247,8 +248,20 @@ func (r *run[M]) finish(d *delivery[M]) {
 	r.c.settle(d, rep, r.stop)
 }
 
-// giveBack hands m back unhandled.
+// giveBack hands m back unhandled, unless it is the broker's last allowed
+// delivery: handed back, it would be dropped (JetStream) or dead-lettered
+// without idem's headers (Service Bus), so it is handled as one in flight
+// (held until ShutdownTimeout at most), outside the workers, which may be
+// gone.
 func (r *run[M]) giveBack(m M) {
+	if r.c.t.Delivery(m).Last {
+		r.wg.Add(1) // from Run before its Wait, or from a counted worker
+		go func() {
+			defer r.wg.Done()
+			r.c.Process(r.work, m)
+		}()
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.work, settleTimeout)
 	defer cancel()
 	if err := r.c.giveBack(ctx, m); err != nil {
