@@ -170,12 +170,12 @@ func TestDeliveryLimit(t *testing.T) {
 			if n := <-applied; n != 1 {
 				t.Fatalf("replayed message delivered with DeliveryCount %d", n)
 			}
+			if err := stop(); err != nil { // Run returns once the replay is settled
+				t.Errorf("Run: %v", err)
+			}
 			rec, err := g.Store().Get(context.Background(), idem.Key{Scope: "orders", ID: "order-1"})
 			if err != nil || rec.State != idem.StateCompleted {
 				t.Fatalf("record %+v (%v): want completed after the replay", rec, err)
-			}
-			if err := stop(); err != nil {
-				t.Errorf("Run: %v", err)
 			}
 			if st, _ := srv.Stats("orders"); st != (servicebustest.Stats{}) {
 				t.Fatalf("queue %+v, want empty", st)
