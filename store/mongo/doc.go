@@ -109,10 +109,13 @@
 //     released, retaken) counts on from its own token. After a sweep or the
 //     TTL index deleted a key's record, no zombie of the earlier lifetime
 //     holds the new owner's token.
-//   - Lifetime: a record is expired when expires_at <= now and it is not in
-//     progress with lease_until > now, in claims and in Sweep and Stats
-//     alike. Renew sets lease_until and moves expires_at (and ttl_at) to at
-//     least it ($max), so a renewed handler outlives its retention.
+//   - Lifetime: only a settled record (completed, released) expires, when
+//     expires_at <= now, in claims and in Sweep and Stats alike. An
+//     in-progress record never does: past its lease it is stale, however
+//     old, and claims report it to the Stale policy, Sweep leaves it, Stats
+//     counts it stale, and it carries no ttl_at, so the TTL index never
+//     deletes it. Renew sets lease_until and moves expires_at to at least
+//     it ($max), so a renewed handler outlives its retention.
 //   - Content: a released record keeps its fingerprint (takes the
 //     request's only when it has none), a stale retake keeps it, and only
 //     an expired record, a new lifetime, takes the request's.
@@ -134,8 +137,9 @@
 // measured again every ten minutes). A record is therefore deleted by the
 // server no earlier than its retention, measured by the caller's clock,
 // has passed, and within about two minutes after it (the server's TTL
-// monitor runs once a minute). Renew carries ttl_at with the lease;
-// Release leaves it.
+// monitor runs once a minute). An in-progress record has no ttl_at: its
+// claim writes that time to ttl_hold instead, Renew carries ttl_hold with
+// the lease, Release renames it to ttl_at and Complete sets ttl_at anew.
 //
 // Where the server refuses TTL indexes (FerretDB v1 answers
 // NotImplemented; Cosmos DB's RU-based API has one only on _ts), Migrate

@@ -149,7 +149,9 @@ func TestForeignDocument(t *testing.T) {
 // TestTTLAtFromServerClock: the ttl_at the TTL index reads is the server's
 // clock plus the retention measured by the caller's clock, whatever the
 // caller's clock says: an hour behind or ahead, or years away (storetest's
-// T0), the record is kept for its retention by the server's clock.
+// T0), the record is kept for its retention by the server's clock. An
+// in-progress record has no ttl_at (it never expires): its claim holds that
+// time in ttl_hold, a renewal carries it, and the release makes it ttl_at.
 func TestTTLAtFromServerClock(t *testing.T) {
 	c := newClient(t)
 	s := newStore(t, c, mongostore.Options{})
@@ -164,23 +166,38 @@ func TestTTLAtFromServerClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		var d struct {
-			TTLAt time.Time `bson:"ttl_at"`
+			TTLAt   *time.Time `bson:"ttl_at"`
+			TTLHold *time.Time `bson:"ttl_hold"`
 		}
-		if err := s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: "s\x00" + k.ID}}).Decode(&d); err != nil {
-			t.Fatal(err)
+		read := func() {
+			t.Helper()
+			d.TTLAt, d.TTLHold = nil, nil
+			if err := s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: "s\x00" + k.ID}}).Decode(&d); err != nil {
+				t.Fatal(err)
+			}
 		}
+		read()
 		// This machine is the server's: its clock is the server's.
 		lo, hi := before.Add(10*time.Minute), time.Now().Add(10*time.Minute+2*time.Minute)
-		if d.TTLAt.Before(lo) || d.TTLAt.After(hi) {
-			t.Fatalf("caller clock %v: ttl_at %v, want within [%v, %v]", callerNow, d.TTLAt, lo, hi)
+		if d.TTLAt != nil || d.TTLHold == nil || d.TTLHold.Before(lo) || d.TTLHold.After(hi) {
+			t.Fatalf("caller clock %v: in progress with ttl_at %v, ttl_hold %v; want no ttl_at and ttl_hold within [%v, %v]",
+				callerNow, d.TTLAt, d.TTLHold, lo, hi)
 		}
-		// A renewal past the retention carries ttl_at with it.
+		// A renewal past the retention carries the held time with it.
 		if err := s.Renew(ctx, idem.RenewRequest{Key: k, Token: cl.Record.Token, Now: callerNow, LeaseUntil: callerNow.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		s.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: "s\x00" + k.ID}}).Decode(&d)
-		if d.TTLAt.Before(before.Add(time.Hour)) {
-			t.Fatalf("after a renewal an hour ahead: ttl_at %v", d.TTLAt)
+		read()
+		if d.TTLAt != nil || d.TTLHold == nil || d.TTLHold.Before(before.Add(time.Hour)) {
+			t.Fatalf("after a renewal an hour ahead: ttl_at %v, ttl_hold %v", d.TTLAt, d.TTLHold)
+		}
+		held := *d.TTLHold
+		if err := s.Release(ctx, idem.ReleaseRequest{Key: k, Token: cl.Record.Token, Now: callerNow}); err != nil {
+			t.Fatal(err)
+		}
+		read()
+		if d.TTLHold != nil || d.TTLAt == nil || !d.TTLAt.Equal(held) {
+			t.Fatalf("after the release: ttl_at %v, ttl_hold %v; want ttl_at %v", d.TTLAt, d.TTLHold, held)
 		}
 	}
 }

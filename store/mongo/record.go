@@ -36,6 +36,11 @@ type recordDoc struct {
 	UpdatedAt   time.Time  `bson:"updated_at"`
 	TTLAt       *time.Time `bson:"ttl_at,omitempty"` // server-clock deletion time (TTL index)
 	Rev         string     `bson:"rev,omitempty"`    // revision: every write replaces it (turns.go)
+	// TTLHold is the ttl_at an in-progress record will take when released:
+	// it carries none while in progress (an in-progress record never
+	// expires, so the TTL index must not delete it), and Release renames
+	// this field to ttl_at.
+	TTLHold *time.Time `bson:"ttl_hold,omitempty"`
 }
 
 // Field names, for filters and updates.
@@ -48,11 +53,13 @@ const (
 	fCreatedAt  = "created_at"
 	fUpdatedAt  = "updated_at"
 	fTTLAt      = "ttl_at"
+	fTTLHold    = "ttl_hold"
 	fScope      = "scope"
 )
 
 // docOf is r as stored, with its times at millisecond precision (BSON
-// dates), and ttl its server-clock deletion time (nil: none).
+// dates), and ttl its server-clock deletion time (nil: none), held in
+// ttl_hold rather than ttl_at while r is in progress.
 func docOf(r idem.Record, ttl *time.Time) recordDoc {
 	d := recordDoc{
 		ID:          recordID(r.Scope, r.ID),
@@ -69,6 +76,9 @@ func docOf(r idem.Record, ttl *time.Time) recordDoc {
 		UpdatedAt:   ms(r.UpdatedAt),
 		TTLAt:       ttl,
 		Rev:         newRev(),
+	}
+	if r.State == idem.StateInProgress {
+		d.TTLAt, d.TTLHold = nil, ttl
 	}
 	if r.DisplayID != r.ID {
 		d.DisplayID = r.DisplayID
@@ -178,21 +188,19 @@ func expired(now time.Time) cond {
 	return cond{
 		filter: expiredAt(now),
 		match: func(d recordDoc) bool {
-			live := d.State == string(idem.StateInProgress) && d.LeaseUntil.After(now)
-			return !d.ExpiresAt.After(now) && !live
+			return d.State != string(idem.StateInProgress) && !d.ExpiresAt.After(now)
 		},
 	}
 }
 
 // expiredAt is the filter of records expired at now (idem.Record.Expired):
-// retention ended, and not in progress under a lease live at now.
+// settled (completed or released) with the retention ended. An in-progress
+// record never expires: past its lease it is stale, for the Stale policy,
+// and neither Sweep nor the TTL index deletes it.
 func expiredAt(now time.Time) bson.D {
 	now = ms(now)
 	return bson.D{
 		{Key: fExpiresAt, Value: bson.D{{Key: "$lte", Value: now}}},
-		{Key: "$nor", Value: bson.A{bson.D{
-			{Key: fState, Value: string(idem.StateInProgress)},
-			{Key: fLeaseUntil, Value: bson.D{{Key: "$gt", Value: now}}},
-		}}},
+		{Key: fState, Value: bson.D{{Key: "$ne", Value: string(idem.StateInProgress)}}},
 	}
 }

@@ -251,18 +251,19 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	if ttl != nil {
 		set = append(set, bson.E{Key: fTTLAt, Value: *ttl})
 	}
-	update := bson.D{}
+	unset := bson.D{{Key: fTTLHold, Value: ""}} // settled: ttl_at from now on
 	if len(req.Result) > 0 {
 		set = append(set, bson.E{Key: fResult, Value: req.Result})
 	} else {
-		update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: fResult, Value: ""}}})
+		unset = append(unset, bson.E{Key: fResult, Value: ""})
 	}
-	update = append(update, bson.E{Key: "$set", Value: set})
+	update := bson.D{{Key: "$unset", Value: unset}, {Key: "$set", Value: set}}
 	return s.fenced(ctx, "complete", req.Key, req.Token, update)
 }
 
 // Release implements idem.Store: state released, lease ended at Now; the
-// token, fingerprint and expiry stay.
+// token, fingerprint and expiry stay. The record, settled, takes the TTL
+// its claim and renewals held for it (ttl_hold becomes ttl_at).
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	req, err := req.Prepare()
 	if err != nil {
@@ -274,15 +275,20 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.fenced(ctx, "release", req.Key, req.Token, bson.D{{Key: "$set", Value: bson.D{
-		{Key: fState, Value: string(idem.StateReleased)},
-		{Key: fLeaseUntil, Value: ms(req.Now)},
-		{Key: fUpdatedAt, Value: ms(req.Now)},
-	}}})
+	return s.fenced(ctx, "release", req.Key, req.Token, bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: fState, Value: string(idem.StateReleased)},
+			{Key: fLeaseUntil, Value: ms(req.Now)},
+			{Key: fUpdatedAt, Value: ms(req.Now)},
+		}},
+		{Key: "$rename", Value: bson.D{{Key: fTTLHold, Value: fTTLAt}}},
+	})
 }
 
 // Renew implements idem.Store: the lease moves to LeaseUntil, and the
-// expiry (and ttl_at) to at least that ($max), in one fenced update.
+// expiry (and the held ttl_hold) to at least that ($max), in one fenced
+// update. The record, in progress, carries no ttl_at (one written by an
+// older version is removed), so the TTL index never deletes it.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	req, err := req.Prepare()
 	if err != nil {
@@ -300,7 +306,7 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 		return wrap("renew", err)
 	}
 	if ttl != nil {
-		maxes = append(maxes, bson.E{Key: fTTLAt, Value: *ttl})
+		maxes = append(maxes, bson.E{Key: fTTLHold, Value: *ttl})
 	}
 	return s.fenced(ctx, "renew", req.Key, req.Token, bson.D{
 		{Key: "$set", Value: bson.D{
@@ -308,6 +314,7 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 			{Key: fUpdatedAt, Value: ms(req.Now)},
 		}},
 		{Key: "$max", Value: maxes},
+		{Key: "$unset", Value: bson.D{{Key: fTTLAt, Value: ""}}},
 	})
 }
 

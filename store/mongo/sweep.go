@@ -28,8 +28,9 @@ const sweepLockID = "sweep"
 // of at most req.Limit records expired at req.Now through the expires_at
 // index, and deletes those of them that are still expired, in one
 // deleteMany whose filter repeats the expiry condition, so a record
-// claimed again in between stays. A live lease is never expired (see the
-// package doc). A Limit of zero or less deletes nothing and returns 0
+// claimed again in between stays. An in-progress record, live or stale, is
+// never expired (see the package doc). A Limit of zero or less deletes
+// nothing and returns 0
 // without contacting the server.
 func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	if req.Limit <= 0 {

@@ -3,6 +3,7 @@ package lincheck
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strings"
 	"time"
 
@@ -78,17 +79,16 @@ type record struct {
 	// ttlEnd is the real time (ns of the run) before which a native
 	// expiry cannot have deleted the record: the call time of the request
 	// that last wrote it plus the time from its Now to the record's
-	// ExpiresAt, the duration a Redis TTL counts. Answers never carry it.
+	// ExpiresAt, the duration a Redis TTL counts (never, in progress).
+	// Answers never carry it.
 	ttlEnd int64
 }
 
-// expired is the contract's Record.Expired: the retention has ended, and the
-// record is not in progress under a live lease.
+// expired is the contract's Record.Expired: only a settled record (completed,
+// released) expires, when its retention has ended. An in-progress record
+// never does: past its lease it is stale, for the Stale policy.
 func (r record) expired(now int64) bool {
-	if r.state == idem.StateInProgress && now < r.lease {
-		return false
-	}
-	return r.expires <= now
+	return r.state != idem.StateInProgress && r.expires <= now
 }
 
 // deletable reports whether something other than the calls of the history
@@ -135,9 +135,14 @@ func apply(p record, in input) (output, record) {
 	panic("lincheck: unknown operation kind")
 }
 
-// written is n as the call in wrote it, with the end of its native expiry.
+// written is n as the call in wrote it, with the end of its native expiry:
+// none while in progress (an in-progress record never expires, so no TTL
+// may remove it), else counted from the call.
 func written(n record, in input) record {
 	n.ttlEnd = in.call + (n.expires-in.now)*int64(time.Millisecond)
+	if n.state == idem.StateInProgress {
+		n.ttlEnd = math.MaxInt64
+	}
 	return n
 }
 

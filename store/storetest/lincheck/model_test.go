@@ -106,32 +106,57 @@ func TestModel(t *testing.T) {
 		}, false},
 		{"ExpiredRecordDeleted", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
-			op(1, 2, 3, input{kind: opGet, now: 100}, output{notFound: true}),
-			op(1, 4, 5, claimIn(110, t2), acquired(inProgress(t2, 1, 110, 110))),
+			op(0, 2, 3, completeIn(10, t1), output{}),
+			op(1, 4, 5, input{kind: opGet, now: 110}, output{notFound: true}),
+			op(1, 6, 7, claimIn(120, t2), acquired(inProgress(t2, 1, 120, 120))),
 		}, true},
 		{"ExpiredRecordSurvives", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
-			op(1, 4, 5, claimIn(110, t2), acquired(inProgress(t1+1, 1, 110, 110))),
+			op(0, 2, 3, completeIn(10, t1), output{}),
+			op(1, 4, 5, claimIn(120, t2), acquired(inProgress(t1+1, 1, 120, 120))),
 		}, true},
+		// Only settled records expire: an in-progress record past its lease
+		// and its ExpiresAt is stale, neither deleted nor reborn.
+		{"StaleRecordDeleted", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 3, input{kind: opGet, now: 100}, output{notFound: true}),
+		}, false},
+		{"StaleRecordReborn", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 4, 5, claimIn(110, t2), acquired(inProgress(t1+1, 1, 110, 110))),
+		}, false},
 		{"LiveRecordDeleted", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 3, input{kind: opGet, now: 99}, output{notFound: true}),
 		}, false},
 		{"NativeExpiryMetAfterStall", []porcupine.Operation{
-			// The record's TTL (100 ms from the claim's call) runs out
-			// while a Get that read its clock at +50ms is held up.
+			// The completed record's TTL (100 ms from the completion's
+			// call) runs out while a Get that read its clock at +50ms is
+			// held up.
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(0, 2, 3, completeIn(10, t1), output{}),
+			op(1, 4, 2e8, input{kind: opGet, now: 50}, output{notFound: true}),
+		}, true},
+		{"NoNativeExpiryInProgress", []porcupine.Operation{
+			// An in-progress record has no TTL: a stalled Get must find it.
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 2e8, input{kind: opGet, now: 50}, output{notFound: true}),
-		}, true},
+		}, false},
 		{"NativeExpiryMetEarly", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 9e7, input{kind: opGet, now: 50}, output{notFound: true}),
 		}, false},
 		{"SweepDeletesExpired", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(0, 2, 3, completeIn(10, t1), output{}),
+			op(1, 4, 5, input{kind: opSweep, now: 110, limit: 1}, output{swept: 1}),
+			op(1, 6, 7, input{kind: opGet, now: 100}, output{notFound: true}),
+		}, true},
+		{"SweepDeletesStale", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 3, input{kind: opSweep, now: 100, limit: 1}, output{swept: 1}),
 			op(1, 4, 5, input{kind: opGet, now: 90}, output{notFound: true}),
-		}, true},
+		}, false},
 		{"SweepDeletesLive", []porcupine.Operation{
 			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
 			op(1, 2, 3, input{kind: opSweep, now: 99, limit: 1}, output{swept: 1}),
