@@ -18,6 +18,7 @@ type Store struct {
 	db    *mongo.Database
 	coll  *mongo.Collection
 	locks *mongo.Collection
+	turns *mongo.Collection // the right to write a record on FerretDB v1 (turns.go)
 	opts  Options
 	clock serverClock
 	txs   txRunner
@@ -48,6 +49,7 @@ func New(db *mongo.Database, opts Options) (*Store, error) {
 		db:    db,
 		coll:  coll,
 		locks: db.Collection(opts.Collection + ".locks"),
+		turns: db.Collection(opts.Collection + ".turns"),
 		opts:  opts,
 		clock: serverClock{db: db},
 		txs:   txRunner{client: db.Client(), probe: coll},
@@ -127,8 +129,10 @@ func (s *Store) freshClaim(ctx context.Context, req idem.ClaimRequest) (idem.Cla
 // document to insert should the record be gone by the time it is read.
 func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh recordDoc, cur *recordDoc) (idem.Claim, error) {
 	id := idOf(req.Key)
+	var readAt time.Time // when cur was read; zero: by the caller, read again before a turn
 	for range maxClaimRounds {
 		if cur == nil {
+			readAt = time.Now()
 			var d recordDoc
 			err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 			if errors.Is(err, mongo.ErrNoDocuments) {
@@ -160,7 +164,8 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 			return idem.Claim{}, err
 		}
 		doc := docOf(c.Record, ttl)
-		ok, err := s.writeIf(ctx, id, unchanged(*cur), func(ctx context.Context, filter bson.D) (int64, error) {
+		ok, err := s.writeIf(ctx, id, unchanged(*cur), cur, readAt, func(ctx context.Context, filter bson.D, rev string) (int64, error) {
+			doc.Rev = rev
 			res, err := s.coll.ReplaceOne(ctx, filter, doc)
 			if err != nil {
 				return 0, err
@@ -181,8 +186,8 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 // fenced runs one update of the record of k held in progress under token,
 // and returns idem.ErrLeaseLost when there is no such record.
 func (s *Store) fenced(ctx context.Context, op string, k idem.Key, token int64, update bson.D) error {
-	ok, err := s.writeIf(ctx, idOf(k), heldBy(token), func(ctx context.Context, filter bson.D) (int64, error) {
-		res, err := s.coll.UpdateOne(ctx, filter, update)
+	ok, err := s.writeIf(ctx, idOf(k), heldBy(token), nil, time.Time{}, func(ctx context.Context, filter bson.D, rev string) (int64, error) {
+		res, err := s.coll.UpdateOne(ctx, filter, setRev(update, rev))
 		if err != nil {
 			return 0, err
 		}
