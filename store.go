@@ -261,7 +261,8 @@ type MarkDeferrer[Tx any] interface {
 // (the idem command's list and stats).
 type Inspector interface {
 	// List returns up to f.Limit records ordered by (scope, stored id),
-	// starting after f.After.
+	// compared bytewise, starting after f.After: paging with the last
+	// record's Cursor visits every record once, whatever its id.
 	List(ctx context.Context, f ListFilter) ([]Record, error)
 	// Stats counts records by scope and state at now.
 	Stats(ctx context.Context, now time.Time) ([]ScopeStats, error)
@@ -273,7 +274,7 @@ type ListFilter struct {
 	State         State
 	StaleAt       time.Time // only in-progress records whose lease ended at StaleAt
 	CreatedBefore time.Time // only records created before
-	After         Key       // page after this (scope, stored id); zero: from the start
+	After         Cursor    // page after this: the previous page's last Record.Cursor(); zero: from the start
 	Limit         int       // 0 or less: DefaultListLimit (see PageLimit)
 }
 
@@ -313,9 +314,8 @@ func (f ListFilter) Match(r Record) bool {
 		return false
 	case !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore):
 		return false
-	case f.After != (Key{}):
-		after := f.After.StoredID()
-		return r.Scope > f.After.Scope || (r.Scope == f.After.Scope && r.ID > after)
+	case !f.After.Before(r):
+		return false
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/console"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/store/postgres"
@@ -66,7 +67,7 @@ func BenchmarkPostgresPages(b *testing.B) {
 			maxAge     time.Duration
 		}{
 			{"list-first", "records?scope=scope-3", 0},
-			{"list-deep", "records?" + url.Values{"scope": {"scope-3"}, "after_scope": {"scope-3"}, "after_id": {mid}}.Encode(), 0},
+			{"list-deep", "records?" + url.Values{"scope": {"scope-3"}, "after": {idem.Record{Scope: "scope-3", ID: mid}.Cursor().String()}}.Encode(), 0},
 			{"counts", "", 0},
 			{"counts-every-view", "", -1},
 			{"stale", "parked?scope=scope-3", 0},

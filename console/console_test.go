@@ -153,7 +153,7 @@ func TestPagesShowTheStore(t *testing.T) {
 			c := f.client(t)
 			checkCounts(t, f, c)
 			for _, p := range []string{"records", "records?scope=billing", "records?state=stale", "inprogress", "parked", "conflicts", "outbox", "outbox?state=pending",
-				"records?scope=billing&after_scope=billing&after_id=order-004"} {
+				"records?scope=billing&after=" + idem.Record{Scope: "billing", ID: "order-004"}.Cursor().String()} {
 				if code, body := get(t, c, f.base+p); code != http.StatusOK {
 					t.Errorf("%s: %d\n%s", p, code, body)
 				}

@@ -19,7 +19,7 @@
 // `idem console --store DSN` serves it alone.
 //
 // Pages: the scopes with their records counted by state; the records of a
-// scope, paged by key; the in-progress records with how long each has been
+// scope, paged by cursor; the in-progress records with how long each has been
 // held, the stale ones (lease ended) marked; the stale and parked records
 // waiting for an operator; the recent conflicts, parked keys and dead
 // letters (from a Recorder); one record with everything it holds and a
@@ -44,7 +44,9 @@
 // lets no script run but the console's own files.
 //
 // Every list page is one Inspector.List call for a page of records after
-// the last key shown (keyset paging, never an offset), so a page costs what
+// the last one shown (keyset paging by its exact stored key, carried in the
+// Next link as an idem.Cursor: never an offset, and never a display id,
+// which is cut for ids over 1 KiB), so a page costs what
 // the store's List costs: a primary-key range read on the SQL stores, a
 // SCAN on Redis. Counting by scope and state (Inspector.Stats) reads every
 // record in every store, so the console serves counts from a snapshot at

@@ -97,11 +97,10 @@ func recordURL(k idem.Key) string {
 // and only its first bytes were kept.
 func reachable(r idem.Record) bool { return r.Key().StoredID() == r.ID }
 
-func listURL(view, scope, state string, afterKey ...idem.Key) string {
-	var after idem.Key
-	if len(afterKey) > 0 {
-		after = afterKey[0]
-	}
+// listURL links a page of a record list; after, when given, is the cursor
+// it starts after (the previous page's last record, exactly: a Key would lose
+// the stored id of a record whose original id was cut for display).
+func listURL(view, scope, state string, after ...idem.Cursor) string {
 	v := url.Values{}
 	if scope != "" {
 		v.Set("scope", scope)
@@ -109,9 +108,8 @@ func listURL(view, scope, state string, afterKey ...idem.Key) string {
 	if state != "" {
 		v.Set("state", state)
 	}
-	if after != (idem.Key{}) {
-		v.Set("after_scope", after.Scope)
-		v.Set("after_id", after.ID)
+	if len(after) > 0 && !after[0].IsZero() {
+		v.Set("after", after[0].String())
 	}
 	if len(v) == 0 {
 		return view
@@ -208,8 +206,8 @@ type listData struct {
 	// imply one.
 	StateParam string
 	Records    []idem.Record
-	Next       idem.Key // zero on the last page
-	First      bool     // no After: the first page
+	Next       idem.Cursor // zero on the last page
+	First      bool        // no After: the first page
 	Parked     map[idem.Key]time.Time
 	Lease      bool // show lease columns
 }
@@ -252,9 +250,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, view, title, stat
 	default:
 		f.State = idem.State(state)
 	}
-	if as, ai := q.Get("after_scope"), q.Get("after_id"); as != "" || ai != "" {
-		f.After = idem.Key{Scope: as, ID: ai}
+	after, err := idem.ParseCursor(q.Get("after"))
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "message.html", &page{Title: title,
+			Error: "not a page cursor: follow the list's Next page link"})
+		return
 	}
+	f.After = after
 	ctx, cancel := c.queryCtx(r)
 	defer cancel()
 	recs, err := c.st.List(ctx, f)
@@ -262,14 +264,14 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, view, title, stat
 		c.storeError(w, r, "listing the records failed", err)
 		return
 	}
-	d := &listData{View: view, Scope: f.Scope, State: state, First: f.After == (idem.Key{}),
+	d := &listData{View: view, Scope: f.Scope, State: state, First: f.After.IsZero(),
 		Lease: state == "in_progress" || state == "stale"}
 	if view == "records" {
 		d.StateParam = state
 	}
 	if len(recs) > c.opts.PageSize {
 		recs = recs[:c.opts.PageSize]
-		d.Next = recs[len(recs)-1].Key()
+		d.Next = recs[len(recs)-1].Cursor()
 	}
 	d.Records = recs
 	if rec := c.opts.Recorder; rec != nil && d.Lease {

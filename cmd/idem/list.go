@@ -11,14 +11,13 @@ import (
 
 func newListCmd() *cobra.Command {
 	var (
-		f          storeFlags
-		scope      string
-		state      string
-		stale      bool
-		olderThan  time.Duration
-		limit      int
-		after      string
-		afterScope string
+		f         storeFlags
+		scope     string
+		state     string
+		stale     bool
+		olderThan time.Duration
+		limit     int
+		after     string
 	)
 	c := &cobra.Command{
 		Use:   "list",
@@ -26,11 +25,14 @@ func newListCmd() *cobra.Command {
 		Long: `list prints records ordered by scope and id, one page at a time. Filters
 combine: --stale selects in-progress records whose lease has ended (their
 owner probably crashed), --older-than selects records created before now minus
-the duration. When a page is full, the command for the next page is printed.`,
+the duration. When a page is full, the cursor of the next page is printed:
+pass it to --after, with the same filters, to continue exactly where the page
+stopped (the cursor is opaque; it names the page's last record, whatever its
+id).`,
 		Example: `  idem list --store sqlite://idem.db
   idem list --scope billing --state in_progress --stale
   idem list --older-than 24h --limit 500 --json
-  idem list --scope billing --after order-1042`,
+  idem list --scope billing --after AQdiaWxsaW5nb3JkZXItMTA0Mg`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			filter := idem.ListFilter{Scope: scope, Limit: limit}
@@ -46,16 +48,11 @@ the duration. When a page is full, the command for the next page is printed.`,
 			if olderThan < 0 {
 				return usagef("--older-than must not be negative")
 			}
-			if after != "" {
-				as := afterScope
-				if as == "" {
-					as = scope
-				}
-				if as == "" {
-					return usagef("--after needs the page's scope: pass --scope or --after-scope")
-				}
-				filter.After = idem.Key{Scope: as, ID: after}
+			cur, err := idem.ParseCursor(after)
+			if err != nil {
+				return usagef("--after %q: not a page cursor (pass the one a previous page printed): %v", after, err)
 			}
+			filter.After = cur
 			ctx, cancel := f.withTimeout(c)
 			defer cancel()
 			h, err := f.open(ctx, true)
@@ -91,7 +88,7 @@ the duration. When a page is full, the command for the next page is printed.`,
 					out.Records = append(out.Records, toJSON(r, now))
 				}
 				if next != nil {
-					out.Next = &nextPage{Scope: next.Scope, After: next.ID}
+					out.Next = &nextPage{After: next.Cursor()}
 				}
 				return writeJSON(c.OutOrStdout(), out)
 			}
@@ -114,7 +111,7 @@ the duration. When a page is full, the command for the next page is printed.`,
 				return err
 			}
 			if next != nil {
-				fmt.Fprintf(w, "\n%d records shown; next page: --after-scope %q --after %q\n", len(recs), next.Scope, next.ID)
+				fmt.Fprintf(w, "\n%d records shown; next page: --after %s\n", len(recs), next.Cursor())
 			}
 			return nil
 		},
@@ -126,12 +123,12 @@ the duration. When a page is full, the command for the next page is printed.`,
 	fl.BoolVar(&stale, "stale", false, "only in-progress records whose lease has ended")
 	fl.DurationVar(&olderThan, "older-than", 0, "only records created longer ago than this (e.g. 24h)")
 	fl.IntVar(&limit, "limit", 50, "records per page")
-	fl.StringVar(&after, "after", "", "start after this stored id (the previous page's last)")
-	fl.StringVar(&afterScope, "after-scope", "", "scope of --after (default --scope)")
+	fl.StringVar(&after, "after", "", "continue after this page cursor (the one the previous page printed)")
 	return c
 }
 
+// nextPage is how --json says where the next page starts: pass After to
+// --after.
 type nextPage struct {
-	Scope string `json:"after_scope"`
-	After string `json:"after"`
+	After idem.Cursor `json:"after"`
 }

@@ -49,7 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{"resolve needs an action", []string{"resolve", "billing", "k", "--store", "memory://"}, "--complete or --release"},
 		{"resolve needs one action", []string{"resolve", "billing", "k", "--complete", "--release", "--store", "memory://"}, "exactly one"},
 		{"list bad state", []string{"list", "--state", "done", "--store", "memory://"}, "in_progress, completed or released"},
-		{"list after without scope", []string{"list", "--after", "k", "--store", "memory://"}, "--after-scope"},
+		{"list after a plain id", []string{"list", "--after", "order-2", "--store", "memory://"}, "not a page cursor"},
 		{"demo tx mode without an inbox", []string{"demo", "--store", "memory://", "--mode", "tx", "--messages", "1"}, "no transactional inbox"},
 		{"bench bad mode", []string{"bench", "--store", "memory://", "--mode", "fast"}, "--mode"},
 	} {

@@ -29,7 +29,7 @@ func TestMSRoundTrip(t *testing.T) {
 func TestListConds(t *testing.T) {
 	now := time.UnixMilli(5000)
 	conds, args := ListConds(idem.ListFilter{Scope: "s", State: idem.StateInProgress, StaleAt: now, CreatedBefore: now,
-		After: idem.Key{Scope: "s", ID: "x"}, Limit: 3})
+		After: idem.Record{Scope: "s", ID: "x"}.Cursor(), Limit: 3})
 	want := "scope = ? AND state = ? AND state = 'in_progress' AND lease_until <= ? AND created_at < ?"
 	if got := strings.Join(conds, " AND "); got != want || len(args) != 4 || args[2] != int64(5000) {
 		t.Fatalf("conds %q args %v", got, args)

@@ -19,8 +19,8 @@ import (
 func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
 	var and bson.A
 	lower := bson.E{}
-	if f.After != (idem.Key{}) {
-		lower = bson.E{Key: "$gt", Value: recordID(f.After.Scope, f.After.StoredID())}
+	if !f.After.IsZero() {
+		lower = bson.E{Key: "$gt", Value: recordID(f.After.Scope(), f.After.StoredID())}
 	}
 	if f.Scope != "" {
 		// The scope's _ids are scope+"\x00"+id; ids hold no NUL, so they

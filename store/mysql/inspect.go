@@ -15,9 +15,9 @@ import (
 func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
 	limit := f.PageLimit()
 	conds, args := sqlrecord.ListConds(f)
-	if f.After != (idem.Key{}) {
+	if !f.After.IsZero() {
 		conds = append(conds, "(scope > ? OR (scope = ? AND id > ?))")
-		args = append(args, f.After.Scope, f.After.Scope, f.After.StoredID())
+		args = append(args, f.After.Scope(), f.After.Scope(), f.After.StoredID())
 	}
 	q := "SELECT " + sqlrecord.Columns + " FROM " + s.table
 	if len(conds) > 0 {

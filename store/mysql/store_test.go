@@ -324,7 +324,7 @@ func TestInspector(t *testing.T) {
 	}{
 		{idem.ListFilter{}, "a/1,a/2,a/3,b/1,b/LLL"},
 		{idem.ListFilter{Limit: 2}, "a/1,a/2"},
-		{idem.ListFilter{After: idem.Key{Scope: "a", ID: "2"}, Limit: 2}, "a/3,b/1"},
+		{idem.ListFilter{After: idem.Record{Scope: "a", ID: "2"}.Cursor(), Limit: 2}, "a/3,b/1"},
 		{idem.ListFilter{Scope: "b"}, "b/1,b/LLL"},
 		{idem.ListFilter{State: idem.StateCompleted}, "a/1"},
 		{idem.ListFilter{State: idem.StateReleased}, "a/3"},

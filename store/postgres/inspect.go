@@ -42,18 +42,18 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		where = append(where, "created_at < "+arg(micro(f.CreatedBefore)))
 	}
 	switch {
-	case f.After == (idem.Key{}):
-	case f.Scope != "" && f.After.Scope == f.Scope:
+	case f.After.IsZero():
+	case f.Scope != "" && f.After.Scope() == f.Scope:
 		// Within one scope, id > $n lets the primary key start at the
 		// page instead of at the scope's first key (a deep page of a big
 		// scope would otherwise walk every key before it).
 		where = append(where, "id > "+arg(f.After.StoredID()))
-	case f.Scope != "" && f.After.Scope > f.Scope:
+	case f.Scope != "" && f.After.Scope() > f.Scope:
 		return nil, nil // past the scope's last key
 	case f.Scope != "":
 		// After lies before the scope: the whole scope follows it.
 	default:
-		a, b := arg(f.After.Scope), arg(f.After.StoredID())
+		a, b := arg(f.After.Scope()), arg(f.After.StoredID())
 		where = append(where, fmt.Sprintf("(scope, id) > (%s, %s)", a, b))
 	}
 	limit := f.PageLimit()

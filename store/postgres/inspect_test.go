@@ -75,7 +75,7 @@ func TestInspector(t *testing.T) {
 	}{
 		{idem.ListFilter{}, "[billing/done-0 billing/done-1 billing/done-2 billing/live billing/released billing/stale shipping/old]"},
 		{idem.ListFilter{Limit: 2}, "[billing/done-0 billing/done-1]"},
-		{idem.ListFilter{Limit: 2, After: idem.Key{Scope: "billing", ID: "done-1"}}, "[billing/done-2 billing/live]"},
+		{idem.ListFilter{Limit: 2, After: idem.Record{Scope: "billing", ID: "done-1"}.Cursor()}, "[billing/done-2 billing/live]"},
 		{idem.ListFilter{Scope: "shipping"}, "[shipping/old]"},
 		{idem.ListFilter{State: idem.StateCompleted, Scope: "billing"}, "[billing/done-0 billing/done-1 billing/done-2]"},
 		{idem.ListFilter{StaleAt: t0.Add(2 * time.Minute)}, "[billing/stale shipping/old]"},

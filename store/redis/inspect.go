@@ -26,11 +26,6 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 		return nil, err
 	}
 	limit := f.PageLimit()
-	var afterScope, afterID string
-	paged := f.After != (idem.Key{})
-	if paged {
-		afterScope, afterID = f.After.Scope, f.After.StoredID()
-	}
 	var out []idem.Record
 	trim := func() {
 		sort.Slice(out, func(i, j int) bool { return less(out[i], out[j]) })
@@ -50,8 +45,8 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 			if !ok || (f.Scope != "" && scope != f.Scope) {
 				continue
 			}
-			if paged && (scope < afterScope || scope == afterScope && id <= afterID) {
-				continue
+			if !f.After.Before(idem.Record{Scope: scope, ID: id}) {
+				continue // read only the keys the page may hold
 			}
 			want = append(want, k)
 		}

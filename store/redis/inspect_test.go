@@ -53,8 +53,8 @@ func testInspectorMatchesMemory(t *testing.T, on backend) {
 		{State: idem.StateCompleted},
 		{State: idem.StateInProgress, StaleAt: at},
 		{CreatedBefore: t0.Add(20 * time.Second)},
-		{After: idem.Key{Scope: "billing", ID: "id-30"}, Limit: 10},
-		{Scope: "shipping", After: idem.Key{Scope: "shipping", ID: "id-10"}},
+		{After: idem.Record{Scope: "billing", ID: "id-30"}.Cursor(), Limit: 10},
+		{Scope: "shipping", After: idem.Record{Scope: "shipping", ID: "id-10"}.Cursor()},
 	}
 	for _, f := range filters {
 		got, err := rs.List(ctx, f)
@@ -78,7 +78,7 @@ func testInspectorMatchesMemory(t *testing.T, on backend) {
 		if len(page) < 8 {
 			break
 		}
-		f.After = page[len(page)-1].Key()
+		f.After = page[len(page)-1].Cursor()
 	}
 	if want, _ := ms.List(ctx, idem.ListFilter{Limit: 1000}); !sameRecords(all, want) {
 		t.Errorf("paged List: got %v, want %v", ids(all), ids(want))

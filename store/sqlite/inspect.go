@@ -15,8 +15,8 @@ import (
 func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, error) {
 	limit := f.PageLimit()
 	where, args := sqlrecord.ListConds(f)
-	if f.After != (idem.Key{}) {
-		where, args = append(where, "(scope, id) > (?, ?)"), append(args, f.After.Scope, f.After.StoredID())
+	if !f.After.IsZero() {
+		where, args = append(where, "(scope, id) > (?, ?)"), append(args, f.After.Scope(), f.After.StoredID())
 	}
 	q := s.q.list0
 	if len(where) > 0 {

@@ -85,8 +85,8 @@ func TestInspector(t *testing.T) {
 		{idem.ListFilter{StaleAt: t0.Add(30 * time.Second)}, "[billing/b-stale]"},
 		{idem.ListFilter{CreatedBefore: t0}, "[billing/b-stale]"},
 		{idem.ListFilter{Limit: 2}, "[billing/b-0 billing/b-1]"},
-		{idem.ListFilter{Limit: 2, After: idem.Key{Scope: "billing", ID: "b-1"}}, "[billing/b-2 billing/b-rel]"},
-		{idem.ListFilter{After: idem.Key{Scope: "billing", ID: "b-stale"}}, "[shipping/s-1 shipping/s-2]"},
+		{idem.ListFilter{Limit: 2, After: idem.Record{Scope: "billing", ID: "b-1"}.Cursor()}, "[billing/b-2 billing/b-rel]"},
+		{idem.ListFilter{After: idem.Record{Scope: "billing", ID: "b-stale"}.Cursor()}, "[shipping/s-1 shipping/s-2]"},
 		{idem.ListFilter{Scope: "nobody"}, "[]"},
 	}
 	for _, c := range checks {

@@ -78,7 +78,7 @@ func RunInspector(t *testing.T, newStore func(t *testing.T) InspectorStore) {
 		}
 		// Paging in (scope, id) order visits every record once.
 		var seen []string
-		after := idem.Key{}
+		var after idem.Cursor
 		for range 10 {
 			page := list(idem.ListFilter{After: after, Limit: 4})
 			for _, r := range page {
@@ -87,8 +87,7 @@ func RunInspector(t *testing.T, newStore func(t *testing.T) InspectorStore) {
 			if len(page) < 4 {
 				break
 			}
-			last := page[len(page)-1]
-			after = idem.Key{Scope: last.Scope, ID: last.ID}
+			after = page[len(page)-1].Cursor()
 		}
 		if len(seen) != 14 {
 			t.Fatalf("paging saw %d records: %v", len(seen), seen)

@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"GuardRunsHandlerOnce", testGuardOnce},
 		{"GuardOversizedResult", testGuardOversized},
 		{"GuardConflict", testGuardConflict},
+		{"InspectorPagesEveryID", testPaging},
 	}
 	tests = append(tests, edgeTests...)
 	tests = append(tests, classTests...)

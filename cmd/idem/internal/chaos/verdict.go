@@ -335,6 +335,6 @@ func countStale(ctx context.Context, in idem.Inspector) (int, error) {
 		if len(recs) < f.PageLimit() {
 			return n, nil
 		}
-		f.After = recs[len(recs)-1].Key()
+		f.After = recs[len(recs)-1].Cursor()
 	}
 }

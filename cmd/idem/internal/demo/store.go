@@ -168,8 +168,7 @@ func removeRedisRecords(ctx context.Context, st *redisstore.Store, c goredis.Uni
 		if err != nil {
 			return n, err
 		}
-		last := recs[len(recs)-1]
-		f.After = idem.Key{Scope: last.Scope, ID: last.ID}
+		f.After = recs[len(recs)-1].Cursor()
 	}
 }
 
