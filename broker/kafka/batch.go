@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
 // Batch claims. With a store that claims many keys in one round trip (an
@@ -51,27 +52,28 @@ func runsTickets(g *idem.Guard, h Handler) (bool, error) {
 		return false, fmt.Errorf("kafka: probe the handler for batch claims: %w", err)
 	}
 	_ = ts[0].Release(context.Background()) // unclaimed: nothing to give back, only spent
-	_, _, ok := h.h.RunTicket(context.Background(), ts[0], nil)
+	_, _, ok := h.engine().RunTicket(context.Background(), ts[0], nil)
 	return ok, nil
 }
 
-// runAhead runs rec, the head of p, under its ticket when the partition's
-// current batch covers it. On the record's first attempt, when no batch
-// covers it, it claims a new batch over the queued records from the head on
-// (at most MaxClaimBatch) first. A key that repeats an earlier record of
-// the batch is claimed by its ticket in its turn; a record whose batch
-// claim failed (the error is reported) and a retried record are claimed on
-// their own.
-func (c *Consumer) runAhead(p *partition, rec *kgo.Record) (idem.Result, error) {
+// runAhead runs rec's handler under the ticket claimed for it in its
+// partition's batch. At the head of a fresh record (its first try) with
+// others queued behind it, it claims the head and up to MaxClaimBatch-1
+// queued records in one round trip; the tickets then run one by one in
+// offset order. A record without a ticket (a retry, a failed batch claim)
+// is claimed on its own, and tickets that no longer match the head are
+// given back.
+func (c *Consumer) runAhead(ctx context.Context, p *partition, h broker.Handler[*kgo.Record], rec *kgo.Record, im idem.Message) (idem.Result, error) {
 	if len(p.ahead) == 0 && p.attempts == 1 {
 		if recs := p.queued(c.opts.MaxClaimBatch); len(recs) > 1 && recs[0] == rec {
 			msgs := make([]idem.Message, len(recs))
-			for i, r := range recs {
-				msgs[i] = MessageOf(r)
+			msgs[0] = im
+			for i, r := range recs[1:] {
+				msgs[i+1] = MessageOf(r)
 			}
-			ts, err := c.g.ClaimBatch(p.ctx, msgs)
+			ts, err := c.g.ClaimBatch(ctx, msgs)
 			if err != nil {
-				if p.ctx.Err() == nil {
+				if ctx.Err() == nil {
 					c.reportError(fmt.Errorf("kafka: claim batch %s/%d from offset %d: %w", p.topic, p.partition, rec.Offset, err))
 				}
 			} else {
@@ -85,19 +87,14 @@ func (c *Consumer) runAhead(p *partition, rec *kgo.Record) (idem.Result, error) 
 		t := p.ahead[0].t
 		p.ahead[0] = ahead{}
 		p.ahead = p.ahead[1:]
-		if res, err, ok := c.h.h.RunTicket(p.ctx, t, rec); ok {
+		if res, err, ok := h.RunTicket(ctx, t, rec); ok {
 			return res, err
 		}
 	}
 	p.releaseAhead() // a ticket for another record is not this one's: give it back
-	return c.h.h.Run(p.ctx, c.g, MessageOf(rec), rec)
+	return h.Run(ctx, c.g, im, rec)
 }
 
-// releaseAhead gives back the keys claimed ahead but not run, so that a
-// retry, the partition's next owner or a restart claims them at once
-// instead of after their lease. One StoreTimeout bounds the whole pass: a
-// store that is down must not hold a drain or a retry for a timeout per
-// claim (what is not released expires with its lease).
 func (p *partition) releaseAhead() {
 	if len(p.ahead) == 0 {
 		return

@@ -357,12 +357,12 @@ func (c *Consumer) resume(ctx context.Context, offsets map[string]map[int32]kgo.
 	return offsets, nil
 }
 
-// passCheckpoint moves p's position past rec, which was dead-lettered, so
+// passCheckpoint moves the position past rec, which was dead-lettered, so
 // that the partition's next owner does not dead-letter it again. A
 // failure is reported and otherwise harmless: the next record's
 // transaction moves the position past both.
-func (c *Consumer) passCheckpoint(p *partition, rec *kgo.Record) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), c.g.Options().StoreTimeout)
+func (c *Consumer) passCheckpoint(ctx context.Context, rec *kgo.Record) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.g.Options().StoreTimeout)
 	defer cancel()
 	if err := c.h.cp.pass(ctx, c.g, rec); err != nil {
 		c.reportError(fmt.Errorf("kafka: checkpoint past the dead letter of %s/%d at offset %d: %w", rec.Topic, rec.Partition, rec.Offset, err))

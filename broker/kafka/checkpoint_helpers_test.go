@@ -373,8 +373,8 @@ func startCP(t *testing.T, e *env, group string, g *idem.Guard, h kafka.Handler,
 	if opts.DeadLetterTopic == "" {
 		opts.DeadLetterTopic = e.dlq
 	}
-	if opts.RetryMin == 0 {
-		opts.RetryMin, opts.RetryMax = time.Millisecond, 20*time.Millisecond
+	if opts.Backoff == nil {
+		opts.Backoff = idem.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)
 	}
 	if opts.CommitInterval == 0 {
 		opts.CommitInterval = 20 * time.Millisecond

@@ -98,7 +98,7 @@ func (b *suiteBroker) opts(given ...kgo.Opt) []kgo.Opt { return slices.Concat(gi
 // Features: Kafka keeps the order of a partition, and Publish puts the
 // messages of one OrderKey on one partition (as the record's key). Kafka
 // counts no deliveries, so it has no delivery limit of its own: Start
-// applies MaxDeliveries to Options.MaxAttempts, the consumer's limit on a
+// applies MaxDeliveries to Options.MaxDeliveries, the consumer's limit on a
 // record's handler failures in a row (a key in progress elsewhere never
 // counts toward it), which the suite holds to the same rule.
 func (b *suiteBroker) Features() brokertest.Features {
@@ -183,15 +183,9 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 			return sc.HandleTx(ctx, tx, kafka.MessageOf(rec))
 		})
 	}
-	opts := kafka.Options{
-		DeadLetterTopic: b.dlq,
-		Concurrency:     sc.Concurrency,
-		MaxAttempts:     sc.MaxDeliveries,
-		CommitInterval:  50 * time.Millisecond,
-		Hooks:           recordHooks(sc.Hooks),
-	}
+	opts := kafka.Options{Options: kafka.ConsumerOptions{Concurrency: sc.Concurrency, MaxDeliveries: sc.MaxDeliveries, Hooks: recordHooks(sc.Hooks)}, DeadLetterTopic: b.dlq, CommitInterval: 50 * time.Millisecond}
 	if sc.RetryBackoff > 0 {
-		opts.RetryMin, opts.RetryMax = sc.RetryBackoff, sc.RetryBackoff
+		opts.Backoff = idem.ExponentialBackoff(sc.RetryBackoff, sc.RetryBackoff)
 	}
 	conns := &connKill{}
 	cl, err := kgo.NewClient(kafka.ClientOptions(b.opts(

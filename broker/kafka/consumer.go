@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
 // Consumer consumes a group's partitions through an idem.Guard: the effect
@@ -26,12 +27,7 @@ type Consumer struct {
 	g    *idem.Guard // the caller's guard, as given
 	h    Handler
 	opts Options
-	// backoff is the pause before attempt n (1-based) of a held record:
-	// idem.ExponentialBackoff(RetryMin, RetryMax).
-	backoff func(n int) time.Duration
-	// clock is the guard's clock: a held key's lease end is compared with
-	// it (idem.RetryAfter).
-	clock func() time.Time
+	eh   broker.Handler[*kgo.Record] // h as the engine runs it
 	// batch: partitions claim their queued records in batches and run
 	// each under its ticket (see batch.go); else each record is claimed
 	// in its turn.
@@ -88,8 +84,7 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
-	c := &Consumer{cl: cl, g: g, h: h, opts: opts, backoff: idem.ExponentialBackoff(opts.RetryMin, opts.RetryMax),
-		clock: g.Options().Clock,
+	c := &Consumer{cl: cl, g: g, h: h, eh: h.engine(), opts: opts,
 		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
 	batch, err := claimsAhead(g, h, opts.MaxClaimBatch)
 	if err != nil {
@@ -119,7 +114,7 @@ func (c *Consumer) Scope() string { return c.g.Options().Scope }
 
 // Run consumes until ctx ends, running the consumer's handler for each
 // record. On shutdown it stops fetching, lets in-flight handlers finish (up
-// to DrainTimeout, then cancels them, which releases their claims), gives
+// to ShutdownTimeout, then cancels them, which releases their claims), gives
 // back the claims of records it did not run, commits what is done, and
 // returns nil; or the final commit's error. It returns early with an error
 // wrapping kgo.ErrClientClosed if the client is closed under it. A
@@ -252,7 +247,7 @@ func (c *Consumer) revoke(tps map[string][]int32, graceful bool) {
 }
 
 // stopAll stops the workers of parts and waits for them. Graceful stops let
-// in-flight handlers run up to DrainTimeout before cancelling them.
+// in-flight handlers run up to ShutdownTimeout before cancelling them.
 func (c *Consumer) stopAll(parts []*partition, graceful bool) {
 	for _, p := range parts {
 		p.stop()
@@ -261,7 +256,7 @@ func (c *Consumer) stopAll(parts []*partition, graceful bool) {
 		}
 	}
 	if graceful {
-		timer := time.NewTimer(c.opts.DrainTimeout)
+		timer := time.NewTimer(c.opts.ShutdownTimeout)
 		defer timer.Stop()
 		for _, p := range parts {
 			select {

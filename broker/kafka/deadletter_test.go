@@ -95,7 +95,7 @@ func TestDeadLetterCarriesRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startConsumer(t, e, g, kafka.Options{RetryMin: time.Millisecond, RetryMax: time.Millisecond, CommitInterval: 20 * time.Millisecond},
+	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond)}, CommitInterval: 20 * time.Millisecond},
 		kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) {
 			t.Error("the handler ran: both records must be dead-lettered")
 			return nil, nil
@@ -135,6 +135,7 @@ func TestDeadLetterCarriesRecord(t *testing.T) {
 	checkHeaders(t, dls[1], map[string]string{
 		idem.HeaderReason:            "parked",
 		idem.HeaderDeadLetterKey:     e.group + "/o-2",
+		idem.HeaderFingerprint:       fpParked, // the engine's one header builder: every reason carries it
 		idem.HeaderStoredFingerprint: orphan.Record.Fingerprint,
 		idem.HeaderStoredState:       string(idem.StateInProgress),
 		idem.HeaderStoredToken:       strconv.FormatInt(orphan.Record.Token, 10),

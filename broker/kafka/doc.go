@@ -5,11 +5,11 @@
 // A [Consumer] consumes a group's partitions, runs the user's [Handler]
 // under an [idem.Guard] and maps each outcome to a Kafka action with
 // [broker.Decide]. Records of one partition are processed one at a time in
-// offset order; [Options.Concurrency] partitions are processed at once. It
+// offset order; [broker.Options].Concurrency partitions are processed at once. It
 // has the shape every idem broker adapter has (see package
 // github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
 // [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
-// [broker.Report] per attempt passed to [Options.Hooks], and [Replay] for
+// [broker.Report] per attempt passed to the hooks ([broker.Options].Hooks), and [Replay] for
 // dead letters. Kafka adds [HandleCheckpoint]: the partition's position
 // kept in the business database (see Stream checkpoints below).
 //
@@ -18,20 +18,23 @@
 //   - in progress elsewhere (another consumer holds the key's lease: a
 //     producer re-send arriving while the original's handler runs
 //     elsewhere, or a claim orphaned by a consumer that crashed): the
-//     partition is held, nothing after the record runs or is committed, and
-//     the record is claimed again when the holder's lease ends, plus a
-//     little jitter (idem.RetryAfter), not after the attempt back-off. The
-//     retry then finds the key completed (a duplicate: done), renewed by a
-//     live holder (held again, for its new lease) or orphaned (its lease
-//     ran out: retaken as stale, or parked, by the guard's Stale policy).
-//     A holder that gives the key back (its handler failed) is seen at that
-//     lease end too. Kafka counts no deliveries, so the wait costs one claim
-//     per lease and never dead-letters the record;
-//   - a transient handler error (the claim is released), a store failure:
-//     the partition is held and the same record tried again after the
-//     back-off of [Options.RetryMin] .. [Options.RetryMax]. It is never
-//     skipped; [Options.MaxAttempts] can bound handler failures (reason
-//     max_deliver, broker.ReasonMaxDeliver);
+//     partition is held, nothing after the record runs or is committed,
+//     and the record is claimed again on the back-off, at most a second
+//     apart and at the latest when the holder's lease ends (the engine's
+//     hold, broker.Options.MaxHold). The claim then finds the key
+//     completed (a duplicate: done), given back by a holder whose handler
+//     failed (processed here, within a second), renewed by a live holder
+//     (held on) or orphaned (its lease ran out: retaken as stale, or
+//     parked, by the guard's Stale policy). Past MaxHold the record waits
+//     out the holder's lease before its next claim;
+//   - a store that cannot be reached (down, restarting): the partition is
+//     held and the record claimed again on the back-off until the store
+//     answers; it is no failure and is reported through Hooks.OnError as a
+//     [broker.OutageError] at most every ten seconds;
+//   - a transient handler error (the claim is released): the partition is
+//     held and the same record tried again after the back-off
+//     (broker.Options.Backoff). It is never skipped; MaxDeliveries can
+//     bound handler failures (reason max_deliver, broker.ReasonMaxDeliver);
 //   - conflict, permanent error, missing or invalid key, parked record:
 //     produced to [Options.DeadLetterTopic] (see Dead letters below), then
 //     done once the broker acknowledges it. If the produce fails the record
@@ -69,7 +72,7 @@
 //
 // Each attempt at a record yields one [broker.Report] (the guard's result
 // and error, the action, the dead-letter reason, the retry delay, the
-// attempt number), passed to [Options.Hooks]: BeforeSettle once the
+// attempt number), passed to [broker.Options].Hooks: BeforeSettle once the
 // outcome is known and before anything is settled (before the record
 // counts as done, so before its offset can be committed; before its dead
 // letter is produced; before the partition is held for a retry): the
@@ -128,7 +131,7 @@
 // rebalances while polled records are handed to partition workers and while
 // offsets are committed (kgo.BlockRebalanceOnPoll), and installs the
 // rebalance hooks. On a revoke, in-flight records finish (up to
-// DrainTimeout, then their context is cancelled and their claims released),
+// ShutdownTimeout, then their context is cancelled and their claims released),
 // done offsets are committed, and queued records are dropped for the new
 // owner. On a loss (the session expired), in-flight handlers are cancelled
 // and nothing is committed; the store's fencing token keeps a late handler
@@ -317,6 +320,6 @@
 // group's offset, or kgo.ConsumeResetOffset). A position the log no longer
 // holds (retention, a recreated topic) is reset by kgo.ConsumeResetOffset.
 // With keys marked, the guard's Observer sees each record as for
-// [HandleTx]; with NoKeys there is no key, and only [Options.Hooks] see the
+// [HandleTx]; with NoKeys there is no key, and only [broker.Options].Hooks see the
 // records' reports.
 package kafka

@@ -45,13 +45,11 @@ func Example() {
 	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		return nil, sendWelcomeMail(ctx, idem.DeriveKey(ctx, "welcome-mail"), rec.Value)
 	})
-	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
-		DeadLetterTopic: "signups.dlq",
-		Hooks: broker.Hooks[*kgo.Record]{
-			OnDeadLetter: func(ctx context.Context, rec *kgo.Record, r broker.Report) {
-				slog.Error("signup dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
-			},
+	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Options: kafka.ConsumerOptions{Hooks: broker.Hooks[*kgo.Record]{
+		OnDeadLetter: func(ctx context.Context, rec *kgo.Record, r broker.Report) {
+			slog.Error("signup dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
 		},
+	}}, DeadLetterTopic: "signups.dlq",
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -59,3 +59,15 @@ func (h Handler) check(g *idem.Guard) error {
 	}
 	return h.h.Check(g)
 }
+
+// engine is the handler as the consumer engine runs it: a checkpoint
+// handler is an adapter's own mode (broker.HandleRun).
+func (h Handler) engine() broker.Handler[*kgo.Record] {
+	if h.cp == nil {
+		return h.h
+	}
+	cp := h.cp
+	return broker.HandleRun(func(ctx context.Context, g *idem.Guard, _ idem.Message, rec *kgo.Record) (idem.Result, error) {
+		return cp.run(ctx, g, rec)
+	}, cp.check)
+}

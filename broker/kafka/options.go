@@ -18,71 +18,79 @@ const DefaultKeyHeader = "idempotency-key"
 // Defaults for Options.
 const (
 	DefaultConcurrency    = 8
-	DefaultRetryMin       = 100 * time.Millisecond
-	DefaultRetryMax       = 10 * time.Second
+	DefaultMinBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff     = 10 * time.Second
 	DefaultCommitInterval = time.Second
-	DefaultDrainTimeout   = 15 * time.Second
 	DefaultDeadLetterWait = 30 * time.Second
 	DefaultMaxPollRecords = 500
 	DefaultMaxBuffered    = 1000
 )
 
+// ConsumerOptions are the engine's options of a Consumer, for literals:
+// kafka.Options{DeadLetterTopic: "orders.dlq", Options: kafka.ConsumerOptions{Concurrency: 4}}.
+type ConsumerOptions = broker.Options[*kgo.Record]
+
 // Options configure a Consumer. The zero value works except DeadLetterTopic,
 // which is required: conflicts and permanent failures go there, because idem
 // never drops a record silently.
 type Options struct {
+	// Options are the engine's, the same in every adapter (see
+	// broker.Options):
+	//   - Concurrency: records handled at once. Records of one partition
+	//     are always handled one at a time, in offset order, so this is
+	//     also how many partitions are processed at once. Default 8.
+	//   - Backoff: the pause before a record is tried again after a
+	//     transient handler error or a failed dead-letter produce, and the
+	//     pace of the claims of a record held in progress elsewhere or
+	//     during a store outage. Default idem.ExponentialBackoff(100ms, 10s).
+	//     The partition is held meanwhile: the record is never skipped and
+	//     no later offset of its partition is committed.
+	//   - MaxHold: how long a record whose key is in progress elsewhere is
+	//     held, claimed again at most a second apart and at the latest when
+	//     the holder's lease ends, before it waits out the rest of that
+	//     lease (the partition held either way).
+	//   - MaxDeliveries: the record is dead-lettered (reason
+	//     broker.ReasonMaxDeliver) after its handler failed this many
+	//     times, counted by the record's attempts in two-phase mode and by
+	//     this process's tries in the transactional inbox: Kafka counts no
+	//     deliveries, so this is the consumer's delivery limit. Zero retries
+	//     forever. Keys in progress elsewhere and store outages are not
+	//     failures: they resolve without the record's fault.
+	//   - ShutdownTimeout: how long an in-flight handler may run after its
+	//     partition was revoked or Run's context ended; then its context is
+	//     cancelled (the claim is released and the record redelivered
+	//     later). Keep it under the group's rebalance timeout (60s by
+	//     default). Default 30s.
+	//   - Hooks: BeforeSettle once the outcome is known and before the
+	//     record counts as done (before its offset can be committed, before
+	//     its dead letter is produced, before the partition is held for a
+	//     retry); AfterSettle after that; OnDeadLetter once a dead letter is
+	//     acknowledged (alert on conflicts there); OnError for the errors the
+	//     consumer handles by itself: failed commits (*CommitError, retried
+	//     at the next commit), failed dead-letter produces, failed batch
+	//     claims and releases, store outages (*broker.OutageError) and fetch
+	//     errors.
+	broker.Options[*kgo.Record]
+
 	// DeadLetterTopic receives records that retrying cannot fix: key
 	// conflicts, permanent handler errors, missing or invalid keys, parked
-	// stale records, and records whose handler failed MaxAttempts times
+	// stale records, and records whose handler failed MaxDeliveries times
 	// (reason broker.ReasonMaxDeliver). The dead letter keeps the record's
-	// key, value and headers as they were, after the headers of
-	// idem.DeadLetterHeaders (reason, error, key, and the stored record
-	// beside the record's fingerprint) and Idem-Original-Topic, -Partition,
-	// -Offset and -Timestamp (see the package doc); Replay sends it back.
-	// Required.
+	// key, value and headers as they were, after the engine's dead-letter
+	// headers (broker.DeadLetterHeaders: reason, error, key, this record's
+	// fingerprint and the stored record's) and Idem-Original-Topic,
+	// -Partition, -Offset and -Timestamp (see the package doc); Replay
+	// sends it back. Required.
 	DeadLetterTopic string
 
 	// Producer writes dead letters. Default: the consumer's own client.
 	// Set it when the dead-letter topic lives in another cluster.
 	Producer *kgo.Client
 
-	// Concurrency is how many partitions are processed at the same time.
-	// Records of one partition are always processed one at a time, in
-	// offset order. Default 8.
-	Concurrency int
-
-	// RetryMin and RetryMax bound the back-off before a record is tried
-	// again after a transient handler error, a store error or a failed
-	// dead-letter produce. The back-off doubles from RetryMin up to
-	// RetryMax, and each pause is drawn in [d/2, d]
-	// (idem.ExponentialBackoff) so that consumers that failed together do
-	// not retry together. A key in progress at another consumer does not
-	// use it: its record waits for the holder's lease to end
-	// (idem.RetryAfter). The partition is held meanwhile: the record is
-	// never skipped and no later offset of its partition is committed.
-	// Defaults 100ms and 10s.
-	RetryMin, RetryMax time.Duration
-
-	// MaxAttempts dead-letters a record (reason broker.ReasonMaxDeliver)
-	// after its handler failed this many times in a row in this process:
-	// Kafka counts no deliveries, so this is the consumer's delivery limit.
-	// Zero retries forever. Keys in progress elsewhere and store errors are
-	// retried without limit: they resolve without the record's fault (a
-	// live holder completes or gives the key back; an orphaned claim is
-	// retaken once its lease ends).
-	MaxAttempts int
-
 	// CommitInterval is how often done offsets are committed while running.
 	// Offsets are also committed when partitions are revoked and on
 	// shutdown. Default 1s.
 	CommitInterval time.Duration
-
-	// DrainTimeout bounds how long an in-flight handler may run after its
-	// partition was revoked or Run's context ended; then its context is
-	// cancelled (the claim is released and the record redelivered later).
-	// Keep it under the group's rebalance timeout (60s by default).
-	// Default 15s.
-	DrainTimeout time.Duration
 
 	// DeadLetterTimeout bounds each produce of a dead letter: past it the
 	// produce fails (the record stays held and is tried again after its
@@ -113,47 +121,26 @@ type Options struct {
 	// 1 claims each record in its turn, as HandleTx handlers and stores
 	// without batch claims always do.
 	MaxClaimBatch int
-
-	// Hooks are the user's places in the flow of each record (see
-	// broker.Hooks): BeforeSettle once the outcome is known and before the
-	// record counts as done (before its offset can be committed, before its
-	// dead letter is produced, before the partition is held for a retry);
-	// AfterSettle after that; OnDeadLetter once a dead letter is
-	// acknowledged (alert on conflicts there); OnError for the errors the
-	// consumer handles by itself: failed commits (*CommitError, retried at
-	// the next commit), failed dead-letter produces (*DeadLetterError,
-	// retried after a back-off), failed batch claims and releases, and
-	// fetch errors (retried by the client). Handler and store outcomes also
-	// go to the guard's Observer. Hooks run on the partition's worker and
-	// must be safe for concurrent use.
-	Hooks broker.Hooks[*kgo.Record]
 }
 
 func (o *Options) fill() error {
 	if o.DeadLetterTopic == "" {
 		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
 	}
-	if o.Concurrency < 0 || o.RetryMin < 0 || o.RetryMax < 0 || o.MaxAttempts < 0 ||
-		o.CommitInterval < 0 || o.DrainTimeout < 0 || o.DeadLetterTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
+	if o.CommitInterval < 0 || o.DeadLetterTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
 		return fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
-	if o.RetryMin == 0 {
-		o.RetryMin = DefaultRetryMin
+	if o.Backoff == nil {
+		o.Backoff = idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
 	}
-	if o.RetryMax == 0 {
-		o.RetryMax = DefaultRetryMax
-	}
-	if o.RetryMax < o.RetryMin {
-		return fmt.Errorf("%w: RetryMax (%v) below RetryMin (%v)", idem.ErrInvalidOptions, o.RetryMax, o.RetryMin)
+	if err := o.Options.Fill(); err != nil {
+		return err
 	}
 	if o.CommitInterval == 0 {
 		o.CommitInterval = DefaultCommitInterval
-	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = DefaultDrainTimeout
 	}
 	if o.DeadLetterTimeout == 0 {
 		o.DeadLetterTimeout = DefaultDeadLetterWait

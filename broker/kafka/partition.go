@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 )
 
 // partition is the worker of one owned topic partition. One goroutine (work)
@@ -34,7 +37,9 @@ type partition struct {
 
 	// Owned by the work goroutine: how often the head record was tried,
 	// and how many of those tries the handler failed.
-	attempts, failures int
+	attempts int // tries of the head record in this process
+
+	eng *broker.Consumer[*kgo.Record] // the engine over this partition's transport
 	// Owned by the work goroutine, when the consumer claims in batches:
 	// the tickets of the current batch not run yet, from the head on (see
 	// batch.go).
@@ -43,11 +48,14 @@ type partition struct {
 
 func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {
 	ctx, cancel := context.WithCancel(base)
-	return &partition{
+	p := &partition{
 		c: c, topic: topic, partition: n, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}),
 		commitOff: -1,
 	}
+	// Checked once by NewConsumer: this cannot fail.
+	p.eng, _ = broker.NewConsumer[*kgo.Record](transport{c: c, p: p}, c.g, c.eh, c.opts.Options)
+	return p
 }
 
 // push appends records, and pauses fetching from the partition once its
@@ -92,7 +100,7 @@ func (p *partition) finish(rec *kgo.Record) {
 	p.queue = p.queue[1:]
 	p.done = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
 	p.hasDone = true
-	p.attempts, p.failures = 0, 0
+	p.attempts = 0
 	if p.paused && len(p.queue) <= p.c.opts.MaxBuffered/2 {
 		p.paused = false
 		p.c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
@@ -146,15 +154,14 @@ func (p *partition) work() {
 		case <-p.quit:
 			return
 		}
-		r, done := p.c.process(p, rec)
+		p.attempts++
+		r := p.eng.ProcessUntil(p.ctx, p.quit, rec)
 		<-p.c.sem
-		if done {
+		if r.Action == idem.ActionAck || (r.Action == idem.ActionDeadLetter && r.BrokerErr == nil) {
 			p.finish(rec)
-		}
-		p.c.opts.Hooks.CallAfterSettle(p.ctx, rec, r)
-		if done {
 			continue
 		}
+		p.releaseAhead()
 		// Hold the partition: the same record is tried again after r.Delay
 		// (the holder's lease for a key in progress elsewhere, else the
 		// attempt's back-off), and nothing after it is marked done

@@ -45,13 +45,12 @@ func TestReplay(t *testing.T) {
 		applied[idOf(rec)]++
 		return nil, nil
 	})
-	opts := kafka.Options{MaxAttempts: 2, RetryMin: time.Millisecond, RetryMax: time.Millisecond, CommitInterval: 20 * time.Millisecond,
-		Hooks: broker.Hooks[*kgo.Record]{BeforeSettle: func(_ context.Context, rec *kgo.Record, r broker.Report) {
-			mu.Lock()
-			defer mu.Unlock()
-			outcomes[rec.Offset] = r.Result.Outcome
-			seen[rec.Offset] = rec.Headers
-		}}}
+	opts := kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: 2, Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{BeforeSettle: func(_ context.Context, rec *kgo.Record, r broker.Report) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[rec.Offset] = r.Result.Outcome
+		seen[rec.Offset] = rec.Headers
+	}}}, CommitInterval: 20 * time.Millisecond}
 	startConsumer(t, e, g, opts, h)
 
 	a := kafka.Record(e.topic, "cust-1", "a", []byte(`{"n":1}`),
@@ -108,7 +107,7 @@ func TestReplayRecord(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: idem.HeaderReason, Value: []byte("old")},
 			{Key: kafka.HeaderOriginalOffset, Value: []byte("9")}, {Key: "a", Value: []byte("2")}}}
 	res := idem.Result{Outcome: idem.OutcomePermanent, Key: idem.Key{Scope: "s", ID: "id-1"}}
-	dl := kafka.DeadLetter(e.dlq, orig, "permanent", res, idem.Permanent(errors.New("no")))
+	dl := kafka.DeadLetter(e.dlq, orig, broker.DeadLetterHeaders(nil, kafka.MessageOf(orig), res, idem.Permanent(errors.New("no")), "permanent"))
 	if err := kafka.Replay(context.Background(), e.cl, dl); err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(e.topic)), g, noop, dlq, kafka.ErrClientConfig},
 		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), g, noop, dlq, kafka.ErrClientConfig},
 		{"no dead-letter topic", good("g3"), g, noop, kafka.Options{}, idem.ErrInvalidOptions},
-		{"retry bounds", good("g4"), g, noop, kafka.Options{DeadLetterTopic: e.dlq, RetryMin: 2, RetryMax: 1}, idem.ErrInvalidOptions},
+		{"negative max deliveries", good("g4"), g, noop, kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: -1}, DeadLetterTopic: e.dlq}, idem.ErrInvalidOptions},
 		{"negative claim batch", good("g6"), g, noop, kafka.Options{DeadLetterTopic: e.dlq, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
 		{"nil guard", good("g7"), nil, noop, dlq, idem.ErrInvalidOptions},
 		{"no handler", good("g8"), g, kafka.Handle(nil), dlq, broker.ErrNoHandler},
@@ -173,7 +173,7 @@ func TestDeadLetterRecord(t *testing.T) {
 	orig := &kgo.Record{Topic: "orders", Partition: 3, Offset: 77, Key: []byte("k"), Value: []byte("v"),
 		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}, {Key: "a", Value: []byte("2")}}}
 	res := idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "s", ID: "id-1"}}
-	dl := kafka.DeadLetter("orders.dlq", orig, broker.ReasonMaxDeliver, res, errors.New(strings.Repeat("é", 5000)))
+	dl := kafka.DeadLetter("orders.dlq", orig, broker.DeadLetterHeaders(nil, kafka.MessageOf(orig), res, errors.New(strings.Repeat("é", 5000)), broker.ReasonMaxDeliver))
 	if dl.Topic != "orders.dlq" || string(dl.Key) != "k" || string(dl.Value) != "v" {
 		t.Fatalf("dead letter %+v", dl)
 	}
@@ -192,7 +192,7 @@ func TestDeadLetterRecord(t *testing.T) {
 	if _, ok := got[kafka.HeaderOriginalTimestamp]; ok {
 		t.Error("a timestamp header for a record without a timestamp")
 	}
-	if e := got[kafka.HeaderError][0]; len(e) == 0 || len(e) > 1024 || !utf8.ValidString(e) {
+	if e := got[kafka.HeaderError][0]; len(e) == 0 || len(e) > broker.MaxHeaderText+len("…") || !utf8.ValidString(e) {
 		t.Errorf("error header of %d bytes, valid UTF-8 %v", len(e), utf8.ValidString(e))
 	}
 	if tail := dl.Headers[len(dl.Headers)-3:]; !slices.EqualFunc(tail, orig.Headers, func(a, b kgo.RecordHeader) bool {

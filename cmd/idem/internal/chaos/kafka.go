@@ -263,10 +263,14 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 	}
 	h := handlerFor(l, func(r *kgo.Record) []byte { return r.Value }, kafka.Handle, kafka.HandleTx[pgx.Tx], kafka.HandleTx[*sql.Tx])
 	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
-		DeadLetterTopic: cfg.DLQ, Concurrency: cfg.Concurrency, RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
-		CommitInterval: 200 * time.Millisecond, DrainTimeout: 2 * time.Second,
-		Hooks: broker.Hooks[*kgo.Record]{
-			BeforeSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settleKill(l.kill, r) },
+		DeadLetterTopic: cfg.DLQ, CommitInterval: 200 * time.Millisecond,
+		Options: kafka.ConsumerOptions{
+			Concurrency:     cfg.Concurrency,
+			Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+			ShutdownTimeout: 2 * time.Second,
+			Hooks: broker.Hooks[*kgo.Record]{
+				BeforeSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settleKill(l.kill, r) },
+			},
 		},
 	})
 	if err != nil {

@@ -1,0 +1,151 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+)
+
+// MessageOf converts a record into what the guard reads: the
+// idempotency-key header (DefaultKeyHeader) as ID, so that the guard's
+// default key (idem.MessageID) works; the headers (the first value wins
+// when a header repeats); the value as payload; and the content-type header
+// (set by the CloudEvents Kafka binding in structured mode). Kafka has no
+// producer-assigned message id and no correlation id of its own: a record
+// without the header has no ID (the offset is not one: a producer retry
+// writes the same message at a new offset), and CorrelationID stays empty
+// (idem.DefaultCorrelation then reads the W3C traceparent header).
+func MessageOf(rec *kgo.Record) idem.Message {
+	m := idem.Message{Payload: rec.Value}
+	if len(rec.Headers) > 0 {
+		m.Headers = make(map[string]string, len(rec.Headers))
+		for _, h := range rec.Headers {
+			if _, ok := m.Headers[h.Key]; !ok {
+				m.Headers[h.Key] = string(h.Value)
+			}
+		}
+		m.ID = m.Headers[DefaultKeyHeader]
+		m.ContentType = m.Header("content-type")
+	}
+	return m
+}
+
+// Key returns the key the consumer stores for rec: the guard's key function
+// applied to MessageOf(rec), in the guard's scope, validated.
+func (c *Consumer) Key(rec *kgo.Record) (idem.Key, error) {
+	return c.g.Key(MessageOf(rec))
+}
+
+// transport is the Kafka side of the consumer engine. Kafka keeps an
+// order per partition and never redelivers to a running consumer, so the
+// consumer schedules records itself: each partition hands its head record
+// to the engine (broker.Consumer.ProcessUntil) and, for a retry, waits the
+// report's delay and hands it again (Retry is in place); a record is done
+// once acked or dead-lettered, and its offset is then committed. Receive is
+// not used.
+type transport struct {
+	c *Consumer
+	p *partition
+}
+
+func (t transport) Receive(context.Context, int) ([]*kgo.Record, error) {
+	return nil, fmt.Errorf("%w: kafka: records are scheduled by partition (Consumer.Run)", broker.ErrClosed)
+}
+
+func (t transport) Message(rec *kgo.Record) idem.Message { return MessageOf(rec) }
+
+// Delivery is the record's try in this process: Kafka counts no
+// deliveries and has no limit (never Last).
+func (t transport) Delivery(rec *kgo.Record) broker.Delivery {
+	return broker.Delivery{Attempt: max(t.p.attempts, 1)}
+}
+
+// Ack does nothing: the partition marks the record done from the report,
+// and its offset is committed with the next commit.
+func (t transport) Ack(context.Context, *kgo.Record) error { return nil }
+
+// Retry does nothing: the record is retried in place, its partition held.
+func (t transport) Retry(context.Context, *kgo.Record, time.Duration) error { return nil }
+
+// DeadLetter produces the dead letter and waits for the broker's ack; a
+// checkpoint handler's position then moves past the record.
+func (t transport) DeadLetter(ctx context.Context, rec *kgo.Record, d broker.DeadLetter) error {
+	c := t.c
+	pctx, cancel := context.WithTimeout(ctx, c.opts.DeadLetterTimeout)
+	err := c.opts.Producer.ProduceSync(pctx, DeadLetter(c.opts.DeadLetterTopic, rec, d.Headers)).FirstErr()
+	cancel()
+	if err != nil {
+		return &DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: d.Reason, Err: err}
+	}
+	if c.h.cp != nil {
+		c.passCheckpoint(ctx, rec)
+	}
+	return nil
+}
+
+// RunHandler runs a two-phase handler under the claim its partition made
+// ahead in a batch, when there is one (broker.Runner).
+func (t transport) RunHandler(ctx context.Context, h broker.Handler[*kgo.Record], g *idem.Guard, im idem.Message, rec *kgo.Record) (idem.Result, error) {
+	if t.c.batch {
+		return t.c.runAhead(ctx, t.p, h, rec, im)
+	}
+	return h.Run(ctx, g, im, rec)
+}
+
+// Dead-letter headers. The idem headers (idem.HeaderReason, idem.HeaderError,
+// idem.HeaderDeadLetterKey, idem.HeaderFingerprint and the
+// idem.HeaderStored* headers, from idem.DeadLetterHeaders) say why; these
+// say where from.
+const (
+	HeaderReason            = idem.HeaderReason // the same name as idem.HeaderReason
+	HeaderError             = idem.HeaderError  // the same name as idem.HeaderError
+	HeaderOriginalTopic     = "Idem-Original-Topic"
+	HeaderOriginalPartition = "Idem-Original-Partition"
+	HeaderOriginalOffset    = "Idem-Original-Offset"
+	HeaderOriginalTimestamp = "Idem-Original-Timestamp" // the record's timestamp (RFC 3339, UTC)
+)
+
+// DeadLetter builds the dead letter of rec for topic with the engine's
+// dead-letter headers h (broker.DeadLetterHeaders): the same key and
+// value; first the idem headers (the reason, the error, the key, this
+// record's fingerprint, and where a record was read the stored record's
+// fingerprint, state, token, attempts and first-claim time) and the
+// original topic, partition, offset and timestamp; then rec's own headers
+// exactly as they were, in their order, repeats included.
+//
+// A replayed dead letter that is dead-lettered again keeps its earlier idem
+// headers among the original ones, after the new: the first value of a
+// header is this dead-lettering's.
+func DeadLetter(topic string, rec *kgo.Record, h map[string]string) *kgo.Record {
+	h = maps.Clone(h)
+	hs := make([]kgo.RecordHeader, 0, len(h)+4+len(rec.Headers))
+	for _, k := range broker.DeadLetterHeaderNames {
+		if v, ok := h[k]; ok {
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+			delete(h, k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(h)) { // any the engine adds later
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(h[k])})
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(rec.Topic)},
+		kgo.RecordHeader{Key: HeaderOriginalPartition, Value: itoa(int64(rec.Partition))},
+		kgo.RecordHeader{Key: HeaderOriginalOffset, Value: itoa(rec.Offset)},
+	)
+	if !rec.Timestamp.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderOriginalTimestamp, Value: []byte(rec.Timestamp.UTC().Format(time.RFC3339Nano))})
+	}
+	hs = append(hs, rec.Headers...)
+	return &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Headers: hs}
+}
+
+func itoa(n int64) []byte { return strconv.AppendInt(nil, n, 10) }
