@@ -36,6 +36,9 @@ type sbBroker struct {
 	srv    *servicebustest.Server
 	queue  string
 	client *azservicebus.Client
+
+	once   sync.Once // creates the queue, the sender and dlq on first use
+	err    error
 	sender *azservicebus.Sender
 
 	mu       sync.Mutex
@@ -67,29 +70,37 @@ func newClient(t *testing.T, srv *servicebustest.Server) *azservicebus.Client {
 
 func newBroker(t *testing.T) *sbBroker {
 	srv := newServer(t)
-	q := fmt.Sprintf("q%d", queues.Add(1))
-	if err := srv.CreateQueue(q, servicebustest.QueueOptions{LockDuration: testLock}); err != nil {
-		t.Fatal(err)
-	}
-	client := newClient(t, srv)
-	sender, err := client.NewSender(q, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlq, err := client.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &sbBroker{t: t, srv: srv, queue: q, client: client, sender: sender, dlq: dlq}
+	return &sbBroker{t: t, srv: srv, queue: fmt.Sprintf("q%d", queues.Add(1)), client: newClient(t, srv)}
+}
+
+// ready creates the case's queue on first use, with the entity's
+// MaxDeliveryCount the first consumer's MaxDeliveries (the way a user sets
+// MaxDeliveries to the entity's), so that Service Bus dead-letters on its
+// own at that limit as it would; Service Bus's default where none is set
+// or a case publishes first.
+func (b *sbBroker) ready(maxDeliveries int) error {
+	b.once.Do(func() {
+		if b.err = b.srv.CreateQueue(b.queue, servicebustest.QueueOptions{LockDuration: testLock, MaxDeliveryCount: maxDeliveries}); b.err != nil {
+			return
+		}
+		if b.sender, b.err = b.client.NewSender(b.queue, nil); b.err != nil {
+			return
+		}
+		b.dlq, b.err = b.client.NewReceiverForQueue(b.queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	})
+	return b.err
 }
 
 func (b *sbBroker) Features() brokertest.Features {
-	return brokertest.Features{DeliveryLimit: true, Skip: map[string]string{
+	return brokertest.Features{DeliveryLimit: true, Redelivery: testLock, Skip: map[string]string{
 		"OrderKept": "a queue without sessions keeps no order between competing receivers and abandoned messages",
 	}}
 }
 
 func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
+	if err := b.ready(0); err != nil {
+		return err
+	}
 	for len(msgs) > 0 {
 		batch, err := b.sender.NewMessageBatch(ctx, nil)
 		if err != nil {
@@ -143,6 +154,9 @@ func toMessage(m brokertest.Message) *azservicebus.Message {
 // DeadLetters receives what the dead-letter queue holds beyond what was
 // read before, and completes it.
 func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
+	if err := b.ready(0); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st, err := b.srv.Stats(b.queue)
@@ -176,6 +190,9 @@ func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 // Replay re-sends, with servicebus.Replay, every dead letter received and
 // not yet replayed.
 func (b *sbBroker) Replay(ctx context.Context) (int, error) {
+	if err := b.ready(0); err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
@@ -205,6 +222,9 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 			return c.HandleTx(ctx, tx, servicebus.MessageOf(m))
 		})
 	}
+	if err := b.ready(c.MaxDeliveries); err != nil {
+		return nil, err
+	}
 	client, err := azservicebus.NewClientFromConnectionString(b.srv.ConnectionString(), nil)
 	if err != nil {
 		return nil, err
@@ -218,7 +238,12 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 		MaxDeliveries:   c.MaxDeliveries,
 		ShutdownTimeout: 10 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
-			OnError: func(err error) { b.t.Log("consumer:", err) },
+			OnError: func(err error) {
+				b.t.Log("consumer:", err)
+				if c.Hooks.OnError != nil {
+					c.Hooks.OnError(err)
+				}
+			},
 		},
 	}}
 	if c.RetryBackoff > 0 {
