@@ -190,18 +190,22 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 	if r.Action == idem.ActionRetry && !c.delays {
 		r.Delay = waitOut(r.Delay, stop)
 	}
-	d.endKeepAlive()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
 	defer cancel()
 	switch r.Action {
 	case idem.ActionAck:
+		d.endKeepAlive()
 		r.BrokerErr = c.t.Ack(actx, d.msg)
 	case idem.ActionRetry:
+		d.endKeepAlive()
 		r.BrokerErr = c.t.Retry(actx, d.msg, c.retryDelay(r.Delay))
 	case idem.ActionDeadLetter:
+		// Kept alive until the dead letter is durable (or has failed and
+		// its back-off is waited out): the delivery stays ours meanwhile.
 		h := DeadLetterHeaders(c.g, d.im, d.res, d.err, r.Reason)
 		r.Reason = h[idem.HeaderReason]
-		if err := c.t.DeadLetter(actx, d.msg, DeadLetter{Reason: r.Reason, Headers: h, Attempt: d.d.Attempt}); err != nil {
+		err := c.t.DeadLetter(actx, d.msg, DeadLetter{Reason: r.Reason, Headers: h, Attempt: d.d.Attempt})
+		if err != nil {
 			// Not settled: the delivery comes back and is dead-lettered
 			// again once the dead-letter destination takes it.
 			r.BrokerErr = fmt.Errorf("broker: dead letter (%s): %w", r.Reason, err)
@@ -210,11 +214,15 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 			if !c.delays {
 				r.Delay = waitOut(r.Delay, stop)
 			}
-			if rerr := c.t.Retry(actx, d.msg, c.retryDelay(r.Delay)); rerr != nil {
+			d.endKeepAlive()
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
+			if rerr := c.t.Retry(rctx, d.msg, c.retryDelay(r.Delay)); rerr != nil {
 				r.BrokerErr = fmt.Errorf("%w; retry: %w", r.BrokerErr, rerr)
 			}
+			rcancel()
 			break
 		}
+		d.endKeepAlive()
 		hooks.CallOnDeadLetter(d.ctx, d.msg, r)
 	}
 	if r.BrokerErr != nil && r.Action != idem.ActionDeadLetter {
