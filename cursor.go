@@ -54,6 +54,11 @@ func (c Cursor) Before(r Record) bool {
 // misreading older cursors (and the text always starts with 'A', never '-').
 const cursorVersion = 1
 
+// maxCursorText bounds the text ParseCursor decodes: the longest cursor a
+// stored record has (a scope of MaxScopeLen bytes, a stored id of MaxIDLen),
+// so a huge query parameter is refused before it is decoded.
+var maxCursorText = base64.RawURLEncoding.EncodedLen(1 + binary.MaxVarintLen64 + MaxScopeLen + MaxIDLen)
+
 // String is c's opaque text form: URL- and shell-safe (unpadded base64url
 // of a version byte, the scope's length and the scope and stored id bytes),
 // "" for the zero Cursor.
@@ -90,6 +95,9 @@ func (c *Cursor) UnmarshalText(b []byte) error {
 func ParseCursor(s string) (Cursor, error) {
 	if s == "" {
 		return Cursor{}, nil
+	}
+	if len(s) > maxCursorText {
+		return Cursor{}, fmt.Errorf("%w: %d bytes, longer than any cursor", ErrInvalidCursor, len(s))
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) == 0 || b[0] != cursorVersion {

@@ -51,6 +51,7 @@ func TestParseCursorRefusesWhatNoRecordHas(t *testing.T) {
 		"invalid UTF-8":     enc("s", "\xff"),
 		"NUL":               enc("s", "a\x00b"),
 		"a plain id":        "order-1042",
+		"huge":              strings.Repeat("A", 1<<20),
 	} {
 		if c, err := idem.ParseCursor(s); !errors.Is(err, idem.ErrInvalidCursor) {
 			t.Errorf("%s: ParseCursor(%q) = %q, %v; want ErrInvalidCursor", name, s, c, err)
