@@ -78,7 +78,10 @@ func stripComments(s string) string {
 // "<table>_migrations", which records the applied versions. It is idempotent
 // and safe to run from many instances at once: they take turns under a
 // named lock (GET_LOCK), and each step is itself idempotent (MySQL commits
-// DDL implicitly, so a step interrupted half-way is simply redone).
+// DDL implicitly, so a step interrupted half-way is simply redone). The
+// schema is believed over the bookkeeping: a records table dropped since is
+// made again (every migration runs again) and a dropped sweep index is
+// recreated; CheckSchema reports the same drift without changing anything.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := s.migrations()
 	if err != nil {
@@ -110,6 +113,13 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn, ms []migration) err
 	if err := conn.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+vt).Scan(&cur); err != nil {
 		return err
 	}
+	if cur > 0 {
+		// The bookkeeping says what was made; the schema says what is.
+		var err error
+		if cur, err = s.repair(ctx, conn, vt, cur); err != nil {
+			return err
+		}
+	}
 	for _, m := range ms {
 		if m.version <= cur {
 			continue
@@ -124,7 +134,11 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn, ms []migration) err
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
-	return nil
+	_, miss, err := s.missing(ctx, conn)
+	if err != nil {
+		return err
+	}
+	return schemaErr(miss)
 }
 
 // SchemaVersion returns the highest applied migration version (0 before

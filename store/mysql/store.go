@@ -174,6 +174,9 @@ const errPacketTooLarge = 1153
 // the server's data errors, and err unchanged otherwise: connection loss,
 // timeouts, lock waits and deadlocks stay retryable.
 func dataErr(op string, err error) error {
+	if se := missingTable(err); se != nil {
+		return fmt.Errorf("mysql: %s: %w", op, se)
+	}
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) && (dataErrors[me.Number] || me.SQLState[0] == '2' && me.SQLState[1] == '2') {
 		return &idem.InvalidDataError{Op: op, Err: err}

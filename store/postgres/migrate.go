@@ -98,7 +98,11 @@ func (s *Store) migrations() ([]migration, error) {
 // to run from every instance at start-up: the whole migration runs in one
 // transaction under an advisory lock, so concurrent callers wait for the
 // first and then find nothing left to do. Applied versions are recorded in
-// Table+"_migrations".
+// Table+"_migrations", but the schema is believed over them: a records table
+// dropped since is made again (every migration runs again), a dropped sweep
+// index is recreated, and what cannot be (a partition of a table that
+// exists) fails Migrate with an *idem.SchemaError naming it. CheckSchema
+// reports the same drift without changing anything.
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := s.migrations()
 	if err != nil {
@@ -126,6 +130,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 		for _, v := range vs {
 			applied[int(v)] = true
 		}
+		if len(applied) > 0 {
+			// The bookkeeping says what was made; the schema says what is.
+			if err := s.repair(ctx, tx, applied); err != nil {
+				return err
+			}
+		}
 		for _, m := range ms {
 			if applied[m.version] {
 				continue
@@ -138,7 +148,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		return nil
+		miss, err := s.missing(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return schemaErr(miss, nil)
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate %s: %w", s.names.qualified, err)

@@ -286,6 +286,9 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 // timestamptz's range) is an *idem.InvalidDataError instead: the same
 // message would fail the same way forever, so it is permanent.
 func wrapErr(op string, err error) error {
+	if se := missingTable(err); se != nil {
+		return fmt.Errorf("postgres: %s: %w", op, se)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
 		return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("postgres: %w", err)}

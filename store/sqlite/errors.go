@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/idemgo/idem"
 	"modernc.org/sqlite"
@@ -16,6 +17,9 @@ import (
 // stays retryable: busy and locked databases (SQLITE_BUSY, SQLITE_LOCKED,
 // ErrBusy), I/O errors, a full disk, a closed database, context errors.
 func dataErr(op string, err error) error {
+	if se := missingTable(err); se != nil {
+		return fmt.Errorf("sqlite: %s: %w", op, se)
+	}
 	var se *sqlite.Error
 	if err != nil && errors.As(err, &se) {
 		switch se.Code() & 0xff { // the primary code of an extended one

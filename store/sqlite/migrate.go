@@ -68,6 +68,9 @@ func SchemaVersion() int {
 // idempotent and safe to run from several processes at once: the steps and
 // the version bump commit in one write transaction (SQLite's DDL is
 // transactional), so a second caller waits and then finds nothing to do.
+// The schema is believed over the recorded version: a records table dropped
+// since is made again (every step runs again) and a dropped expiry index is
+// recreated; CheckSchema reports the same drift without changing anything.
 func (s *Store) Migrate(ctx context.Context) error {
 	steps, err := migrations()
 	if err != nil {
@@ -96,6 +99,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if latest := steps[len(steps)-1].version; cur > latest {
 			return fmt.Errorf("%w: table %s is at version %d, this build knows %d", ErrSchemaTooNew, s.opts.Table, cur, latest)
 		}
+		if cur > 0 {
+			// The bookkeeping says what was made; the schema says what is.
+			if cur, err = s.repair(ctx, tx, cur); err != nil {
+				return err
+			}
+		}
 		for _, m := range steps {
 			if m.version <= cur {
 				continue
@@ -108,7 +117,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 		_, err = tx.ExecContext(ctx, `INSERT INTO `+VersionTable+` (table_name, version, applied_at) VALUES (?, ?, ?)
 			ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, applied_at = excluded.applied_at
 			WHERE version <> excluded.version`, s.opts.Table, cur, time.Now().UnixMilli())
-		return err
+		if err != nil {
+			return err
+		}
+		_, miss, err := s.missing(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return schemaErr(miss)
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate %s: %w", s.opts.Table, err)
