@@ -2,12 +2,10 @@ package mongostore_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 
-	"github.com/idemgo/idem"
 	mongostore "github.com/idemgo/idem/store/mongo"
+	"github.com/idemgo/idem/store/storetest"
 )
 
 // The collection dropped (its indexes with it): CheckSchema names the
@@ -22,12 +20,7 @@ func TestMigrateRecreatesDroppedIndexes(t *testing.T) {
 	if err := s.Drop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err := s.CheckSchema(ctx)
-	var se *idem.SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, idem.ErrSchemaMissing) || !strings.Contains(strings.Join(se.Missing, " "), mongostore.ExpiresIndex) ||
-		!strings.Contains(err.Error(), "idem migrate") {
-		t.Fatalf("CheckSchema after the drop = %v; want an *idem.SchemaError naming %s", err, mongostore.ExpiresIndex)
-	}
+	storetest.WantSchemaError(t, "CheckSchema after the drop", s.CheckSchema(ctx), mongostore.ExpiresIndex)
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate after the drop: %v", err)
 	}

@@ -2,8 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/idemgo/idem"
@@ -15,24 +13,6 @@ func schemaClaim(s *mysql.Store, id string) (idem.Claim, error) {
 	t0 := storetest.T0
 	return s.Claim(context.Background(), idem.ClaimRequest{Key: idem.Key{Scope: "s", ID: id}, Now: t0,
 		LeaseUntil: t0.Add(1e9), ExpiresAt: t0.Add(1e12)})
-}
-
-// wantMissing fails t unless err is an *idem.SchemaError naming each of want.
-func wantMissing(t *testing.T, what string, err error, want ...string) {
-	t.Helper()
-	var se *idem.SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, idem.ErrSchemaMissing) {
-		t.Fatalf("%s = %v; want an *idem.SchemaError", what, err)
-	}
-	got := strings.Join(se.Missing, ", ")
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Fatalf("%s names %q; want %q among them", what, got, w)
-		}
-	}
-	if !strings.Contains(err.Error(), "idem migrate") {
-		t.Fatalf("%s = %v; want the fix (idem migrate) in the message", what, err)
-	}
 }
 
 // The records table dropped, its migrations table left: the check and
@@ -48,12 +28,9 @@ func TestMigrateRecreatesDroppedSchema(t *testing.T) {
 	if _, err := db.Exec("DROP TABLE `" + s.Table() + "`"); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, "CheckSchema", s.CheckSchema(ctx), "table "+s.Table(), "index")
+	storetest.WantSchemaError(t, "CheckSchema", s.CheckSchema(ctx), "table "+s.Table(), "index")
 	_, err := schemaClaim(s, "a")
-	wantMissing(t, "Claim on a dropped table", err, s.Table())
-	if idem.IsPermanent(err) {
-		t.Fatalf("Claim on a dropped table = %v: permanent, want a store failure", err)
-	}
+	storetest.WantSchemaError(t, "Claim on a dropped table", err, s.Table())
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate over a dropped table: %v", err)
 	}
@@ -70,7 +47,7 @@ func TestMigrateRecreatesDroppedSchema(t *testing.T) {
 	if _, err := db.Exec("ALTER TABLE `" + s.Table() + "` DROP INDEX expires_at"); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, "CheckSchema without the index", s.CheckSchema(ctx), "index "+s.Table()+".expires_at")
+	storetest.WantSchemaError(t, "CheckSchema without the index", s.CheckSchema(ctx), "index "+s.Table()+".expires_at")
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate without the index: %v", err)
 	}

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -17,24 +16,6 @@ func schemaClaim(s *postgres.Store, id string) (idem.Claim, error) {
 		LeaseUntil: t0.Add(1e9), ExpiresAt: t0.Add(1e12)})
 }
 
-// wantMissing fails t unless err is an *idem.SchemaError naming each of want.
-func wantMissing(t *testing.T, what string, err error, want ...string) {
-	t.Helper()
-	var se *idem.SchemaError
-	if !errors.As(err, &se) || !errors.Is(err, idem.ErrSchemaMissing) {
-		t.Fatalf("%s = %v; want an *idem.SchemaError", what, err)
-	}
-	got := strings.Join(se.Missing, ", ")
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Fatalf("%s names %q; want %q among them", what, got, w)
-		}
-	}
-	if !strings.Contains(err.Error(), "idem migrate") {
-		t.Fatalf("%s = %v; want the fix (idem migrate) in the message", what, err)
-	}
-}
-
 // The records table dropped, its migrations table left: the check and
 // every call name the table, and Migrate makes it again.
 func TestMigrateRecreatesDroppedTable(t *testing.T) {
@@ -47,9 +28,9 @@ func TestMigrateRecreatesDroppedTable(t *testing.T) {
 		if _, err := testPool(t).Exec(ctx, `DROP TABLE `+s.Table()); err != nil {
 			t.Fatal(err)
 		}
-		wantMissing(t, "CheckSchema", s.CheckSchema(ctx), "table "+s.Table(), "index")
+		storetest.WantSchemaError(t, "CheckSchema", s.CheckSchema(ctx), "table "+s.Table(), "index")
 		_, err := schemaClaim(s, "a")
-		wantMissing(t, "Claim on a dropped table", err, "idem_records")
+		storetest.WantSchemaError(t, "Claim on a dropped table", err, "idem_records")
 		if idem.IsPermanent(err) {
 			t.Fatalf("Claim on a dropped table = %v: permanent, want a store failure", err)
 		}
@@ -75,7 +56,7 @@ func TestMigrateRepairsIndexAndNamesPartition(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DROP INDEX `+schema+`.idem_records_sweep_idx`); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, "CheckSchema without the index", s.CheckSchema(ctx), "index")
+	storetest.WantSchemaError(t, "CheckSchema without the index", s.CheckSchema(ctx), "index")
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate without the index: %v", err)
 	}
@@ -88,5 +69,5 @@ func TestMigrateRepairsIndexAndNamesPartition(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DROP TABLE `+schema+`.idem_records_p1`); err != nil {
 		t.Fatal(err)
 	}
-	wantMissing(t, "Migrate without a partition", p.Migrate(ctx), "partition", "idem_records_p1")
+	storetest.WantSchemaError(t, "Migrate without a partition", p.Migrate(ctx), "partition", "idem_records_p1")
 }
