@@ -47,6 +47,7 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	opts.realClock = g.opts.realClock // the same Clock as g's
 	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb}, nil
 }
 
@@ -145,7 +146,7 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 		return g.refuse(ctx, key, nr, start)
 	}
 	sctx := g.storeCtxAt(ctx, start)
-	c, err := g.store.Claim(sctx, g.claimRequest(key, fingerprint))
+	c, err := g.store.Claim(sctx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
 	sctx.cancel(nil)
 	claimed := time.Now()
 	return g.afterClaim(ctx, key, fingerprint, c, err, start, claimed.Sub(start), claimed, h)
@@ -156,6 +157,16 @@ func (g *Guard) refuse(ctx context.Context, key Key, nr noRecords, start time.Ti
 	err := nr.err()
 	g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomePermanent, Err: err, Total: time.Since(start)})
 	return Result{Key: key, Outcome: OutcomePermanent}, err
+}
+
+// clockAt is the record time for a step that starts at real, a reading of
+// time.Now the guard took anyway: real itself unless Options.Clock is the
+// caller's own.
+func (g *Guard) clockAt(real time.Time) time.Time {
+	if g.opts.realClock {
+		return real
+	}
+	return g.opts.Clock()
 }
 
 func (g *Guard) claimRequest(key Key, fingerprint string) ClaimRequest {
@@ -184,8 +195,10 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	start time.Time, claimTook time.Duration, at time.Time, h Handler) (res Result, err error) {
 	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
 	defer func() {
-		ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
-		g.observe(ctx, ev)
+		if g.opts.Observer != nil {
+			ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
+			g.observe(ctx, ev)
+		}
 	}()
 	res.Key = key
 	if claimErr != nil {
@@ -233,7 +246,8 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		}
 		if done {
 			res.Outcome = OutcomeReconciled
-			return g.complete(ctx, res, token, value, g.settleCtx(ctx, time.Now()))
+			at := time.Now()
+			return g.complete(ctx, res, token, value, g.settleCtx(ctx, at), at)
 		}
 	}
 
@@ -256,7 +270,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		// The effect is in place already (entity mode, version guards):
 		// complete the key so later deliveries stop at the claim.
 		res.Outcome = outcome
-		return g.complete(ctx, res, token, v, r.settleCtx(he))
+		return g.complete(ctx, res, token, v, r.settleCtx(he), he)
 	}
 	if herr != nil {
 		g.release(ctx, key, token)
@@ -264,13 +278,13 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		return res, herr
 	}
 	res.Outcome = OutcomeProcessed
-	return g.complete(ctx, res, token, value, r.settleCtx(he))
+	return g.complete(ctx, res, token, value, r.settleCtx(he), he)
 }
 
 // complete records value (or nothing, when it is too large: the effects are
 // done and must not be repeated, so the key is completed without a result and
-// ErrResultTooLarge is reported), under sctx, a settleCtx.
-func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte, sctx *callCtx) (Result, error) {
+// ErrResultTooLarge is reported), under sctx, a settleCtx made at at.
+func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte, sctx *callCtx, at time.Time) (Result, error) {
 	var tooLarge error
 	if g.opts.MaxResultSize < 0 {
 		value = nil
@@ -283,6 +297,9 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		now := g.opts.Clock()
+		if attempt == 0 {
+			now = g.clockAt(at)
+		}
 		err = g.store.Complete(sctx, CompleteRequest{
 			Key: res.Key, Token: token, Result: value, Now: now, ExpiresAt: now.Add(g.opts.Retention),
 		})

@@ -77,3 +77,32 @@ func TestHeartbeatRenewsEveryLongHandler(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// Record times come from Options.Clock: the guard reuses its own readings
+// of time.Now only while Clock is the default, also for a guard made from
+// another's Options with a Clock of its own, and for one made by With.
+func TestRecordTimesFollowClock(t *testing.T) {
+	s := memory.New()
+	base := guard(t, s, idem.Options{})
+	c := newClock()
+	opts := base.Options()
+	opts.Clock = c.Now
+	own, err := idem.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := own.With("other", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*idem.Guard{own, with} {
+		res, err := g.Do(context.Background(), idem.Message{ID: "m"}, ok("r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := s.Get(context.Background(), res.Key)
+		if !r.CreatedAt.Equal(c.Now()) || !r.UpdatedAt.Equal(c.Now()) || !r.ExpiresAt.Equal(c.Now().Add(opts.Retention)) {
+			t.Fatalf("%s: record times %v, %v, %v, want the guard's clock %v", res.Key.Scope, r.CreatedAt, r.UpdatedAt, r.ExpiresAt, c.Now())
+		}
+	}
+}
