@@ -73,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, classTests...)
 	tests = append(tests, lifetimeStaleTests...)
 	tests = append(tests, epochTests...)
+	tests = append(tests, retainTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))

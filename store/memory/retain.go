@@ -1,0 +1,25 @@
+package memory
+
+import (
+	"context"
+
+	"github.com/idemgo/idem"
+)
+
+var _ idem.Retainer = (*Store)(nil)
+
+// Retain implements idem.Retainer: it keeps a completed record until at
+// least req.ExpiresAt.
+func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
+	req, err := req.Prepare()
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err = idem.ApplyRetain(s.recs[keyOf(req.Key)], req)
+	return err
+}
