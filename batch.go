@@ -15,15 +15,14 @@ var ErrTicketUsed = errors.New("idem: ticket already used")
 // goroutine; a ticket neither run nor released holds its key until its
 // lease ends.
 type Ticket struct {
-	g       *Guard
-	msg     Message
-	key     Key
-	fp      string
-	keyErr  error // the message had no usable key
-	claim   Claim
-	claimed bool // claim holds the batch's answer; false: the key repeats an earlier message of the batch
-	took    time.Duration
-	used    bool
+	g      *Guard
+	msg    Message
+	key    Key
+	fp     string
+	keyErr error  // the message had no usable key
+	claim  *Claim // the batch's answer, in the store's slice; nil: the key repeats an earlier message of the batch
+	took   time.Duration
+	used   bool
 }
 
 // Key returns the message's key (zero ID when it had none).
@@ -87,7 +86,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	}
 	took := time.Since(start)
 	for j, i := range idx {
-		tickets[i].claim, tickets[i].claimed, tickets[i].took = claims[j], true, took
+		tickets[i].claim, tickets[i].took = &claims[j], took
 	}
 	return tickets, nil
 }
@@ -107,11 +106,11 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	switch {
 	case t.keyErr != nil:
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
-	case !t.claimed:
+	case t.claim == nil:
 		return g.doKey(ctx, t.key, t.fp, h, start)
 	}
 	ctx = g.start(ctx, t.key, "two-phase")
-	c := t.claim
+	c := *t.claim
 	var err error
 	at := start
 	if c.Outcome == ClaimAcquired {
@@ -144,7 +143,7 @@ func (t *Ticket) Release(ctx context.Context) error {
 		return ErrTicketUsed
 	}
 	t.used = true
-	if t.claimed && t.claim.Outcome == ClaimAcquired {
+	if t.claim != nil && t.claim.Outcome == ClaimAcquired {
 		sctx := t.g.settleCtx(ctx, time.Now())
 		defer sctx.cancel(nil)
 		if err := t.g.store.Release(sctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()}); err != nil {
