@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,10 +29,14 @@ import (
 //     handler starts each newly assigned partition from the position
 //     stored in the database, where there is one; other consumers start
 //     from the group's committed offsets, unchanged. An assignment that
-//     comes before NewConsumer has seen the client waits for it.
+//     comes before NewConsumer has seen the client waits for it, up to
+//     ConsumerWait: a client on which no Consumer is built then fails
+//     fast, its polls reporting ErrNoConsumer (in a kgo.ErrGroupSession),
+//     instead of being assigned partitions it never fetches.
 //
 // Pass the result to kgo.NewClient together with kgo.ConsumerGroup and
-// kgo.ConsumeTopics. Do not set your own OnPartitionsRevoked or
+// kgo.ConsumeTopics, and build the Consumer on the client right after; a
+// poll loop of your own needs a client built without these options. Do not set your own OnPartitionsRevoked or
 // OnPartitionsLost on that client: NewConsumer rejects a client whose hooks
 // are not the consumer's. An AdjustFetchOffsetsFn of your own set after
 // these options replaces the consumer's, which NewConsumer rejects for a
@@ -78,17 +83,49 @@ func (ms marks) set(c *Consumer) {
 	}
 }
 
+// ConsumerWait is how long a client built with ClientOptions, once
+// assigned partitions, waits for NewConsumer to be called on it before it
+// reports ErrNoConsumer. kgo joins the group as soon as the client exists,
+// so the first assignment may come a moment before the Consumer.
+const ConsumerWait = 5 * time.Second
+
+// ErrNoConsumer is what a client built with ClientOptions reports, through
+// its polls (wrapped in a kgo.ErrGroupSession, as kgo reports a failed
+// group session), when it was assigned partitions and no Consumer was
+// built on it within ConsumerWait. Without a Consumer its partitions are
+// never fetched: ClientOptions is for a Consumer's client only. kgo then
+// joins the group again, and a Consumer built meanwhile takes over. It
+// wraps ErrClientConfig.
+var ErrNoConsumer = fmt.Errorf("%w: no kafka.Consumer was built on the client within %v of its assignment (kafka.ClientOptions is for a Consumer's client; build a poll loop of your own on a plain client)", ErrClientConfig, ConsumerWait)
+
+// consumerWait is ConsumerWait unless a test shortened it (nanoseconds;
+// zero: ConsumerWait).
+var consumerWait atomic.Int64
+
 // adjust is the client's AdjustFetchOffsetsFn: the consumer's checkpoints,
 // if it keeps them, replace the fetched offsets of the partitions just
 // assigned. kgo joins the group as soon as the client exists, so the first
 // assignment can come before NewConsumer has handed the consumer over: it
 // waits for it (or for the session to end), so that no partition starts
-// from the group's offset where a stored position should win.
+// from the group's offset where a stored position should win; but not for
+// ever, for a client that never gets one (ErrNoConsumer).
 func (h *configured) adjust(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	select {
 	case <-h.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		wait := ConsumerWait
+		if d := consumerWait.Load(); d > 0 {
+			wait = time.Duration(d)
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-h.ready:
+		case <-t.C:
+			return nil, ErrNoConsumer
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	if c := h.c.Load().Value(); c != nil {
 		return c.resume(ctx, offsets)

@@ -130,7 +130,9 @@
 // Build the client with ClientOptions: it disables autocommit, blocks
 // rebalances while polled records are handed to partition workers and while
 // offsets are committed (kgo.BlockRebalanceOnPoll), and installs the
-// rebalance hooks. On a revoke, in-flight records finish (up to
+// rebalance hooks; such a client is for a Consumer only (one with none
+// built on it within ConsumerWait of its assignment reports ErrNoConsumer
+// in its polls). On a revoke, in-flight records finish (up to
 // ShutdownTimeout, then their context is cancelled and their claims released),
 // done offsets are committed, and queued records are dropped for the new
 // owner. On a loss (the session expired), in-flight handlers are cancelled

@@ -61,10 +61,9 @@ func newEnvWith(t testing.TB, topic string, parts int32, opts ...kfake.Opt) *env
 	return e
 }
 
-// consumerClient builds a group client the way users are told to.
-func (e *env) consumerClient(extra ...kgo.Opt) *kgo.Client {
-	e.t.Helper()
-	opts := append([]kgo.Opt{
+// groupOpts are the settings of a group client on the cluster, then extra.
+func (e *env) groupOpts(extra ...kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{
 		kgo.SeedBrokers(e.c.ListenAddrs()...),
 		kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic),
@@ -72,7 +71,12 @@ func (e *env) consumerClient(extra ...kgo.Opt) *kgo.Client {
 		kgo.HeartbeatInterval(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}, extra...)
-	cl, err := kgo.NewClient(kafka.ClientOptions(opts...)...)
+}
+
+// consumerClient builds a group client the way users are told to.
+func (e *env) consumerClient(extra ...kgo.Opt) *kgo.Client {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kafka.ClientOptions(e.groupOpts(extra...)...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
