@@ -616,15 +616,25 @@ func TestEngineShutdownReturnsUnstarted(t *testing.T) {
 	f := newFake()
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	e := newEngine(t, f, nil, idem.Options{}, func(context.Context, *fmsg) ([]byte, error) {
+	e := newEngine(t, f, nil, idem.Options{}, func(ctx context.Context, _ *fmsg) ([]byte, error) {
 		once.Do(func() { close(started) })
-		<-release
+		select {
+		case <-release:
+		case <-ctx.Done(): // the test failed: ShutdownTimeout ends it
+		}
 		return nil, nil
-	}, broker.Options[*fmsg]{Concurrency: 1})
+	}, broker.Options[*fmsg]{Concurrency: 1, ShutdownTimeout: 20 * time.Second})
 	for _, id := range []string{"a", "b", "c"} {
 		f.in <- &fmsg{id: id, payload: "p"}
 	}
-	<-started
+	waitFor(t, "the first handler started", func() bool {
+		select {
+		case <-started:
+			return true
+		default:
+			return false
+		}
+	})
 	e.cancel()
 	returned := map[string]bool{}
 	for range 2 {
