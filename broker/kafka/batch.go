@@ -24,6 +24,7 @@ import (
 type ahead struct {
 	rec *kgo.Record
 	t   *idem.Ticket
+	im  idem.Message // MessageOf(rec), which the claim was made with
 }
 
 // claimsAhead reports whether the consumer claims in batches: the store
@@ -78,7 +79,7 @@ func (c *Consumer) runAhead(ctx context.Context, p *partition, h broker.Handler[
 				}
 			} else {
 				for i, t := range ts {
-					p.ahead = append(p.ahead, ahead{rec: recs[i], t: t})
+					p.ahead = append(p.ahead, ahead{rec: recs[i], t: t, im: msgs[i]})
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,15 +26,28 @@ import (
 // (idem.DefaultCorrelation then reads the W3C traceparent header).
 func MessageOf(rec *kgo.Record) idem.Message {
 	m := idem.Message{Payload: rec.Value}
-	if len(rec.Headers) > 0 {
-		m.Headers = make(map[string]string, len(rec.Headers))
-		for _, h := range rec.Headers {
-			if _, ok := m.Headers[h.Key]; !ok {
-				m.Headers[h.Key] = string(h.Value)
-			}
+	if len(rec.Headers) == 0 {
+		return m
+	}
+	m.Headers = make(map[string]string, len(rec.Headers))
+	// The ID and the content type are read in the same pass (this runs for
+	// every record): the content type as m.Header would read it, the
+	// header of that exact name first, else one named so in another case.
+	var exact, folded bool
+	for _, h := range rec.Headers {
+		if _, ok := m.Headers[h.Key]; ok {
+			continue
 		}
-		m.ID = m.Headers[DefaultKeyHeader]
-		m.ContentType = m.Header("content-type")
+		v := string(h.Value)
+		m.Headers[h.Key] = v
+		switch {
+		case h.Key == DefaultKeyHeader:
+			m.ID = v
+		case h.Key == "content-type":
+			m.ContentType, exact = v, true
+		case !exact && !folded && strings.EqualFold(h.Key, "content-type"):
+			m.ContentType, folded = v, true
+		}
 	}
 	return m
 }
@@ -60,7 +74,15 @@ func (t transport) Receive(context.Context, int) ([]*kgo.Record, error) {
 	return nil, fmt.Errorf("%w: kafka: records are scheduled by partition (Consumer.Run)", broker.ErrClosed)
 }
 
-func (t transport) Message(rec *kgo.Record) idem.Message { return MessageOf(rec) }
+// Message is MessageOf(rec), read once per record: one claimed ahead in
+// its partition's batch has the message its claim was made with (the
+// engine asks on the partition's goroutine, which owns the batch).
+func (t transport) Message(rec *kgo.Record) idem.Message {
+	if a := t.p.ahead; len(a) > 0 && a[0].rec == rec {
+		return a[0].im
+	}
+	return MessageOf(rec)
+}
 
 // Delivery is the record's try in this process: Kafka counts no
 // deliveries and has no limit (never Last).
