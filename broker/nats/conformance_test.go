@@ -55,7 +55,7 @@ func newSuiteBrokerOn(t *testing.T, e *env) *suiteBroker {
 // preserves: a retried message is nak'ed and redelivered after the ones
 // behind it, and Concurrency handlers run at once.
 func (b *suiteBroker) Features() brokertest.Features {
-	return brokertest.Features{DeliveryLimit: true}
+	return brokertest.Features{DeliveryLimit: true, Redelivery: suiteAckWait}
 }
 
 // Publish sends each message with its id in Idem-Id only, as MessageOf
