@@ -87,6 +87,19 @@ proves nothing. --seed replays the plan and the fault schedule. The exit
 status is 0 only when the verdict holds; otherwise the per-process logs are
 kept and named.
 
+--max-deliver N sets the broker's delivery limit, as an operator would:
+on NATS the durable consumer's MaxDeliver (idem's MaxDeliveries follows
+it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
+MaxDeliveries set to match and the queue dead-lettering what it drops to
+the dead-letter queue, and on Kafka, which has no broker limit, the
+consumer's MaxDeliveries only. Without it the limit is 100 on NATS and
+RabbitMQ and there is none on Kafka. The handler fails about 1% of the
+orders twice before it charges them, and with --max-deliver 0.3% every
+time: those must end dead-lettered (max_deliver). The verdict counts as
+failures a dead letter of an order the handler never failed (its
+deliveries spent by store outages or crashes) and an order neither charged
+nor dead-lettered (lost).
+
 Deliveries are the broker's count on NATS (the durable consumer's), and the
 consumer processes' own count on RabbitMQ (the highest delivery tag of each
 channel) and Kafka (the records their clients handed them).`,
@@ -94,6 +107,7 @@ channel) and Kafka (the records their clients handed them).`,
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
   idem chaos --store mysql --broker amqp
   idem chaos --store sqlite --broker kafka
+  idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
       --restart-store 'pg_ctlcluster 15 main restart -m immediate'`,
@@ -107,6 +121,9 @@ channel) and Kafka (the records their clients handed them).`,
 			}
 			if cfg.Orders < 1 || cfg.Consumers < 1 || cfg.Concurrency < 1 {
 				return usagef("--orders, --consumers and --concurrency must be at least 1")
+			}
+			if cfg.MaxDeliver < 0 || cfg.MaxDeliver == 0 && c.Flags().Changed("max-deliver") {
+				return usagef("--max-deliver must be at least 1")
 			}
 			// The harness reads 0 as its default and a negative count as none.
 			for name, n := range map[string]*int{"kills": &cfg.RandomKills, "store-restarts": &cfg.StoreRestarts, "broker-restarts": &cfg.BrokerRestarts} {
@@ -149,6 +166,7 @@ channel) and Kafka (the records their clients handed them).`,
 	f.IntVar(&cfg.Consumers, "consumers", 3, "consumer processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "handlers per consumer process")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the orders and of the fault schedule")
+	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka MaxDeliveries only (Kafka has no broker limit); default 100 on NATS and RabbitMQ, none on Kafka")
 	f.IntVar(&cfg.RandomKills, "kills", 0, "SIGKILLs at random moments (default orders/300, at least 3)")
 	f.IntVar(&cfg.StoreRestarts, "store-restarts", 0, "store restarts (default 2)")
 	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "broker restarts (default 1)")

@@ -20,6 +20,7 @@ func TestChaosUsageErrors(t *testing.T) {
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
 		{"negative kills", []string{"chaos", "--kills", "-1"}, "--kills cannot be negative"},
+		{"no delivery limit", []string{"chaos", "--max-deliver", "0"}, "--max-deliver must be at least 1"},
 		{"positional", []string{"chaos", "extra"}, "unknown command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,10 +33,6 @@ func AMQPURL() string {
 	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
-// amqpDeliveryLimit is the work queue's x-delivery-limit; the consumers
-// dead-letter (max_deliver) one delivery before it.
-const amqpDeliveryLimit = 100
-
 // dialAMQP dials url, retrying for a while (the user's node may be
 // restarting).
 func dialAMQP(ctx context.Context, url string) (*amqp.Connection, error) {
@@ -57,24 +53,31 @@ func dialAMQP(ctx context.Context, url string) (*amqp.Connection, error) {
 
 type amqpBus struct {
 	url, queue, dlq, counts string
+	limit                   int // the work queue's x-delivery-limit
 	mu                      sync.Mutex
 	conn                    *amqp.Connection
 	published               atomic.Int64 // messages the broker confirmed
 }
 
-func openAMQP(ctx context.Context, e *env, naive bool) (bus, error) {
+// openAMQP declares the pass's queues: the quorum work queue with the
+// run's x-delivery-limit and, as the amqp package doc asks, a
+// dead-letter exchange to the dead-letter queue, so a message whose every
+// delivery a crash spent is dead-lettered by RabbitMQ (delivery_limit)
+// rather than dropped.
+func openAMQP(ctx context.Context, e *env, limit int, naive bool) (bus, error) {
 	tag := fmt.Sprintf("idem-chaos-%d-%d", os.Getpid(), time.Now().UnixNano())
 	if naive {
 		tag += "-naive"
 	}
-	b := &amqpBus{url: e.broker.URL(), queue: tag + ".orders", dlq: tag + ".dlq"}
+	b := &amqpBus{url: e.broker.URL(), queue: tag + ".orders", dlq: tag + ".dlq", limit: limit}
 	var err error
 	if b.counts, err = os.MkdirTemp(e.logs, "counts-"); err != nil {
 		return nil, err
 	}
 	err = b.with(ctx, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(b.queue, true, false, false, false,
-			amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(amqpDeliveryLimit)}); err != nil {
+			amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(limit),
+				"x-dead-letter-exchange": "", "x-dead-letter-routing-key": b.dlq}); err != nil {
 			return err
 		}
 		_, err := ch.QueueDeclare(b.dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
@@ -109,7 +112,9 @@ func (b *amqpBus) with(ctx context.Context, fn func(ch *amqp.Channel) error) err
 	return fn(ch)
 }
 
-func (b *amqpBus) names(cc *childConfig) { cc.Source, cc.DLQ, cc.Counts = b.queue, b.dlq, b.counts }
+func (b *amqpBus) names(cc *childConfig) {
+	cc.Source, cc.DLQ, cc.Counts, cc.MaxDeliveries = b.queue, b.dlq, b.counts, b.limit
+}
 
 func (b *amqpBus) close() {
 	b.with(context.Background(), func(ch *amqp.Channel) error {
@@ -264,6 +269,10 @@ func (b *amqpBus) deadLetters(ctx context.Context) ([]deadLetter, error) {
 				return err
 			}
 			reason, _ := d.Headers[idem.HeaderReason].(string)
+			if reason == "" {
+				// dead-lettered by RabbitMQ itself (delivery_limit)
+				reason, _ = d.Headers["x-first-death-reason"].(string)
+			}
 			dls = append(dls, newDeadLetter(d.MessageId, reason, d.Body))
 		}
 	})
@@ -302,7 +311,7 @@ func runAMQP(ctx context.Context, cfg childConfig, l *ledger) error {
 	c, err := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{
 		Queue: cfg.Source, DeadLetterRoutingKey: cfg.DLQ, Publisher: pub,
 		Options: amqpidem.ConsumerOptions{
-			Concurrency: cfg.Concurrency, MaxDeliveries: amqpDeliveryLimit - 1,
+			Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, // the queue's delivery-limit
 			Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			Hooks: broker.Hooks[amqp.Delivery]{
 				BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {

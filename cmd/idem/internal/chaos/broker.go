@@ -64,11 +64,11 @@ func waitWindow(ctx context.Context, i int, settled *atomic.Int64) error {
 func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 	switch cfg.Broker {
 	case "amqp":
-		return openAMQP(ctx, e, naive)
+		return openAMQP(ctx, e, cfg.brokerLimit(), naive)
 	case "kafka":
-		return openKafka(ctx, e, naive)
+		return openKafka(ctx, e, cfg.MaxDeliver, naive) // Kafka has no broker limit
 	}
-	return openNATS(ctx, e, naive)
+	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }
 
 // deliveryCounts sums the counts the consumer processes left in dir: one
@@ -131,7 +131,8 @@ func (c *counter) write(n uint64) {
 }
 
 // natsBus is a pass on NATS JetStream: a work stream with one durable
-// consumer and a dead-letter stream, made afresh.
+// consumer (MaxDeliver the run's delivery limit; the consumers' idem
+// MaxDeliveries defaults to it) and a dead-letter stream, made afresh.
 type natsBus struct {
 	url                                    string
 	nc                                     *nats.Conn
@@ -141,7 +142,7 @@ type natsBus struct {
 
 const durableName = "billing"
 
-func openNATS(ctx context.Context, e *env, naive bool) (bus, error) {
+func openNATS(ctx context.Context, e *env, maxDeliver int, naive bool) (bus, error) {
 	b := &natsBus{url: e.broker.URL(), stream: "CHAOS_ORDERS", subject: "chaos.orders", dlqStream: "CHAOS_DLQ", dlqSubject: "chaos.dlq"}
 	if naive {
 		b.stream, b.subject, b.dlqStream, b.dlqSubject = "CHAOS_NAIVE", "chaos.naive.orders", "CHAOS_NAIVE_DLQ", "chaos.naive.dlq"
@@ -161,7 +162,7 @@ func openNATS(ctx context.Context, e *env, naive bool) (bus, error) {
 		}
 	}
 	_, err = b.js.CreateConsumer(ctx, b.stream, jetstream.ConsumerConfig{
-		Durable: durableName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxDeliver: 100, MaxAckPending: 512,
+		Durable: durableName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxDeliver: maxDeliver, MaxAckPending: 512,
 	})
 	if err != nil {
 		b.nc.Close()

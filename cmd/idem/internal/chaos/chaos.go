@@ -45,6 +45,15 @@ type Config struct {
 	Consumers   int    // consumer processes; default 3
 	Concurrency int    // handlers per consumer; default 4
 	Seed        uint64 // the plan and the fault schedule; 0: 1
+	// MaxDeliver is the broker's delivery limit: the durable consumer's
+	// MaxDeliver on NATS, the quorum queue's x-delivery-limit on RabbitMQ
+	// (with the consumer's MaxDeliveries set to match, and the queue
+	// dead-lettering what it drops to the dead-letter queue, as the amqp
+	// package doc says), the consumer's MaxDeliveries alone on Kafka,
+	// which has no broker limit. 0: 100 on NATS and RabbitMQ, none on
+	// Kafka. With a limit the plan also has orders the handler fails every
+	// time, which must end dead-lettered (max_deliver).
+	MaxDeliver int
 
 	RandomKills    int  // SIGKILLs at random moments; default orders/300, at least 3
 	StoreRestarts  int  // default 2
@@ -102,6 +111,9 @@ func (c *Config) defaults() error {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+	if c.MaxDeliver < 0 {
+		return fmt.Errorf("chaos: a delivery limit of %d: it must be positive (0: the default)", c.MaxDeliver)
+	}
 	if c.RandomKills == 0 {
 		c.RandomKills = max(3, c.Orders/300)
 	}
@@ -150,7 +162,17 @@ type Pass struct {
 	ConflictsDL      int `json:"conflicts_dead_lettered"`
 	PoisonApplied    int `json:"poison_applied"`
 	PoisonDL         int `json:"poison_dead_lettered"`
-	OtherDL          int `json:"other_dead_letters"` // dead letters of valid orders (max_deliver, ...)
+	OtherDL          int `json:"other_dead_letters"` // dead letters none of the above explains
+	// HandlerFailures is how many times the handler failed an order as the
+	// plan injected (FailedOrders orders); FailedDL counts the orders
+	// never charged and dead-lettered at their delivery limit after such
+	// failures; DLWithoutFailure the dead letters of valid orders the
+	// handler never failed, a failure of the verdict (what the broker's
+	// limit would take from a store outage or a crash).
+	HandlerFailures  int `json:"handler_failures"`
+	FailedOrders     int `json:"failed_orders"`
+	FailedDL         int `json:"failed_dead_lettered"`
+	DLWithoutFailure int `json:"dead_lettered_without_failure"`
 	Unbalanced       int `json:"unbalanced_accounts"`
 	StaleInProgress  int `json:"stale_in_progress"`
 	// Two-phase: bank calls (at least once per key) and charges applied
@@ -171,24 +193,28 @@ func (p *Pass) Restarts() int { return p.StoreRestart + p.BrokerRestrt }
 
 // Result is a chaos run: idem's pass, the naive contrast, and the verdict.
 type Result struct {
-	Store        string   `json:"store"`
-	Broker       string   `json:"broker"`
-	Mode         string   `json:"mode"`
-	Seed         uint64   `json:"seed"`
-	Orders       int      `json:"orders"`
-	Deliveries   int      `json:"deliveries"`
-	Kills        int      `json:"kills"`
-	Restarts     int      `json:"restarts"`
-	Doubles      int      `json:"doubles"`
-	Lost         int      `json:"lost"`
-	DeadLettered int      `json:"dead_lettered"`
-	NaiveDoubles int      `json:"naive_doubles"`
-	VerdictOK    bool     `json:"verdict_ok"`
-	WallSecs     float64  `json:"wall_seconds"`
-	Idem         *Pass    `json:"idem"`
-	Naive        *Pass    `json:"naive,omitempty"`
-	Logs         string   `json:"logs,omitempty"` // per-process logs, kept when the verdict fails
-	Problems     []string `json:"problems,omitempty"`
+	Store        string `json:"store"`
+	Broker       string `json:"broker"`
+	Mode         string `json:"mode"`
+	Seed         uint64 `json:"seed"`
+	MaxDeliver   int    `json:"max_deliver,omitempty"` // the delivery limit asked for; 0: the default
+	Orders       int    `json:"orders"`
+	Deliveries   int    `json:"deliveries"`
+	Kills        int    `json:"kills"`
+	Restarts     int    `json:"restarts"`
+	Doubles      int    `json:"doubles"`
+	Lost         int    `json:"lost"`
+	DeadLettered int    `json:"dead_lettered"`
+	// DLWithoutFailure is idem's dead letters of orders its handler never
+	// failed.
+	DLWithoutFailure int      `json:"dead_lettered_without_failure"`
+	NaiveDoubles     int      `json:"naive_doubles"`
+	VerdictOK        bool     `json:"verdict_ok"`
+	WallSecs         float64  `json:"wall_seconds"`
+	Idem             *Pass    `json:"idem"`
+	Naive            *Pass    `json:"naive,omitempty"`
+	Logs             string   `json:"logs,omitempty"` // per-process logs, kept when the verdict fails
+	Problems         []string `json:"problems,omitempty"`
 }
 
 // Run runs the chaos: idem's pass, then the naive consumer's with the same
@@ -204,7 +230,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer env.close()
 	plan := NewPlan(cfg.Seed, cfg.Orders)
-	res := &Result{Store: cfg.Store, Broker: cfg.Broker, Mode: modeOf(cfg.Store), Seed: cfg.Seed, Orders: plan.Unique()}
+	if cfg.MaxDeliver == 0 {
+		plan.noFailAlways()
+	}
+	res := &Result{Store: cfg.Store, Broker: cfg.Broker, Mode: modeOf(cfg.Store), Seed: cfg.Seed, MaxDeliver: cfg.MaxDeliver, Orders: plan.Unique()}
 	idemPass, err := runPass(ctx, cfg, env, plan, false)
 	if err != nil {
 		return nil, err
@@ -221,6 +250,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Deliveries, res.Kills, res.Restarts = idemPass.Deliveries, idemPass.Kills(), idemPass.Restarts()
 	res.Doubles, res.Lost, res.DeadLettered = idemPass.Doubles, idemPass.Lost, idemPass.DeadLettered
+	res.DLWithoutFailure = idemPass.DLWithoutFailure
 	res.Problems = append(idemPass.Problems, res.Problems...)
 	res.VerdictOK = len(res.Problems) == 0
 	res.WallSecs = time.Since(start).Seconds()
@@ -236,6 +266,20 @@ var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
 	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)"}
 )
+
+// brokerLimit is the delivery limit the broker is given: MaxDeliver, else
+// defaultLimit.
+func (c *Config) brokerLimit() int {
+	if c.MaxDeliver > 0 {
+		return c.MaxDeliver
+	}
+	return defaultLimit
+}
+
+// defaultLimit is the NATS consumer's MaxDeliver and the RabbitMQ queue's
+// delivery limit without --max-deliver: high enough that only a failing
+// handler reaches it.
+const defaultLimit = 100
 
 func modeOf(store string) string {
 	if store == "redis" {
@@ -328,7 +372,11 @@ func IsNoServer(err error) bool { return errors.Is(err, ErrNoServer) }
 // Table renders the result as the table `idem chaos` prints.
 func (r *Result) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem chaos: %s on %s + %s, seed %d\n", r.Mode, storeNames[r.Store], brokerNames[r.Broker], r.Seed)
+	limit := "the harness's default"
+	if r.MaxDeliver > 0 {
+		limit = fmt.Sprint(r.MaxDeliver)
+	}
+	fmt.Fprintf(&b, "idem chaos: %s on %s + %s, seed %d, delivery limit %s\n", r.Mode, storeNames[r.Store], brokerNames[r.Broker], r.Seed, limit)
 	if r.Store == "sqlite" && r.Idem != nil && r.Idem.StoreRestart == 0 {
 		b.WriteString("(SQLite is a file shared by the consumer processes: no server, so no store restarts; the kills apply)\n")
 	}
@@ -363,6 +411,9 @@ func (r *Result) Table() string {
 	row("doubles", func(p *Pass) int { return p.Doubles })
 	row("lost", func(p *Pass) int { return p.Lost })
 	row("dead-lettered", func(p *Pass) int { return p.DeadLettered })
+	row("handler failures", func(p *Pass) int { return p.HandlerFailures })
+	row("failed, dead-lettered", func(p *Pass) int { return p.FailedDL })
+	row("dead-lettered, not failed", func(p *Pass) int { return p.DLWithoutFailure })
 	row("conflicts dead-lettered", func(p *Pass) int { return p.ConflictsDL })
 	row("conflicts applied", func(p *Pass) int { return p.ConflictsApplied })
 	row("poison dead-lettered", func(p *Pass) int { return p.PoisonDL })
@@ -379,7 +430,7 @@ func (r *Result) Table() string {
 	}
 	b.WriteString("\n\n")
 	if r.VerdictOK {
-		b.WriteString("verdict: OK, every unique order applied exactly once, conflicts and poison dead-lettered, nothing lost\n")
+		b.WriteString("verdict: OK, every unique order applied exactly once or, failed by the handler, dead-lettered; conflicts and poison dead-lettered; nothing lost; nothing dead-lettered that the handler never failed\n")
 	} else {
 		b.WriteString("verdict: FAILED\n")
 		for _, p := range r.Problems {

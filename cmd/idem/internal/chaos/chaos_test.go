@@ -56,19 +56,29 @@ func runShort(t *testing.T, cfg Config) *Result {
 }
 
 // TestShortFormInbox is the CI short form of idem chaos for the
-// transactional inbox on PostgreSQL: 3000 orders, three consumer
-// processes, SIGKILLs at the hooks and at random, two PostgreSQL
-// restarts in immediate mode and one nats-server restart.
+// transactional inbox on PostgreSQL, with the delivery limit of issue 27:
+// 3000 orders, four consumer processes, SIGKILLs at the hooks and at
+// random, three PostgreSQL restarts in immediate mode and one nats-server
+// restart, the durable consumer's MaxDeliver at 4. A store outage must
+// spend none of the four deliveries: nothing dead-lettered that the
+// handler never failed, nothing lost; the orders the handler fails every
+// time end dead-lettered after four failures.
 func TestShortFormInbox(t *testing.T) {
-	runShort(t, Config{Store: "postgres", Orders: shortOrders(3000)})
+	res := runShort(t, Config{Store: "postgres", Orders: shortOrders(3000), Consumers: 4, StoreRestarts: 3, MaxDeliver: 4})
+	if res.Idem.StoreRestart == 0 {
+		t.Errorf("no PostgreSQL restart: the outage the delivery limit must survive did not happen")
+	}
+	if res.Idem.FailedDL == 0 {
+		t.Errorf("no order dead-lettered after the handler's failures (%d failures injected)", res.Idem.HandlerFailures)
+	}
 }
 
 // TestShortFormTwoPhase is the short form for two-phase on Redis with the
 // bank: the bank receives a call per attempt and applies one per key.
 func TestShortFormTwoPhase(t *testing.T) {
 	res := runShort(t, Config{Store: "redis", Orders: shortOrders(3000)})
-	if res.Idem.BankApplied != res.Orders {
-		t.Errorf("bank applied %d charges, want one per order (%d)", res.Idem.BankApplied, res.Orders)
+	if want := res.Orders - res.Idem.FailedDL; res.Idem.BankApplied != want {
+		t.Errorf("bank applied %d charges, want one per order not dead-lettered (%d)", res.Idem.BankApplied, want)
 	}
 	if res.Idem.BankCalls < res.Idem.BankApplied {
 		t.Errorf("bank calls %d < applied %d", res.Idem.BankCalls, res.Idem.BankApplied)

@@ -38,15 +38,23 @@ type childConfig struct {
 	// Counts is a directory where each consumer process counts the
 	// deliveries it received, in a file of its own (brokers that count no
 	// deliveries the harness can read: RabbitMQ, Kafka); "": none.
-	Counts      string
-	Tables      tables
-	BankURL     string
-	BankAddr    string // the bank's listen address
-	KillAt      string // pointSettle, pointEffect or ""
-	KillAfter   int    // SIGKILL at the KillAfter-th time the point is passed
-	Concurrency int
-	Lease       time.Duration
-	Prefix      string // the Redis store's key prefix, fresh per run
+	Counts string
+	// Fails is a directory holding the injected handler failures: the
+	// plan's Fails in failPlanFile, and a file per failure the handler
+	// returned ("": none injected, the naive consumer).
+	Fails string
+	// MaxDeliveries is the consumer's MaxDeliveries (RabbitMQ: the
+	// queue's delivery-limit; Kafka: the only limit; NATS: 0, the
+	// consumer's MaxDeliver).
+	MaxDeliveries int
+	Tables        tables
+	BankURL       string
+	BankAddr      string // the bank's listen address
+	KillAt        string // pointSettle, pointEffect or ""
+	KillAfter     int    // SIGKILL at the KillAfter-th time the point is passed
+	Concurrency   int
+	Lease         time.Duration
+	Prefix        string // the Redis store's key prefix, fresh per run
 }
 
 // tables names one run's business tables (the SQL stores).

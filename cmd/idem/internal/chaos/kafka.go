@@ -98,14 +98,15 @@ func kafkaAddr(url string) string { return strings.TrimPrefix(url, "kafka://") }
 type kafkaBus struct {
 	srv                       *kfakeServer
 	topic, dlq, group, counts string
+	maxDeliveries             int // the consumers' MaxDeliveries (0: retry forever)
 }
 
-func openKafka(_ context.Context, e *env, naive bool) (bus, error) {
+func openKafka(_ context.Context, e *env, maxDeliveries int, naive bool) (bus, error) {
 	srv, ok := e.broker.(*kfakeServer)
 	if !ok {
 		return nil, errors.New("chaos: Kafka runs on the harness's own kfake only")
 	}
-	b := &kafkaBus{srv: srv, topic: "chaos-orders", dlq: "chaos-dlq", group: "billing"}
+	b := &kafkaBus{srv: srv, topic: "chaos-orders", dlq: "chaos-dlq", group: "billing", maxDeliveries: maxDeliveries}
 	if naive {
 		b.topic, b.dlq, b.group = "chaos-naive-orders", "chaos-naive-dlq", "billing-naive"
 	}
@@ -125,7 +126,7 @@ func openKafka(_ context.Context, e *env, naive bool) (bus, error) {
 }
 
 func (b *kafkaBus) names(cc *childConfig) {
-	cc.Source, cc.Durable, cc.DLQ, cc.Counts = b.topic, b.group, b.dlq, b.counts
+	cc.Source, cc.Durable, cc.DLQ, cc.Counts, cc.MaxDeliveries = b.topic, b.group, b.dlq, b.counts, b.maxDeliveries
 }
 
 func (b *kafkaBus) close() {}
@@ -266,6 +267,7 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 		DeadLetterTopic: cfg.DLQ, CommitInterval: 200 * time.Millisecond,
 		Options: kafka.ConsumerOptions{
 			Concurrency:     cfg.Concurrency,
+			MaxDeliveries:   cfg.MaxDeliveries,
 			Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			ShutdownTimeout: 2 * time.Second,
 			Hooks: broker.Hooks[*kgo.Record]{

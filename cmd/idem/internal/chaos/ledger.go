@@ -33,6 +33,7 @@ type ledger struct {
 	bank  *http.Client
 	cfg   childConfig
 	kill  *killer
+	fails *failer
 }
 
 // withTable adds the records table to a mysql:// or sqlite:// DSN.
@@ -50,6 +51,9 @@ func withTable(url, table string) string {
 func openLedger(ctx context.Context, cfg childConfig, kill *killer) (*ledger, error) {
 	l := &ledger{kind: cfg.Store, cfg: cfg, kill: kill, bank: &http.Client{Timeout: 5 * time.Second}}
 	var err error
+	if l.fails, err = openFailer(cfg.Fails); err != nil {
+		return nil, err
+	}
 	switch cfg.Store {
 	case "postgres":
 		if l.pool, err = pgxpool.New(ctx, cfg.StoreURL); err != nil {
@@ -130,8 +134,18 @@ func chargeSQL(ctx context.Context, tx *sql.Tx, kind string, t tables, o Order) 
 // payload, for the transactional inbox on PostgreSQL (pgTx), on MariaDB or
 // SQLite (sqlTx), and two-phase with the bank (plain).
 
-func (l *ledger) pgTx(ctx context.Context, tx pgx.Tx, data []byte) error {
+// order decodes the payload and fails it if the plan says so: a handler
+// failure before any effect.
+func (l *ledger) order(data []byte) (Order, error) {
 	o, err := decode(data)
+	if err == nil {
+		err = l.fails.fail(o.Order)
+	}
+	return o, err
+}
+
+func (l *ledger) pgTx(ctx context.Context, tx pgx.Tx, data []byte) error {
+	o, err := l.order(data)
 	if err != nil {
 		return err
 	}
@@ -143,7 +157,7 @@ func (l *ledger) pgTx(ctx context.Context, tx pgx.Tx, data []byte) error {
 }
 
 func (l *ledger) sqlTx(ctx context.Context, tx *sql.Tx, data []byte) error {
-	o, err := decode(data)
+	o, err := l.order(data)
 	if err != nil {
 		return err
 	}
@@ -155,7 +169,7 @@ func (l *ledger) sqlTx(ctx context.Context, tx *sql.Tx, data []byte) error {
 }
 
 func (l *ledger) plain(ctx context.Context, data []byte) error {
-	o, err := decode(data)
+	o, err := l.order(data)
 	if err != nil {
 		return err
 	}

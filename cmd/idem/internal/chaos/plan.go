@@ -38,15 +38,30 @@ type Plan struct {
 	// first is the original; a second one is a conflict).
 	Contents map[string][]Order
 	Poison   map[string]string // order id of a poison message -> the dead-letter reason idem gives it
+	// Fails holds, per order id, how many times the consumers' handler
+	// fails it before it charges (failAlways: every time): the handler
+	// failures the harness injects, which alone may end an order
+	// dead-lettered (max_deliver).
+	Fails map[string]int
 }
+
+// Injected handler failures: about 1% of the orders fail their first
+// flakyFails handler runs, and, with a delivery limit, 0.3% fail every run
+// and must end dead-lettered after the limit's failures.
+const (
+	flakyFails = 2
+	failAlways = -1
+)
 
 // NewPlan draws the messages for n orders: about 10% re-sent as producer
 // retries, 1% of ids reused with other content, 0.5% undecodable and 0.5%
 // without a key. Re-sends and reuses come later in the stream than their
-// original, at a random distance.
+// original, at a random distance. About 1.3% of the orders sent with one
+// content are drawn for handler failures (Fails): 1% flaky, 0.3% failing
+// every run (dropped by noFailAlways when there is no delivery limit).
 func NewPlan(seed uint64, n int) *Plan {
 	rng := rand.New(rand.NewPCG(seed, 0x0dde))
-	p := &Plan{Contents: map[string][]Order{}, Poison: map[string]string{}}
+	p := &Plan{Contents: map[string][]Order{}, Poison: map[string]string{}, Fails: map[string]int{}}
 	var late []planned // inserted at random later positions
 	for i := range n {
 		o := Order{Order: fmt.Sprintf("o-%06d", i), Account: fmt.Sprintf("a-%02d", rng.IntN(accountsCount)), Amount: 1 + rng.Int64N(10000)}
@@ -87,7 +102,32 @@ func NewPlan(seed uint64, n int) *Plan {
 		at := first + 1 + rng.IntN(len(p.Msgs)-first)
 		p.Msgs = append(p.Msgs[:at], append([]planned{m}, p.Msgs[at:]...)...)
 	}
+	// A stream of its own, so the failures leave the messages as they were
+	// drawn; conflicts are left out (their loser must be dead-lettered as a
+	// conflict, not for a failure).
+	frng := rand.New(rand.NewPCG(seed, 0xfa11))
+	for i := range n {
+		id := fmt.Sprintf("o-%06d", i)
+		switch r := frng.Float64(); {
+		case len(p.Contents[id]) > 1:
+		case r < 0.010:
+			p.Fails[id] = flakyFails
+		case r < 0.013:
+			p.Fails[id] = failAlways
+		}
+	}
 	return p
+}
+
+// noFailAlways removes the orders the handler fails every time: without a
+// delivery limit their retries would take minutes (100 deliveries on
+// NATS and RabbitMQ) or never end (Kafka retries forever).
+func (p *Plan) noFailAlways() {
+	for id, n := range p.Fails {
+		if n == failAlways {
+			delete(p.Fails, id)
+		}
+	}
 }
 
 // Unique is the number of unique order ids (each must be applied once).

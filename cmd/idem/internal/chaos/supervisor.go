@@ -124,6 +124,15 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	if err := setupStore(ctx, cfg, e, tbl, prefix); err != nil {
 		return nil, err
 	}
+	// The naive consumer's handler fails nothing: it is there for the
+	// doubles, and it would retry an order that always fails forever.
+	fails := ""
+	if !naive {
+		fails = filepath.Join(e.logs, "failures")
+		if err := writeFailPlan(fails, plan); err != nil {
+			return nil, err
+		}
+	}
 
 	var settled atomic.Int64
 	total := int64(len(plan.Msgs))
@@ -144,7 +153,7 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 		}
 		cc := childConfig{Role: "consumer", Store: cfg.Store, Broker: cfg.Broker, Naive: naive, StoreURL: e.store.URL(),
 			BrokerURL: e.broker.URL(), Tables: tbl, BankURL: e.bankURL,
-			Concurrency: cfg.Concurrency, Lease: 2 * time.Second, Prefix: prefix}
+			Concurrency: cfg.Concurrency, Lease: 2 * time.Second, Prefix: prefix, Fails: fails}
 		b.names(&cc)
 		if float64(settled.Load()) < faultHorizon*float64(total) {
 			cc.KillAt, cc.KillAfter = arming(cfg, slot, incarnations[slot], plan.Unique())
@@ -310,7 +319,7 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 	stopAll(true)
 	p.Deliveries = b.deliveries(ctx)
 	p.Messages = len(plan.Msgs)
-	if err := verdict(ctx, cfg, e, b, plan, p, tbl, prefix, naive); err != nil {
+	if err := verdict(ctx, cfg, e, b, plan, p, tbl, prefix, fails, naive); err != nil {
 		return nil, err
 	}
 	p.Wall = time.Since(start)

@@ -146,9 +146,10 @@ func contains(os []Order, o Order) bool {
 	return false
 }
 
-// verdict reads the effects and the dead letters and fills p's figures;
-// for idem's pass each failure is a problem.
-func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass, t tables, prefix string, naive bool) error {
+// verdict reads the effects, the dead letters and the handler's injected
+// failures (the files of failDir) and fills p's figures; for idem's pass
+// each failure is a problem.
+func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass, t tables, prefix, failDir string, naive bool) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	ef, err := readEffects(ctx, cfg, e, t, p)
@@ -159,7 +160,47 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 	if err != nil {
 		return err
 	}
+	failed, err := readFailures(failDir)
+	if err != nil {
+		return fmt.Errorf("chaos: read the handler's failures: %w", err)
+	}
+	problem := judge(plan, ef, dls, failed, p, naive)
+	if !naive {
+		n, err := staleInProgress(ctx, cfg, e, t, prefix)
+		if err != nil {
+			return err
+		}
+		p.StaleInProgress = n
+		if n > 0 {
+			problem("%d in-progress records left past their lease", n)
+		}
+		if p.Doubles > 0 {
+			problem("%d doubles", p.Doubles)
+		}
+		if p.Crashes > 0 {
+			problem("%d consumers panicked (see the logs)", p.Crashes)
+		}
+	}
+	return nil
+}
+
+// limitReasons are the dead-letter reasons of a message given up on at its
+// delivery limit: idem's, and RabbitMQ's own (its dead-letter exchange).
+var limitReasons = map[string]bool{"max_deliver": true, "delivery_limit": true}
+
+// judge fills p's figures from the effects, the dead letters and how many
+// times the handler failed each order, and returns the function that
+// records a problem (a no-op for the naive pass). An order may end
+// uncharged only dead-lettered, and dead-lettered for its delivery limit
+// only if the handler failed it: a dead letter of an order the handler
+// never failed (its deliveries spent by store outages, say) is a failure,
+// and an order neither charged nor dead-lettered is lost.
+func judge(plan *Plan, ef *effects, dls []deadLetter, failed map[string]int, p *Pass, naive bool) func(string, ...any) {
 	p.DeadLettered = len(dls)
+	p.FailedOrders = len(failed)
+	for _, n := range failed {
+		p.HandlerFailures += n
+	}
 	dlOf := map[string][]deadLetter{}
 	for _, d := range dls {
 		dlOf[d.id] = append(dlOf[d.id], d)
@@ -170,13 +211,11 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 		}
 	}
 
-	wrong := 0
 	for id, contents := range plan.Contents {
 		ch := ef.charges[id]
 		per := map[Order]int{}
 		for _, c := range ch {
 			if !contains(contents, c) {
-				wrong++
 				problem("order %s charged with content it was never sent with: %+v", id, c)
 			}
 			per[c]++
@@ -205,9 +244,19 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 				problem("order %s: reused with other content, and the content not charged is not dead-lettered as a conflict", id)
 			}
 		}
-		if len(ch) == 0 {
+		switch {
+		case len(ch) > 0:
+			if plan.Fails[id] == failAlways && !naive {
+				problem("order %s, which the handler fails every time, was charged", id)
+			}
+		case failed[id] > 0 && hasReason(dlOf[id], limitReasons):
+			p.FailedDL++
+		case len(dlOf[id]) > 0:
+			// in the dead letters, but not for the handler's failures:
+			// judged with the dead letters below
+		default:
 			p.Lost++
-			problem("order %s: never charged (dead letters: %v)", id, reasons(dlOf[id]))
+			problem("order %s: never charged, never dead-lettered", id)
 		}
 	}
 	for id, reason := range plan.Poison {
@@ -215,11 +264,7 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 			p.PoisonApplied++
 			problem("poison %s was charged", id)
 		}
-		found := false
-		for _, d := range dlOf[id] {
-			found = found || d.reason == reason
-		}
-		if found {
+		if hasReason(dlOf[id], map[string]bool{reason: true}) {
 			p.PoisonDL++
 		} else if !naive {
 			problem("poison %s is not dead-lettered with reason %s (dead letters: %v)", id, reason, reasons(dlOf[id]))
@@ -227,9 +272,16 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 	}
 	for _, d := range dls {
 		contents := plan.Contents[d.id]
-		expected := plan.Poison[d.id] == d.reason ||
-			d.reason == "conflict" && len(contents) > 1 && contains(contents, d.order) && !contains(ef.charges[d.id], d.order)
-		if !expected {
+		switch {
+		case plan.Poison[d.id] == d.reason:
+		case d.reason == "conflict" && len(contents) > 1 && contains(contents, d.order) && !contains(ef.charges[d.id], d.order):
+		case failed[d.id] > 0 && limitReasons[d.reason]:
+			// given up on after the handler's failures
+		case len(contents) > 0 && failed[d.id] == 0:
+			p.OtherDL++
+			p.DLWithoutFailure++
+			problem("order %s dead-lettered (%s), yet the handler never failed it", d.id, d.reason)
+		default:
 			p.OtherDL++
 			problem("unexpected dead letter of %s with reason %q", d.id, d.reason)
 		}
@@ -246,23 +298,17 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 			problem("account %s: balance %d, charges sum to %d", a, ef.balances[a], sums[a])
 		}
 	}
-	if !naive {
-		n, err := staleInProgress(ctx, cfg, e, t, prefix)
-		if err != nil {
-			return err
-		}
-		p.StaleInProgress = n
-		if n > 0 {
-			problem("%d in-progress records left past their lease", n)
-		}
-		if p.Doubles > 0 {
-			problem("%d doubles", p.Doubles)
-		}
-		if p.Crashes > 0 {
-			problem("%d consumers panicked (see the logs)", p.Crashes)
+	return problem
+}
+
+// hasReason reports whether one of ds has one of the reasons.
+func hasReason(ds []deadLetter, reasons map[string]bool) bool {
+	for _, d := range ds {
+		if reasons[d.reason] {
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 func reasons(ds []deadLetter) []string {
