@@ -21,6 +21,7 @@ type Consumer[M any] struct {
 	opts   Options[M]
 	ka     KeepAliver[M]
 	delays bool
+	local  bool // InPlace: Ack and Retry need no settle context
 	ret    Returner[M]
 	runner Runner[M]
 	outage outageReporter
@@ -44,6 +45,9 @@ func NewConsumer[M any](t Transport[M], g *idem.Guard, h Handler[M], opts Option
 	c.ka, _ = t.(KeepAliver[M])
 	if d, ok := t.(Delayer); ok {
 		c.delays = d.RetryDelays()
+	}
+	if ip, ok := t.(InPlace); ok {
+		c.local = ip.SettlesInPlace()
 	}
 	c.ret, _ = t.(Returner[M])
 	c.runner, _ = t.(Runner[M])

@@ -66,7 +66,9 @@
 //     a delivery is handled or held; ErrLockLost cancels the handler),
 //     Delayer (Retry cannot delay: the engine waits the delay out, kept
 //     alive), Returner (a cheaper give-back at shutdown), Drainer (a
-//     prefetch buffer given back at shutdown).
+//     prefetch buffer given back at shutdown), InPlace (Ack and Retry
+//     settle nothing at the broker: no settle context for them), Runner
+//     (some handlers run the transport's way: Kafka's batch claims).
 //
 // The engine's guarantees, the same on every broker:
 //

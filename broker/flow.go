@@ -190,8 +190,12 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 	if r.Action == idem.ActionRetry && !c.delays {
 		r.Delay = waitOut(r.Delay, stop)
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
-	defer cancel()
+	actx := d.ctx
+	if !c.local || r.Action == idem.ActionDeadLetter {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
+		defer cancel()
+	}
 	switch r.Action {
 	case idem.ActionAck:
 		d.endKeepAlive()

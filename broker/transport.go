@@ -103,6 +103,16 @@ type Drainer[M any] interface {
 	Drain(ctx context.Context) []M
 }
 
+// InPlace is implemented by transports whose Ack and Retry settle nothing
+// at the broker (Kafka: the partition marks a record done from the report
+// and retries it itself) and so need no context of their own: reporting
+// true, the engine calls them with the delivery's context as it is (it
+// may have ended), not one bounded by the settle timeout, which costs a
+// timer and two contexts per delivery. DeadLetter still gets its own.
+type InPlace interface {
+	SettlesInPlace() bool
+}
+
 // Runner is implemented by transports that run some deliveries' handlers
 // their own way: Kafka runs a partition's queued records under claims made
 // ahead in one batch (Handler.RunTicket). The engine calls RunHandler in

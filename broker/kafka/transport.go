@@ -97,6 +97,10 @@ func (t transport) Ack(context.Context, *kgo.Record) error { return nil }
 // Retry does nothing: the record is retried in place, its partition held.
 func (t transport) Retry(context.Context, *kgo.Record, time.Duration) error { return nil }
 
+// SettlesInPlace reports that Ack and Retry do nothing at the broker
+// (broker.InPlace): the engine gives them no settle context of their own.
+func (transport) SettlesInPlace() bool { return true }
+
 // DeadLetter produces the dead letter and waits for the broker's ack; a
 // checkpoint handler's position then moves past the record.
 func (t transport) DeadLetter(ctx context.Context, rec *kgo.Record, d broker.DeadLetter) error {
