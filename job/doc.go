@@ -55,6 +55,16 @@
 //		return rows, nil
 //	})
 //
+// A finished step's record lives as long as its run: while the run works,
+// its finished steps are retained with the window's renewals (every
+// Lease/3, until the clock plus Retention; idem.Retainer), so a run that
+// lives longer than Retention and then crashes is resumed after its last
+// finished step, never redone. A crashed run's steps are kept Retention
+// past its last renewal, and the run that takes the window over keeps those
+// it skips. On a store that cannot retain (not an idem.Retainer, or a
+// wrapper that does not forward Retain), Step fails with
+// idem.ErrRetainUnsupported before running anything.
+//
 // Steps must be called in the same order with the same names on every run
 // of a window. A step is effectively once when its effect is a write the
 // step's key deduplicates downstream, or is itself idempotent; a crash
@@ -66,7 +76,8 @@
 // oldest first: after an outage, a scheduler calls it with the time it was
 // down from, and windows done before cost one claim each.
 //
-// The job's records live in any idem.Store, which keeps a window's record
-// for Options.Retention (and never expires one whose lease is live). The
-// package imports the standard library and idem only.
+// The job's records live in any idem.Store (an idem.Retainer for steps: every
+// store of this module is one), which keeps a window's record for
+// Options.Retention and never expires one in progress. The package imports
+// the standard library and idem only.
 package job

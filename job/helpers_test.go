@@ -77,6 +77,10 @@ type crashable struct {
 	mu      sync.Mutex
 	crashed bool
 	renewed chan struct{} // if not nil, told of each successful renewal
+	// retained, if not nil, is told of each successful Retain (dropped
+	// when full: a reader waits for one made at a time it wants).
+	retained chan idem.RetainRequest
+	renewals chan idem.RenewRequest // the same for renewals
 }
 
 func (c *crashable) crash() {
@@ -123,6 +127,12 @@ func (c *crashable) Renew(ctx context.Context, req idem.RenewRequest) error {
 		default:
 		}
 	}
+	if err == nil && c.renewals != nil {
+		select {
+		case c.renewals <- req:
+		default:
+		}
+	}
 	return err
 }
 
@@ -156,4 +166,18 @@ func within(t *testing.T, ch <-chan struct{}, what string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%s did not happen", what)
 	}
+}
+
+func (c *crashable) Retain(ctx context.Context, req idem.RetainRequest) error {
+	if c.down() {
+		return errCrashed
+	}
+	err := idem.Retain(ctx, c.Store, req)
+	if err == nil && c.retained != nil {
+		select {
+		case c.retained <- req:
+		default:
+		}
+	}
+	return err
 }

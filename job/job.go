@@ -31,7 +31,9 @@ type Options struct {
 	Lease time.Duration
 	// Retention is how long a finished window's record (and its result) is
 	// kept: a trigger of the window after that runs it again. Keep it
-	// longer than any backfill reaches back. Default idem.DefaultRetention
+	// longer than any backfill reaches back, and than a crashed run may
+	// wait for the trigger that retakes it (its finished steps are kept
+	// Retention past its last renewal). Default idem.DefaultRetention
 	// (7 days).
 	Retention time.Duration
 	// Stale says what a trigger does with a window whose run crashed (its
@@ -62,6 +64,7 @@ type Job struct {
 	name  string
 	sched Schedule
 	g     *idem.Guard
+	keep  idem.Retainer // the store, when it can keep finished steps; nil: steps are refused
 }
 
 // New returns a job whose records are kept in store (any idem.Store: a
@@ -90,7 +93,8 @@ func New(store idem.Store, opts Options) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", opts.Name, err)
 	}
-	return &Job{name: opts.Name, sched: opts.Schedule, g: g}, nil
+	keep, _ := store.(idem.Retainer)
+	return &Job{name: opts.Name, sched: opts.Schedule, g: g, keep: keep}, nil
 }
 
 // Name returns the job's name.
@@ -148,7 +152,8 @@ func (j *Job) RunWindow(ctx context.Context, w Window, fn Func) (Result, error) 
 	key := j.Key(w)
 	var run *Run
 	res, err := j.g.DoKey(ctx, key, "", func(ctx context.Context) ([]byte, error) {
-		run = &Run{job: j, Window: w, Key: key, steps: map[string]bool{}}
+		run = &Run{job: j, Window: w, Key: key, steps: map[string]bool{}, keeper: keeper{ctx: ctx}}
+		defer run.stopKeeping()
 		return fn(ctx, run)
 	})
 	out := Result{Result: res, Window: w}

@@ -28,6 +28,7 @@ type Run struct {
 	mu      sync.Mutex
 	steps   map[string]bool
 	skipped []string
+	keeper  // the finished steps, kept as long as the run (retain.go)
 }
 
 // Step runs fn as the step called name of this run, at most once per window:
@@ -59,15 +60,25 @@ func (r *Run) Step(ctx context.Context, name string, fn idem.Handler) ([]byte, e
 	}
 	r.steps[name] = true
 	r.mu.Unlock()
-	res, err := r.do(ctx, r.StepKey(name), r.bounded(fn))
-	if res.Outcome == idem.OutcomeDuplicate && err == nil {
+	if r.job.keep == nil {
+		// Without a Retainer a finished step's record would expire
+		// Retention after it finished even while its run lives on, and a
+		// retake after that would do the step again: refused before any
+		// effect rather than repeated silently.
+		return nil, fmt.Errorf("job %q, window %s, step %q: %w", r.job.name, r.Window, name, idem.ErrRetainUnsupported)
+	}
+	key := r.StepKey(name)
+	res, err := r.do(ctx, key, r.bounded(fn))
+	if err != nil {
+		return res.Value, fmt.Errorf("job %q, window %s, step %q: %w", r.job.name, r.Window, name, err)
+	}
+	skipped := res.Outcome == idem.OutcomeDuplicate
+	if skipped {
 		r.mu.Lock()
 		r.skipped = append(r.skipped, name)
 		r.mu.Unlock()
 	}
-	if err != nil {
-		return res.Value, fmt.Errorf("job %q, window %s, step %q: %w", r.job.name, r.Window, name, err)
-	}
+	r.finished(key, res.Record.Token, skipped)
 	return res.Value, nil
 }
 
