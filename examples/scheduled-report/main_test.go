@@ -77,6 +77,15 @@ func (k *killable) Release(ctx context.Context, r idem.ReleaseRequest) error {
 	return k.Store.Release(ctx, r)
 }
 
+// Retain forwards to the store's idem.Retainer: the job keeps its finished
+// steps through it.
+func (k *killable) Retain(ctx context.Context, r idem.RetainRequest) error {
+	if err := k.alive(); err != nil {
+		return err
+	}
+	return idem.Retain(ctx, k.Store, r)
+}
+
 func (k *killable) Renew(ctx context.Context, r idem.RenewRequest) error {
 	if err := k.alive(); err != nil {
 		return err
