@@ -174,7 +174,9 @@ func (r *run[M]) worker() {
 				<-r.slots
 				continue
 			}
-			r.claim(r.c.start(r.work, m))
+			d := new(delivery[M])
+			r.c.start(d, r.work, m)
+			r.claim(d)
 			<-r.slots
 		case d := <-r.again:
 			r.claim(d)
@@ -299,7 +301,9 @@ func (c *Consumer[M]) Process(ctx context.Context, msg M) Report {
 // report from a transport whose Retry is in place (it does not redeliver)
 // is the transport's to wait out (Report.Delay) and process again.
 func (c *Consumer[M]) ProcessUntil(ctx context.Context, stop <-chan struct{}, msg M) Report {
-	d := c.start(ctx, msg)
+	var dv delivery[M]
+	d := &dv
+	c.start(d, ctx, msg)
 	until := stop
 	merged := false
 	for {

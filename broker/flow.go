@@ -29,20 +29,20 @@ type delivery[M any] struct {
 	outage    bool      // the latest claim met a store outage
 }
 
-// start begins msg's way: its guard view, its delivery count and its
-// keep-alive, which runs until its broker action, holds included.
-func (c *Consumer[M]) start(parent context.Context, msg M) *delivery[M] {
-	d := &delivery[M]{msg: msg, im: c.t.Message(msg), d: c.t.Delivery(msg), ctx: parent}
+// start begins msg's way in d: its guard view, its delivery count and its
+// keep-alive, which runs until its broker action, holds included. d is the
+// caller's (ProcessUntil's is on its stack: nothing keeps a pointer to it).
+func (c *Consumer[M]) start(d *delivery[M], parent context.Context, msg M) {
+	*d = delivery[M]{msg: msg, im: c.t.Message(msg), d: c.t.Delivery(msg), ctx: parent}
 	if d.d.Attempt < 1 {
 		d.d.Attempt = 1
 	}
 	if c.ka != nil {
 		if every := c.ka.KeepAliveEvery(msg); every > 0 {
 			d.ctx, d.cancel = context.WithCancelCause(parent)
-			d.stopKA = c.keepAlive(d, every)
+			d.stopKA = c.keepAlive(d.ctx, d.cancel, msg, every)
 		}
 	}
-	return d
 }
 
 // lockLost is the transport's ErrLockLost once the keep-alive met it.
@@ -263,12 +263,13 @@ func (c *Consumer[M]) retryDelay(delay time.Duration) time.Duration {
 	return delay
 }
 
-// keepAlive calls the transport's KeepAlive for d every period until
-// stopped; a lost lock cancels d's context with the transport's error. A
-// timer rather than a goroutine with a ticker: most deliveries are settled
-// long before the first tick, and a goroutine started and joined per
-// delivery cost a consumer about 4% of its CPU.
-func (c *Consumer[M]) keepAlive(d *delivery[M], every time.Duration) (stop func()) {
+// keepAlive calls the transport's KeepAlive for msg every period until
+// stopped; a lost lock cancels its delivery's context (ctx, with cancel)
+// with the transport's error. A timer rather than a goroutine with a
+// ticker: most deliveries are settled long before the first tick, and a
+// goroutine started and joined per delivery cost a consumer about 4% of
+// its CPU.
+func (c *Consumer[M]) keepAlive(ctx context.Context, lost context.CancelCauseFunc, msg M, every time.Duration) (stop func()) {
 	var (
 		mu      sync.Mutex // held while a tick runs, so stop waits for it
 		stopped bool
@@ -282,14 +283,14 @@ func (c *Consumer[M]) keepAlive(d *delivery[M], every time.Duration) (stop func(
 		if stopped {
 			return
 		}
-		kctx, cancel := context.WithTimeout(d.ctx, every)
-		err := c.ka.KeepAlive(kctx, d.msg)
+		kctx, cancel := context.WithTimeout(ctx, every)
+		err := c.ka.KeepAlive(kctx, msg)
 		cancel()
 		switch {
 		case errors.Is(err, ErrLockLost):
-			d.cancel(err)
+			lost(err)
 			return
-		case err != nil && d.ctx.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			// A failed keep-alive only risks a redelivery, which the record
 			// turns into a retry or a duplicate.
 			c.reportErr(fmt.Errorf("broker: keep-alive: %w", err))
