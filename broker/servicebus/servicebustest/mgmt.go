@@ -27,19 +27,33 @@ func (s *Server) rpc(l *link, body []byte) {
 			}
 		}
 	}
+	assoc := ""
+	if v, ok := req.appProps.get("associated-link-name"); ok {
+		assoc = asString(v)
+	}
 	code, desc, condition := 200, "OK", ""
 	var out any
 	switch {
 	case op == "put-token":
 		code, desc = 202, "Accepted"
+	case op == "com.microsoft:schedule-message":
+		code, desc, condition, out = s.schedule(l, value)
+	case op == "com.microsoft:cancel-scheduled-message":
+		code, desc, condition = s.cancelScheduled(l, value)
 	case l.entity == nil:
 		code, desc = 404, "no entity for "+l.address
+	case op == "com.microsoft:receive-by-sequence-number":
+		code, desc, condition, out = s.receiveDeferred(l, assoc, value)
+	case op == "com.microsoft:renew-session-lock", op == "com.microsoft:get-session-state", op == "com.microsoft:set-session-state":
+		code, desc, condition, out = s.sessionOp(l, assoc, op, value)
 	case op == "com.microsoft:renew-lock":
 		code, desc, condition, out = s.renewLocks(l.entity, value)
+	case op == "com.microsoft:peek-message":
+		code, desc, condition, out = s.peek(l.entity, value)
 	case op == "com.microsoft:update-disposition":
 		code, desc, condition = s.updateDisposition(l.entity, value)
 	default:
-		code, desc = 501, "servicebustest does not model "+op
+		code, desc, condition = refused(op)
 	}
 	s.reply(l, req, code, desc, condition, out)
 }
@@ -106,7 +120,7 @@ func (s *Server) updateDisposition(e *entity, value amqpMap) (int, string, strin
 			e.abandon(m, pm)
 		case "defered", "deferred":
 			e.unlock(m)
-			m.state = stateDeferred
+			m.state, m.deferred = stateDeferred, true
 		case "suspended":
 			reason, desc := "", ""
 			if v, ok := value.get("deadletter-reason"); ok {

@@ -14,33 +14,71 @@
 // Production code runs against Azure unchanged: only the connection string
 // differs (it carries UseDevelopmentEmulator=true, which turns TLS off).
 //
-// # What it models
+// # Fidelity
 //
-// Queues, topics with subscriptions (every subscription gets every
-// message: no filters), and each entity's $DeadLetterQueue sub-queue.
-// PeekLock receives with lock tokens (the delivery tag, in .NET GUID byte
-// order as Service Bus sends it) and a lock duration; a lock that expires
-// makes the message available again with DeliveryCount + 1, as does
-// Abandon; a message abandoned or expired MaxDeliveryCount times moves to
-// the dead-letter queue with DeadLetterReason MaxDeliveryCountExceeded
-// (https://learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
-// Complete, Abandon (with properties to modify), Defer (the message is
-// kept but no longer delivered) and DeadLetter (DeadLetterReason,
-// DeadLetterErrorDescription and the properties to modify become
-// application properties) on the receive link or through $management by
-// lock token; renew-lock; ReceiveAndDelete; duplicate detection by
-// MessageId within a window (a duplicate is accepted and dropped,
-// https://learn.microsoft.com/azure/service-bus-messaging/duplicate-detection);
-// sequence numbers, enqueued times and locked-until annotations. Any SASL
-// mechanism and any token are accepted.
+// Each documented Service Bus behaviour it models, and the test (through
+// the real azservicebus client) that holds it to it:
 //
-// # What it does not model
+//	Behaviour                                                        Test
+//	send, PeekLock receive, complete; sequence number, enqueued      TestSendReceiveComplete
+//	  time, locked-until, application properties as sent
+//	abandon: available again, DeliveryCount + 1; at MaxDeliveryCount TestAbandonRedeliversThenDeadLetters
+//	  to $DeadLetterQueue, MaxDeliveryCountExceeded, no DeadLetterSource
+//	dead-letter with DeadLetterReason, DeadLetterErrorDescription    TestDeadLetterWithReasonAndProperties
+//	  and the properties to modify
+//	lock expiry: available again, DeliveryCount + 1                  TestLockExpiryRedelivers
+//	renew-lock; lock lost (CodeLockLost) once it ran out or settled  TestRenewLock
+//	duplicate detection by MessageID within the window               TestDuplicateDetection
+//	topics: every subscription gets every message                    TestTopicSubscriptions
+//	batches; messages over several frames                            TestBatchAndManyMessages
+//	peek from a sequence number, locked messages included            TestPeek
+//	sessions: a session receiver gets only its session's messages,   TestSessionFilterAndAcceptNext,
+//	  in order; accept by id and accept-next                         TestSessionIsolation
+//	a locked session cannot be accepted elsewhere                    TestSessionLockedElsewhere
+//	  (session-cannot-be-locked); a closed receiver frees its session
+//	session lock renewal; a lock that runs out frees the session,    TestSessionLockRenewalAndExpiry
+//	  its messages again with DeliveryCount + 1
+//	accept-next with no session waits, then CodeTimeout              TestAcceptNextTimesOut
+//	session state get / set, kept across accepts                     TestSessionState
+//	a session receiver on an entity without sessions, a plain        TestSessionRefusals
+//	  receiver on a session entity, a message without SessionID to
+//	  a session entity: refused at once (amqp:not-allowed)
+//	ScheduledEnqueueTime and ScheduleMessages: not delivered before, TestScheduledMessages
+//	  counted and peeked as scheduled; CancelScheduledMessages
+//	TimeToLive (the message's, or the entity's default when shorter):TestTimeToLive
+//	  an expired message is never delivered; dropped, or dead-lettered
+//	  with TTLExpiredException when the entity dead-letters on expiry
+//	deferral: not delivered again; received by sequence number,      TestDeferral
+//	  locked, settled through $management; an unknown sequence
+//	  number fails at once
+//	operations it does not model: refused within a second           TestUnmodelledRefusedAtOnce
 //
-// Sessions, partitioned entities, transactions, scheduled messages,
-// receive-by-sequence-number of deferred messages, peek, auto-forwarding,
-// subscription rules and filters, message TTL and expiry, Premium
-// features, quotas and throttling, TLS and WebSockets, and the
-// administration (ATOM) API: entities are made with CreateQueue,
+// Lock tokens are the delivery tag in .NET GUID byte order, as Service
+// Bus sends them. A receive link that closes leaves its locked messages
+// locked until their lock expires (they may still be settled through
+// $management by lock token); a session receiver that closes frees its
+// session at once, its locked messages available again with DeliveryCount
+// + 1. A settlement after a session's lock ran out fails as lock lost
+// (message-lock-lost; Service Bus says session-lock-lost: the client
+// retries both). ReceiveAndDelete receivers are served (no test of their
+// own here). Any SASL mechanism and any token are accepted.
+//
+// # What it refuses
+//
+// What it does not model is refused at once with an error naming it,
+// never accepted with other semantics and never answered in a way the
+// client takes for a lost connection (which it would retry for about 40
+// seconds): a management operation it does not model gets status 404
+// with amqp:not-implemented (the client's non-retryable
+// *azservicebus.Error, CodeNotFound, whose text names the operation).
+// Refused so: listing sessions (get-message-sessions), ScheduleMessages
+// on a topic, subscription rules (add-rule, remove-rule, enumerate-rules)
+// and every other management operation not in the table. Not modelled
+// at all: partitioned entities, transactions, auto-forwarding (so
+// DeadLetterSource is never set), subscription filters (every
+// subscription gets every message), Premium features, quotas and
+// throttling, TLS and WebSockets, and the administration (ATOM, HTTPS)
+// API, which it does not serve: entities are made with CreateQueue,
 // CreateTopic and CreateSubscription. State lives in memory only.
 package servicebustest
 
@@ -73,6 +111,18 @@ type QueueOptions struct {
 	// only; a subscription takes its topic's).
 	RequiresDuplicateDetection bool
 	DuplicateDetectionWindow   time.Duration // default DefaultDuplicateWindow
+	// RequiresSession makes the queue or subscription session-enabled:
+	// every message must carry a SessionID, and only session receivers
+	// (AcceptSession, AcceptNextSession) may receive from it.
+	RequiresSession bool
+	// DefaultMessageTimeToLive is the time to live of a message sent
+	// without one (default: none, a message never expires). A message's
+	// own TimeToLive is kept when it is shorter.
+	DefaultMessageTimeToLive time.Duration
+	// DeadLetteringOnMessageExpiration moves an expired message to the
+	// dead-letter queue (reason TTLExpiredException) instead of dropping
+	// it.
+	DeadLetteringOnMessageExpiration bool
 }
 
 func (o QueueOptions) withDefaults() QueueOptions {
@@ -133,8 +183,11 @@ func (s *Server) Close() error {
 	}
 	for _, e := range s.entities {
 		for _, m := range e.msgs {
-			if m.timer != nil {
-				m.timer.Stop()
+			m.stopTimers()
+		}
+		for _, ss := range e.sessions {
+			if ss.timer != nil {
+				ss.timer.Stop()
 			}
 		}
 	}
@@ -242,8 +295,14 @@ func (s *Server) CreateSubscription(topicName, name string, opts QueueOptions) e
 
 func (s *Server) newEntity(path string, opts QueueOptions) *entity {
 	e := &entity{s: s, path: path, opts: opts, locked: map[uuid]*message{}}
+	if opts.RequiresSession {
+		e.sessions = map[string]*sbSession{}
+	}
 	e.dlq = &entity{s: s, path: path + "/$DeadLetterQueue", opts: opts, locked: map[uuid]*message{}}
+	// A dead-letter queue has no sessions, no limit and no expiry.
 	e.dlq.opts.MaxDeliveryCount = 1 << 30
+	e.dlq.opts.RequiresSession = false
+	e.dlq.opts.DefaultMessageTimeToLive = 0
 	s.entities[strings.ToLower(path)] = e
 	s.entities[strings.ToLower(e.dlq.path)] = e.dlq
 	return e
@@ -254,6 +313,7 @@ type Stats struct {
 	Active       int // available to receivers
 	Locked       int // delivered in PeekLock, not settled
 	Deferred     int
+	Scheduled    int // waiting for their ScheduledEnqueueTime
 	DeadLettered int // in the entity's dead-letter queue
 }
 
@@ -274,6 +334,8 @@ func (s *Server) Stats(path string) (Stats, error) {
 			st.Locked++
 		case stateDeferred:
 			st.Deferred++
+		case stateScheduled:
+			st.Scheduled++
 		}
 	}
 	if e.dlq != nil {
@@ -339,7 +401,11 @@ func (s *Server) receive(path string, format uint32, body []byte) described {
 		return perf(codeRejected, amqpError("amqp:decode-error", err.Error(), nil))
 	}
 	now := time.Now()
-	switch dst := s.lookupSend(path).(type) {
+	dst := s.lookupSend(path)
+	if err := refuseSessionless(dst, msgs); err != nil {
+		return perf(codeRejected, *err)
+	}
+	switch dst := dst.(type) {
 	case *topic:
 		for _, m := range msgs {
 			if dst.dedup.duplicate(m.id, now) {
@@ -360,6 +426,31 @@ func (s *Server) receive(path string, format uint32, body []byte) described {
 		return perf(codeRejected, amqpError("amqp:not-found", "no queue or topic "+path, nil))
 	}
 	return perf(codeAccepted)
+}
+
+// refuseSessionless is the error of a send of a message without a
+// SessionID to a session-enabled queue (or a topic with a session-enabled
+// subscription), which Service Bus refuses; nil when every message may go.
+func refuseSessionless(dst any, msgs []*message) *described {
+	var needs bool
+	switch dst := dst.(type) {
+	case *entity:
+		needs = dst.opts.RequiresSession
+	case *topic:
+		for _, sub := range dst.subs {
+			needs = needs || sub.opts.RequiresSession
+		}
+	}
+	if !needs {
+		return nil
+	}
+	for _, m := range msgs {
+		if m.sessionID == "" {
+			e := amqpError("amqp:not-allowed", "The SessionId was not set on a message, and it cannot be sent to an entity which has session support enabled.", nil)
+			return &e
+		}
+	}
+	return nil
 }
 
 func newToken() uuid {

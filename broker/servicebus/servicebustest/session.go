@@ -2,6 +2,7 @@ package servicebustest
 
 import (
 	"strings"
+	"time"
 )
 
 type linkKind int
@@ -52,6 +53,14 @@ type link struct {
 	inFormat  uint32
 	inSettled bool
 	inStarted bool
+
+	// A session receiver: the session it holds, or its pending
+	// accept-next, and what its attach is answered with.
+	sess          *sbSession
+	pendingAccept bool
+	acceptTimer   *time.Timer
+	attachFields  []any // the client's attach
+	srcFields     []any // its source's fields
 }
 
 // delivery is a message the server sent on a PeekLock link, waiting for
@@ -117,11 +126,15 @@ func (s *session) attach(f []any) {
 		l.kind = kindRPCOut
 		l.target = tgtAddr
 	}
+	l.attachFields, l.srcFields = f, src
+	if condition == "" && l.kind == kindReceive {
+		condition, description = l.attachReceiver()
+		if condition == "" && (l.sess != nil || l.pendingAccept) {
+			return // answered by the session, or waiting for one
+		}
+	}
 	if condition != "" {
-		// A refused attach answers with no terminus, then detaches with
-		// the error (AMQP 1.0 part 2, 2.6.3).
-		s.c.frame(0, s.ch, perf(codeAttach, name, h, !clientReceives, sndSettle, rcvSettle), nil)
-		s.c.frame(0, s.ch, perf(codeDetach, h, true, amqpError(condition, description, nil)), nil)
+		l.refuse(condition, description)
 		return
 	}
 	var initial any
@@ -137,6 +150,71 @@ func (s *session) attach(f []any) {
 	} else if l.kind == kindReceive {
 		l.entity.receivers = append(l.entity.receivers, l)
 	}
+}
+
+// attachReceiver checks a receiver's attach against its entity's
+// sessions: a session receiver (one with a session filter) only on a
+// session-enabled entity, and only session receivers there, as Service
+// Bus refuses both (amqp:not-allowed, which the client reports at once,
+// without retrying). A session receiver is attached by attachSession.
+func (l *link) attachReceiver() (condition, description string) {
+	e := l.entity
+	filter, _ := field(l.srcFields, 7).(amqpMap)
+	v, isSession := filter.get(sessionFilter)
+	switch {
+	case isSession && e.sessions == nil:
+		return "amqp:not-allowed", "It is not possible for an entity that does not require sessions to create a sessionful message receiver: " + e.path + " has no sessions."
+	case !isSession && e.sessions != nil:
+		return "amqp:not-allowed", "It is not possible for an entity that requires sessions to create a non-sessionful message receiver: " + e.path + " requires sessions."
+	case !isSession:
+		return "", ""
+	}
+	l.s.links[l.handle] = l // detachable while it waits
+	var wanted any
+	if dv, ok := v.(described); ok {
+		wanted = dv.value
+	}
+	timeout := defaultAcceptTimeout
+	props, _ := field(l.attachFields, 13).(amqpMap)
+	if t, ok := props.get("com.microsoft:timeout"); ok && asUint(t) > 0 {
+		timeout = time.Duration(asUint(t)) * time.Millisecond
+		// Answered a little ahead, so the answer beats the deadline of
+		// the client's context that the timeout was computed from.
+		timeout -= min(timeout/10, 100*time.Millisecond)
+	}
+	condition, description = e.attachSession(l, wanted, timeout)
+	if condition != "" {
+		delete(l.s.links, l.handle)
+	}
+	return condition, description
+}
+
+// answerSession answers a session receiver's attach: its source's filter
+// names the session it holds, its properties the session lock's end
+// (com.microsoft:locked-until-utc, in .NET ticks), as Service Bus does.
+func (l *link) answerSession() {
+	l.pendingAccept = false
+	src := append([]any(nil), l.srcFields...)
+	for len(src) < 8 {
+		src = append(src, nil)
+	}
+	src[7] = amqpMap{{symbol(sessionFilter), described{desc: sessionFilterCode, value: l.sess.id}}}
+	f := l.attachFields
+	s := l.s
+	s.c.frame(0, s.ch, perf(codeAttach, l.name, l.handle, false, field(f, 3), field(f, 4), perf(codeSource, src...), field(f, 6),
+		nil, nil, uint32(0), uint64(maxMessageSize), nil, nil,
+		amqpMap{{symbol("com.microsoft:locked-until-utc"), ticks(l.sess.lockedUntil)}}), nil)
+	s.links[l.handle] = l
+	l.entity.receivers = append(l.entity.receivers, l)
+}
+
+// refuse answers an attach with no terminus, then detaches it with the
+// error (AMQP 1.0 part 2, 2.6.3).
+func (l *link) refuse(condition, description string) {
+	f, s := l.attachFields, l.s
+	s.c.frame(0, s.ch, perf(codeAttach, l.name, l.handle, !asBool(field(f, 2)), field(f, 3), field(f, 4)), nil)
+	s.c.frame(0, s.ch, perf(codeDetach, l.handle, true, amqpError(condition, description, nil)), nil)
+	delete(s.links, l.handle)
 }
 
 // grant tops the client's credit on a link the server receives on back up
@@ -156,6 +234,13 @@ func (l *link) grant() {
 // 1) or are settled on the entity's $management link by lock token, as on
 // Service Bus.
 func (l *link) detached() {
+	if l.pendingAccept {
+		l.entity.dropAccept(l)
+	}
+	if l.sess != nil && l.sess.holder == l {
+		// A session receiver that closes gives its session back at once.
+		l.entity.freeSession(l.sess)
+	}
 	if l.entity != nil && l.kind == kindReceive {
 		rs := l.entity.receivers
 		for i, r := range rs {

@@ -1,0 +1,33 @@
+package servicebustest
+
+// peek answers com.microsoft:peek-message: up to message-count messages
+// of the entity from from-sequence-number on, in sequence order, whatever
+// their lock (a peek neither locks nor counts a delivery), each encoded as
+// delivered inside {"messages": [{"message": <binary>}, ...]}; 204 when
+// there is none
+// (https://learn.microsoft.com/azure/service-bus-messaging/message-browsing).
+// An operator's tool lists a dead-letter queue this way without touching
+// it.
+func (s *Server) peek(e *entity, value amqpMap) (int, string, string, any) {
+	from, count := int64(0), 1
+	if v, ok := value.get("from-sequence-number"); ok {
+		from = int64(asUint(v))
+	}
+	if v, ok := value.get("message-count"); ok {
+		count = int(asUint(v))
+	}
+	var out []any
+	for _, m := range e.msgs {
+		if len(out) >= count {
+			break
+		}
+		if m.seq < from {
+			continue
+		}
+		out = append(out, amqpMap{{"message", m.encode(false)}})
+	}
+	if len(out) == 0 {
+		return 204, "No Content", "", nil
+	}
+	return 200, "OK", "", amqpMap{{"messages", out}}
+}
