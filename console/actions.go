@@ -19,8 +19,8 @@ const maxResultForm = 64 << 10
 // allows actions, the form carries the browser's CSRF token, the embedding
 // server's hook allows this one. It answers the refusals itself.
 func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (who string, ok bool) {
-	if c.opts.Authorize == nil {
-		c.refuse(w, r, "", "this console is read-only: the server that mounts it supplies no authorisation hook",
+	if !c.actions() {
+		c.refuse(w, r, "", "this console is read-only: the server that mounts it supplies no authorisation hook, or asks for read-only",
 			http.StatusForbidden, slog.String("op", a.Op))
 		return "", false
 	}
@@ -36,6 +36,26 @@ func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (w
 		return "", false
 	}
 	return who, true
+}
+
+// mayView lets a page be read: always on a loopback-only console; on one
+// served to other hosts (Options.AllowedHosts), only when Authorize allows
+// OpView. Actions are authorised each by its own operation.
+func (c *Console) mayView(w http.ResponseWriter, r *http.Request) bool {
+	if !c.hosts.remote {
+		return true
+	}
+	if c.opts.Authorize == nil {
+		c.refuse(w, r, "", "this console is served to other hosts (Options.AllowedHosts) and has no authorisation hook, so it shows nothing",
+			http.StatusForbidden, slog.String("op", OpView))
+		return false
+	}
+	who, err := c.opts.Authorize(r, Action{Op: OpView})
+	if err != nil {
+		c.refuse(w, r, who, "not authorised: "+err.Error(), http.StatusForbidden, slog.String("op", OpView))
+		return false
+	}
+	return true
 }
 
 // parseForm reads the posted form, bounded.

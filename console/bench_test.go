@@ -77,7 +77,7 @@ func BenchmarkPostgresPages(b *testing.B) {
 			b.Run(fmt.Sprintf("records=%d/%s", n, p.name), func(b *testing.B) {
 				serve := func() {
 					rr := httptest.NewRecorder()
-					c.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/idem/"+p.path, nil))
+					c.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "http://localhost/idem/"+p.path, nil))
 					if rr.Code != http.StatusOK {
 						b.Fatalf("%s: %d\n%s", p.path, rr.Code, rr.Body)
 					}

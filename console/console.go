@@ -31,12 +31,13 @@ const (
 	OpComplete = "complete" // mark an in-progress record completed: its side effect happened
 	OpRelease  = "release"  // give an in-progress record back: its side effect did not happen
 	OpSweep    = "sweep"    // delete expired records now
+	OpView     = "view"     // read a page: asked only of a console reachable by other hosts (Options.AllowedHosts)
 )
 
 // Action is what an operator asks the console to do, passed to
 // Options.Authorize before it is done.
 type Action struct {
-	Op   string   // OpComplete, OpRelease, OpSweep or OpOutboxRetry
+	Op   string   // OpComplete, OpRelease, OpSweep, OpOutboxRetry or OpView
 	Key  idem.Key // the record; zero for OpSweep and OpOutboxRetry
 	Seqs []int64  // OpOutboxRetry: the messages; empty for every parked one
 }
@@ -49,6 +50,23 @@ type Options struct {
 	// console is read-only, shows no action and refuses every one. The
 	// embedding server authenticates; this hook only decides.
 	Authorize func(r *http.Request, a Action) (who string, err error)
+
+	// AllowedHosts are the Host header names the console answers besides
+	// the loopback names (localhost, *.localhost, 127.0.0.0/8, ::1),
+	// without port ("*.example.com" for its subdomains; AnyHost for every
+	// name, when the server checks Host itself); others get 421. Default:
+	// the loopback names only, so a
+	// page on another site cannot read a loopback console by pointing its
+	// own name at 127.0.0.1 (DNS rebinding). A console that names a host
+	// other than loopback is served to others: every page then passes
+	// Authorize too (Action OpView), and without Authorize every page is
+	// refused, read-only included.
+	AllowedHosts []string
+
+	// ReadOnly offers and takes no action even with Authorize set: Authorize
+	// is then asked only whether a page may be read (OpView), for a
+	// read-only console served to other hosts.
+	ReadOnly bool
 
 	// Outbox, when set, adds the outbox's page: its pending and parked
 	// messages, the relay's lease and lag, and retrying parked messages.
@@ -105,6 +123,7 @@ type Console struct {
 	log    *slog.Logger
 	clock  func() time.Time
 	csrf   csrf
+	hosts  hostList
 	counts *counts
 	pages  map[string]*template.Template
 	h      http.Handler
@@ -147,7 +166,11 @@ func New(s Store, opts Options) *Console {
 	}
 	base, stop := context.WithCancel(context.Background())
 	c := &Console{st: s, opts: opts, log: opts.Logger, clock: opts.Clock, csrf: newCSRF(opts.Secret), stop: stop,
+		hosts:  newHostList(opts.AllowedHosts),
 		counts: &counts{in: s, maxAge: opts.CountsMaxAge, timeout: opts.QueryTimeout, clock: opts.Clock, base: base}}
+	if c.hosts.remote && opts.Authorize == nil {
+		c.log.Error("idem console: Options.AllowedHosts names hosts other than loopback and there is no Options.Authorize: every page is refused")
+	}
 	c.pages = parsePages(c.funcs())
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +203,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
+	if !c.hosts.allows(r.Host) {
+		c.log.LogAttrs(r.Context(), slog.LevelWarn, "idem console: request for another Host refused",
+			slog.String("remote", r.RemoteAddr))
+		refuseHost(w)
+		return
+	}
 	c.h.ServeHTTP(w, r)
 }
 
@@ -206,6 +235,9 @@ func (c *Console) route(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Allow", allow)
 		http.Error(w, "use "+allow, http.StatusMethodNotAllowed)
+		return
+	}
+	if !rt.post && !c.mayView(w, r) {
 		return
 	}
 	rt.serve(c, w, r)
@@ -262,7 +294,7 @@ type page struct {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
-	p.Actions = c.opts.Authorize != nil
+	p.Actions = c.actions()
 	p.Outbox = c.opts.Outbox != nil
 	if p.Actions {
 		p.CSRF = c.csrf.token(w, r)
@@ -284,6 +316,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
+
+// actions reports whether the console offers actions.
+func (c *Console) actions() bool { return c.opts.Authorize != nil && !c.opts.ReadOnly }
 
 func (c *Console) queryCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), c.opts.QueryTimeout)

@@ -358,7 +358,7 @@ func TestCountsSnapshot(t *testing.T) {
 	defer c.Close()
 	for range 5 {
 		rr := httptest.NewRecorder()
-		c.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/idem/", nil))
+		c.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "http://localhost/idem/", nil))
 		if rr.Code != http.StatusOK {
 			t.Fatalf("overview: %d", rr.Code)
 		}

@@ -39,7 +39,9 @@ func (c csrf) token(w http.ResponseWriter, r *http.Request) string {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
 		v = base64.RawURLEncoding.EncodeToString(b)
-		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
+		// Scoped to the console's own path: the application's other
+		// pages never receive it.
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: mountPath(r), HttpOnly: true,
 			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	}
 	return c.sign(v)

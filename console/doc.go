@@ -38,6 +38,12 @@
 // browser, cross-origin requests are refused (http.CrossOriginProtection),
 // and every action taken or refused is logged through slog with who asked.
 //
+// The console answers only requests whose Host header is a loopback name
+// or one of Options.AllowedHosts (421 otherwise: a DNS-rebinding page
+// carries its own name); a console served to other hosts asks Authorize
+// for every page too (OpView), and refuses every page without it. Its
+// CSRF cookie's Path is the path it is mounted under, not "/".
+//
 // Everything a record holds comes from producers (keys, display ids,
 // fingerprints, results, dead-letter errors) and is only ever shown as
 // text: templates escape it in every context, and a Content-Security-Policy

@@ -42,11 +42,16 @@ func (s *syncBuffer) String() string {
 // its base URL and what it printed.
 func startConsole(t *testing.T, store string, actions bool) (base string, stdout, stderr *syncBuffer) {
 	t.Helper()
+	return startConsoleWith(t, consoleConfig{store: storeFlags{dsn: store}, addr: "127.0.0.1:0", actions: actions})
+}
+
+// startConsoleWith serves the console configured by cfg until the test ends.
+func startConsoleWith(t *testing.T, cfg consoleConfig) (base string, stdout, stderr *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = &syncBuffer{}, &syncBuffer{}
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	cfg := consoleConfig{store: storeFlags{dsn: store}, addr: "127.0.0.1:0", actions: actions}
 	go func() { done <- serveConsole(ctx, cfg, stdout, stderr, func(a string) { addr <- a }) }()
 	select {
 	case a := <-addr:
@@ -95,6 +100,13 @@ func consoleClient(t *testing.T) *http.Client {
 
 func fetch(t *testing.T, c *http.Client, method, u string, form url.Values) (int, string) {
 	t.Helper()
+	return send(t, c, method, u, form, nil)
+}
+
+// send sends one request, with the form as its body when given and the
+// headers (Host too), and returns the status and body.
+func send(t *testing.T, c *http.Client, method, u string, form url.Values, header http.Header) (int, string) {
+	t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
@@ -105,6 +117,13 @@ func fetch(t *testing.T, c *http.Client, method, u string, form url.Values) (int
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v[0]
+			continue
+		}
+		req.Header[k] = v
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -143,7 +162,7 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 	store := "memory://console-actions"
 	st, k, token := parkedRecord(t, store)
 	base, stdout, stderr := startConsole(t, store, true)
-	m := regexp.MustCompile(`Login link \(once per browser\): (\S+)`).FindStringSubmatch(stdout.String())
+	m := loginLinkRE.FindStringSubmatch(stdout.String())
 	if m == nil {
 		t.Fatalf("no login link printed:\n%s", stdout)
 	}
@@ -164,7 +183,7 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 	if code, body := fetch(t, stranger, http.MethodPost, base+"resolve", form(csrf(stranger))); code != http.StatusForbidden || !strings.Contains(body, "login link") {
 		t.Errorf("resolve without the login: %d\n%s", code, body)
 	}
-	if code, _ := fetch(t, stranger, http.MethodGet, base+"?login=guessed", nil); code != http.StatusForbidden {
+	if code, _ := fetch(t, stranger, http.MethodGet, base+"login?once=guessed", nil); code != http.StatusForbidden {
 		t.Errorf("a wrong login link: %d, want 403", code)
 	}
 	if r, _ := st.Get(context.Background(), k); r.State != idem.StateInProgress {
@@ -186,10 +205,198 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 	}
 }
 
-func TestConsoleActionsOnlyOnLoopback(t *testing.T) {
-	err := serveConsole(context.Background(), consoleConfig{store: storeFlags{dsn: "memory://"}, addr: "0.0.0.0:0", actions: true}, io.Discard, io.Discard, nil)
-	var ue usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "loopback") {
-		t.Fatalf("--actions on 0.0.0.0: %v, want a usage error about loopback", err)
+var loginLinkRE = regexp.MustCompile(`Login link \(works once, for one browser\): (\S+)`)
+
+func TestConsoleNonLoopbackNeedsAuth(t *testing.T) {
+	for _, cfg := range []consoleConfig{
+		{addr: "0.0.0.0:0"},
+		{addr: "0.0.0.0:0", actions: true},
+		{addr: ":0"},
+		{addr: "127.0.0.1:0", allowHosts: []string{"idem.example.com"}}, // behind a proxy: served to others
+	} {
+		cfg.store = storeFlags{dsn: "memory://"}
+		err := serveConsole(context.Background(), cfg, io.Discard, io.Discard, nil)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--auth basic or --auth token") {
+			t.Errorf("%s %v without --auth: %v, want a usage error naming --auth", cfg.addr, cfg.allowHosts, err)
+		}
 	}
+	cfg := consoleConfig{store: storeFlags{dsn: "memory://"}, addr: "0.0.0.0:0", auth: "token"}
+	if err := serveConsole(context.Background(), cfg, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "--allow-host") {
+		t.Errorf("0.0.0.0 without --allow-host: %v, want a usage error naming --allow-host", err)
+	}
+	cfg.auth = "magic"
+	if err := serveConsole(context.Background(), cfg, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "none, basic or token") {
+		t.Errorf("--auth magic: %v", err)
+	}
+}
+
+// request sends one request with the given headers (Host too).
+func request(t *testing.T, c *http.Client, method, u string, header http.Header) (int, string) {
+	t.Helper()
+	return send(t, c, method, u, nil, header)
+}
+
+func TestConsoleHostHeader(t *testing.T) {
+	base, _, _ := startConsole(t, "memory://console-hosts", false)
+	c := consoleClient(t)
+	for _, p := range []string{"", "records", "metrics", "login?once=x", "static/console.css"} {
+		if code, _ := request(t, c, http.MethodGet, base+p, http.Header{"Host": {"rebind.attacker.example"}}); code != http.StatusMisdirectedRequest {
+			t.Errorf("/%s for another Host: %d, want 421", p, code)
+		}
+		if code, _ := request(t, c, http.MethodGet, base+p, http.Header{"Host": {"localhost"}}); code == http.StatusMisdirectedRequest {
+			t.Errorf("/%s for localhost: refused", p)
+		}
+	}
+	named, _, _ := startConsoleWith(t, consoleConfig{store: storeFlags{dsn: "memory://console-hosts"}, addr: "127.0.0.1:0",
+		auth: "token", allowHosts: []string{"idem.example.com"}, env: env(map[string]string{"IDEM_CONSOLE_TOKEN": "t0ken-for-the-test"})})
+	if code, _ := request(t, c, http.MethodGet, named, http.Header{"Host": {"idem.example.com"}, "Authorization": {"Bearer t0ken-for-the-test"}}); code != http.StatusOK {
+		t.Errorf("an allowed Host: %d", code)
+	}
+	if code, _ := request(t, c, http.MethodGet, named, http.Header{"Host": {"other.example.com"}, "Authorization": {"Bearer t0ken-for-the-test"}}); code != http.StatusMisdirectedRequest {
+		t.Errorf("another Host: %d, want 421", code)
+	}
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConsoleLoginLinkWorksOnce(t *testing.T) {
+	store := "memory://console-login-once"
+	_, k, token := parkedRecord(t, store)
+	base, stdout, _ := startConsole(t, store, true)
+	m := loginLinkRE.FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no login link printed:\n%s", stdout)
+	}
+	op := consoleClient(t)
+	if code, _ := fetch(t, op, http.MethodGet, m[1], nil); code != http.StatusOK {
+		t.Fatalf("login link: %d", code)
+	}
+	// Spent: refused to the same browser and to any other, which gets no
+	// session and so may not act.
+	if code, _ := fetch(t, op, http.MethodGet, m[1], nil); code != http.StatusForbidden {
+		t.Errorf("the link used again by the same browser: %d, want 403", code)
+	}
+	other := consoleClient(t)
+	if code, body := fetch(t, other, http.MethodGet, m[1], nil); code != http.StatusForbidden || !strings.Contains(body, "used already") {
+		t.Errorf("the link used again by another client: %d %s, want 403", code, body)
+	}
+	_, page := fetch(t, other, http.MethodGet, base+"record?"+url.Values{"scope": {k.Scope}, "id": {k.ID}}.Encode(), nil)
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if csrf == nil {
+		t.Fatalf("no form on the record page:\n%s", page)
+	}
+	form := url.Values{"op": {"release"}, "scope": {k.Scope}, "id": {k.ID}, "token": {strconv.FormatInt(token, 10)}, "csrf": {html.UnescapeString(csrf[1])}}
+	if code, _ := fetch(t, other, http.MethodPost, base+"resolve", form); code != http.StatusForbidden {
+		t.Errorf("an action by the client that reused the link: %d, want 403", code)
+	}
+}
+
+func TestConsoleAuthToken(t *testing.T) {
+	const tok = "the-bearer-token-of-this-test"
+	cfg := consoleConfig{store: storeFlags{dsn: "memory://console-token"}, addr: "127.0.0.1:0", auth: "token",
+		env: env(map[string]string{"IDEM_CONSOLE_TOKEN": tok})}
+	base, stdout, _ := startConsoleWith(t, cfg)
+	if strings.Contains(stdout.String(), tok) {
+		t.Errorf("a token from the environment is printed:\n%s", stdout)
+	}
+	c := consoleClient(t)
+	bearer := http.Header{"Authorization": {"Bearer " + tok}}
+	for _, p := range []string{"", "records", "metrics"} {
+		if code, body := request(t, c, http.MethodGet, base+p, nil); code != http.StatusUnauthorized || strings.Contains(body, "idem_records") {
+			t.Errorf("/%s without the token: %d, want 401", p, code)
+		}
+		if code, _ := request(t, c, http.MethodGet, base+p, http.Header{"Authorization": {"Bearer wrong"}}); code != http.StatusUnauthorized {
+			t.Errorf("/%s with a wrong token: %d, want 401", p, code)
+		}
+		if code, _ := request(t, c, http.MethodGet, base+p, bearer); code != http.StatusOK {
+			t.Errorf("/%s with the token: %d", p, code)
+		}
+	}
+	// The printed link signs one browser in; the token mints more.
+	m := loginLinkRE.FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no login link printed:\n%s", stdout)
+	}
+	b := consoleClient(t)
+	if code, _ := fetch(t, b, http.MethodGet, m[1], nil); code != http.StatusOK {
+		t.Fatalf("login link: %d", code)
+	}
+	if code, _ := fetch(t, b, http.MethodGet, base+"records", nil); code != http.StatusOK {
+		t.Errorf("a page in the signed-in browser: %d", code)
+	}
+	if code, _ := request(t, c, http.MethodPost, base+"login", nil); code != http.StatusUnauthorized {
+		t.Errorf("a new link without the token: %d, want 401", code)
+	}
+	code, link := request(t, c, http.MethodPost, base+"login", bearer)
+	if code != http.StatusOK || !strings.Contains(link, "/login?once=") {
+		t.Fatalf("a new link with the token: %d %s", code, link)
+	}
+	b2 := consoleClient(t)
+	if code, _ := fetch(t, b2, http.MethodGet, strings.TrimSpace(link), nil); code != http.StatusOK {
+		t.Errorf("the minted link: %d", code)
+	}
+
+	cfg.openMetrics = true
+	open, _, _ := startConsoleWith(t, cfg)
+	if code, _ := request(t, c, http.MethodGet, open+"metrics", nil); code != http.StatusOK {
+		t.Errorf("--open-metrics: /metrics without the token: %d", code)
+	}
+	if code, _ := request(t, c, http.MethodGet, open, nil); code != http.StatusUnauthorized {
+		t.Errorf("--open-metrics opened the pages: %d", code)
+	}
+}
+
+func TestConsoleAuthBasic(t *testing.T) {
+	store := "memory://console-basic"
+	st, k, token := parkedRecord(t, store)
+	base, stdout, stderr := startConsoleWith(t, consoleConfig{store: storeFlags{dsn: store}, addr: "127.0.0.1:0", auth: "basic", actions: true,
+		env: env(map[string]string{"IDEM_CONSOLE_USER": "alice", "IDEM_CONSOLE_PASSWORD": "s3cret"})})
+	if strings.Contains(stdout.String(), "s3cret") || strings.Contains(stdout.String(), "Login link") {
+		t.Errorf("basic auth prints a password from the environment or a login link:\n%s", stdout)
+	}
+	c := consoleClient(t)
+	if code, _ := request(t, c, http.MethodGet, base+"metrics", nil); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without credentials: %d, want 401", code)
+	}
+	basic := func(u, p string) http.Header {
+		r, _ := http.NewRequest(http.MethodGet, base, nil)
+		r.SetBasicAuth(u, p)
+		return r.Header
+	}
+	if code, _ := request(t, c, http.MethodGet, base+"metrics", basic("alice", "wrong")); code != http.StatusUnauthorized {
+		t.Errorf("/metrics with a wrong password: %d, want 401", code)
+	}
+	if code, _ := request(t, c, http.MethodGet, base+"metrics", basic("alice", "s3cret")); code != http.StatusOK {
+		t.Errorf("/metrics with the password: %d", code)
+	}
+	// An action by the authenticated user is logged with the user's name.
+	rt := &basicTransport{user: "alice", pass: "s3cret"}
+	ac := consoleClient(t)
+	ac.Transport = rt
+	_, page := fetch(t, ac, http.MethodGet, base+"record?"+url.Values{"scope": {k.Scope}, "id": {k.ID}}.Encode(), nil)
+	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if csrf == nil {
+		t.Fatalf("no form on the record page:\n%s", page)
+	}
+	form := url.Values{"op": {"release"}, "scope": {k.Scope}, "id": {k.ID}, "token": {strconv.FormatInt(token, 10)}, "csrf": {html.UnescapeString(csrf[1])}}
+	if code, body := fetch(t, ac, http.MethodPost, base+"resolve", form); code != http.StatusSeeOther {
+		t.Fatalf("resolve with basic auth: %d %s", code, body)
+	}
+	if r, _ := st.Get(context.Background(), k); r.State != idem.StateReleased {
+		t.Fatalf("record not released: %+v", r)
+	}
+	if !strings.Contains(stderr.String(), "who=alice") {
+		t.Errorf("the release is not logged with the user:\n%s", stderr)
+	}
+}
+
+// basicTransport adds basic credentials to every request, as a browser
+// does once the user typed them.
+type basicTransport struct{ user, pass string }
+
+func (b *basicTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.SetBasicAuth(b.user, b.pass)
+	return http.DefaultTransport.RoundTrip(r)
 }
