@@ -245,12 +245,17 @@ func (r *run[M]) finish(d *delivery[M]) {
 	rep := r.c.decide(d)
 	if rep.Action == idem.ActionRetry && !r.c.delays && rep.Delay > 0 && d.lockLost() == nil {
 		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.c.settle(d, rep, r.stop)
-		}()
+		go r.settleApart(d, rep)
 		return
 	}
+	r.c.settle(d, rep, r.stop)
+}
+
+// settleApart is finish's settle in a goroutine of its own. A method, not
+// a closure: a closure's capture of the report moved it to the heap on
+// every delivery, this one goroutine's or not.
+func (r *run[M]) settleApart(d *delivery[M], rep Report) {
+	defer r.wg.Done()
 	r.c.settle(d, rep, r.stop)
 }
 
