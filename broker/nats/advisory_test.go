@@ -20,7 +20,9 @@ import (
 // running consumer hears the max-deliveries advisory and dead-letters it
 // from the stream (reason max_deliver), unless its key is completed (it was
 // applied): nothing JetStream drops is lost, and nothing applied is
-// dead-lettered.
+// dead-lettered. Two Runs of the fleet each handle both advisories (a Run
+// killed holding one must not lose its message), and the dead-letter
+// stream keeps one dead letter of the repeats.
 func TestMaxDeliveriesAdvisory(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -78,46 +80,55 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-		t.Error("a message past its MaxDeliver reached the handler")
-		return nil, nil
-	}), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const runs = 2
 	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx) }()
+	done := make(chan error, runs)
+	for range runs {
+		c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
+			t.Error("a message past its MaxDeliver reached the handler")
+			return nil, nil
+		}), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- c.Run(rctx) }()
+	}
 	for {
 		mu.Lock()
 		n := len(reports)
 		mu.Unlock()
-		if n >= 2 {
+		if n >= 2*runs {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("advisories handled: %d of 2", n)
+			t.Fatalf("advisories handled: %d of %d (each Run handles each)", n, 2*runs)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	for range runs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, r := range reports {
 		if r.Err != nil || r.Deliveries != 2 {
 			t.Fatalf("advisory report %+v", r)
 		}
 	}
+	// One dead letter per Run at most: the dead-letter stream's duplicate
+	// window drops repeats, though nats-server 2.9 was seen keeping both
+	// of two published at once (dead-lettering is at least once).
 	dls := e.deadLetters(t)
-	if len(dls) != 1 {
-		t.Fatalf("%d dead letters, want 1 (the lost message only)", len(dls))
+	if len(dls) < 1 || len(dls) > runs {
+		t.Fatalf("%d dead letters, want 1 to %d (the lost message only)", len(dls), runs)
 	}
-	dl := dls[0]
-	if hdr(dl, natsidem.HeaderReason) != natsidem.ReasonMaxDeliver || hdr(dl, natsidem.HeaderMsgID) != "lost" ||
-		hdr(dl, natsidem.HeaderStreamSeq) != "1" || hdr(dl, natsidem.HeaderDeliveries) != "2" || hdr(dl, idem.HeaderDeadLetterKey) == "" ||
-		string(dl.Data) != "l" {
-		t.Fatalf("dead letter %v %q", dl.Header, dl.Data)
+	for _, dl := range dls {
+		if hdr(dl, natsidem.HeaderReason) != natsidem.ReasonMaxDeliver || hdr(dl, natsidem.HeaderMsgID) != "lost" ||
+			hdr(dl, natsidem.HeaderStreamSeq) != "1" || hdr(dl, natsidem.HeaderDeliveries) != "2" || hdr(dl, idem.HeaderDeadLetterKey) == "" ||
+			string(dl.Data) != "l" {
+			t.Fatalf("dead letter %v %q", dl.Header, dl.Data)
+		}
 	}
 }

@@ -74,12 +74,13 @@
 // store outage on it is held rather than nak'ed. One case is left: the
 // process holding the last delivery dies (SIGKILL, lost connection)
 // before settling it. JetStream then publishes its max-deliveries
-// advisory, which every Run listens for (a queue subscription: one Run of
-// the fleet takes each): the message is read from the stream by its
-// sequence and, unless its key is completed in the store with its content
-// (it was applied), dead-lettered with reason max_deliver, its Idem-Stream-Seq
-// and Idem-Deliveries; each is reported through Hooks.OnError as a
-// [MaxDeliveriesError]. Advisories are not stored: one raised while no Run
+// advisory, which every Run listens for and handles (so a Run killed
+// holding it loses nothing while another is up; the dead-letter stream's
+// duplicate window drops the repeats, at least once): the message is
+// read from the stream by its sequence and, unless its key is completed
+// in the store with its content (it was applied), dead-lettered with
+// reason max_deliver, its Idem-Stream-Seq and Idem-Deliveries; each Run
+// reports it through Hooks.OnError as a [MaxDeliveriesError]. Advisories are not stored: one raised while no Run
 // is up is missed, so run the consumer while its messages can reach the
 // limit, or use MaxDeliver -1 (no limit; idem's MaxDeliveries still
 // dead-letters a failing handler).
