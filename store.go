@@ -22,6 +22,9 @@ import (
 //     Acquiring still writes ExpiresAt no earlier than LeaseUntil
 //     (ClaimRequest.Prepare raises it), and Renew carries ExpiresAt with
 //     the lease it extends, so a record released late keeps its retention.
+//     A completed record that is part of a live run (a job's finished step)
+//     is kept as long as the run through Retainer, which every store of this
+//     module implements.
 //   - Tokens. A token names one claim for the whole life of the key, across
 //     deletions (sweep, expiry, a cache restart without persistence): a
 //     record created where none exists starts at ClaimRequest.NewToken, a
