@@ -176,7 +176,7 @@ type StepObserver interface {
 // Step is one failed store step of a call.
 type Step struct {
 	Key           Key
-	Op            string // "renew", "release"
+	Op            string // "renew", "release", "retain" (a job keeping its finished steps)
 	Token         int64
 	Err           error
 	CorrelationID string
