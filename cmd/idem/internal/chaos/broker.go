@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,12 @@ type bus interface {
 	deadLetters(ctx context.Context) ([]deadLetter, error)
 	// close removes what the pass made on a shared broker.
 	close()
+}
+
+// lostExplainer is a bus that can say more about lost orders (NATS: the
+// stream sequence, and whether the broker gave up on the message).
+type lostExplainer interface {
+	explainLost(ctx context.Context, ids map[string]bool) ([]string, error)
 }
 
 // drainer is a bus that cannot see deliveries in flight at live
@@ -138,6 +145,12 @@ type natsBus struct {
 	nc                                     *nats.Conn
 	js                                     jetstream.JetStream
 	stream, subject, dlqStream, dlqSubject string
+
+	// advisories holds the stream sequences of JetStream's max-deliveries
+	// advisories for the durable, as the supervisor heard them (one of
+	// idem's passes): what explainLost tells a lost message by.
+	advMu      sync.Mutex
+	advisories map[uint64]uint64 // stream sequence -> deliveries
 }
 
 const durableName = "billing"
@@ -168,7 +181,55 @@ func openNATS(ctx context.Context, e *env, maxDeliver int, naive bool) (bus, err
 		b.nc.Close()
 		return nil, fmt.Errorf("chaos: create consumer: %w", err)
 	}
+	if !naive {
+		b.advisories = map[uint64]uint64{}
+		_, err = b.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+b.stream+"."+durableName, func(m *nats.Msg) {
+			var adv struct {
+				StreamSeq  uint64 `json:"stream_seq"`
+				Deliveries uint64 `json:"deliveries"`
+			}
+			if json.Unmarshal(m.Data, &adv) == nil {
+				b.advMu.Lock()
+				b.advisories[adv.StreamSeq] = adv.Deliveries
+				b.advMu.Unlock()
+			}
+		})
+		if err != nil {
+			b.nc.Close()
+			return nil, fmt.Errorf("chaos: subscribe to the max-deliveries advisories: %w", err)
+		}
+	}
 	return b, nil
+}
+
+// explainLost says, for each lost order, where it stands in the work
+// stream and whether JetStream gave up on it (its max-deliveries
+// advisory, heard by the supervisor): an advisory means the consumers
+// did not dead-letter a message the broker dropped.
+func (b *natsBus) explainLost(ctx context.Context, ids map[string]bool) ([]string, error) {
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return nil, err
+	}
+	b.advMu.Lock()
+	defer b.advMu.Unlock()
+	var notes []string
+	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: stream message %d: %w", seq, err)
+		}
+		id := newDeadLetter(m.Header.Get("Idem-Id"), "", m.Data).id
+		if !ids[id] {
+			continue
+		}
+		if n, ok := b.advisories[seq]; ok {
+			notes = append(notes, fmt.Sprintf("lost order %s: stream #%d, JetStream gave up on it after %d deliveries (max-deliveries advisory published)", id, seq, n))
+		} else {
+			notes = append(notes, fmt.Sprintf("lost order %s: stream #%d, no max-deliveries advisory heard", id, seq))
+		}
+	}
+	return notes, nil
 }
 
 func (b *natsBus) names(cc *childConfig) {

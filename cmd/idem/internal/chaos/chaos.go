@@ -180,9 +180,10 @@ type Pass struct {
 	BankCalls   int `json:"bank_calls,omitempty"`
 	BankApplied int `json:"bank_applied,omitempty"`
 
-	Wall     time.Duration `json:"-"`
-	WallSecs float64       `json:"wall_seconds"`
-	Problems []string      `json:"problems,omitempty"`
+	lost     map[string]bool // the lost orders' ids
+	Wall     time.Duration   `json:"-"`
+	WallSecs float64         `json:"wall_seconds"`
+	Problems []string        `json:"problems,omitempty"`
 }
 
 // Kills is every SIGKILL of the pass.

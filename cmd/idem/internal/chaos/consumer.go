@@ -90,6 +90,30 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 	return runNATS(ctx, cfg, l)
 }
 
+// logError is the consumers' Hooks.OnError: what the consumer handled by
+// itself (store outages, NATS max-deliveries advisories, failed dead
+// letters) goes to the process's log, as a user's consumer would log it.
+func logError(err error) { logf("%v", err) }
+
+// logf writes a timestamped line to the process's log.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s idem chaos consumer %d: %s\n", time.Now().Format("15:04:05.000000"), os.Getpid(), fmt.Sprintf(format, args...))
+}
+
+// logAdvisories logs each max-deliveries advisory the process hears on a
+// plain subscription of its own, beside the adapter's queue subscription:
+// the evidence, when a message JetStream gave up on is lost, of which
+// consumers were up to take its advisory.
+func logAdvisories(nc *nats.Conn, stream, durable string) {
+	nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+stream+"."+durable, func(m *nats.Msg) {
+		var adv struct {
+			StreamSeq uint64 `json:"stream_seq"`
+		}
+		json.Unmarshal(m.Data, &adv)
+		logf("heard the max-deliveries advisory of #%d", adv.StreamSeq)
+	})
+}
+
 // settleKill is the BeforeSettle kill point: the outcome is committed (or
 // completed) and the broker does not know yet.
 func settleKill(kill *killer, r broker.Report) {
@@ -111,6 +135,8 @@ func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 	if cfg.Naive {
 		return runNaive(ctx, cons, cfg, l)
 	}
+	logf("started")
+	logAdvisories(nc, cfg.Source, cfg.Durable)
 	h := handlerFor(l, jetstream.Msg.Data, natsidem.Handle, natsidem.HandleTx[pgx.Tx], natsidem.HandleTx[*sql.Tx])
 	g, err := natsidem.NewGuard(l.store, cons, l.options())
 	if err != nil {
@@ -122,6 +148,7 @@ func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 			Concurrency: cfg.Concurrency,
 			Backoff:     idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			Hooks: broker.Hooks[jetstream.Msg]{
+				OnError:      logError,
 				BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
 			},
 		},

@@ -271,6 +271,7 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 			Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			ShutdownTimeout: 2 * time.Second,
 			Hooks: broker.Hooks[*kgo.Record]{
+				OnError:      logError,
 				BeforeSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settleKill(l.kill, r) },
 			},
 		},

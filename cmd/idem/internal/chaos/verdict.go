@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -165,6 +168,23 @@ func verdict(ctx context.Context, cfg Config, e *env, b bus, plan *Plan, p *Pass
 		return fmt.Errorf("chaos: read the handler's failures: %w", err)
 	}
 	problem := judge(plan, ef, dls, failed, p, naive)
+	if x, ok := b.(lostExplainer); ok && !naive && len(p.lost) > 0 {
+		notes, err := x.explainLost(ctx, p.lost)
+		if err != nil {
+			notes = []string{fmt.Sprintf("the lost orders' stream messages: %v", err)}
+		}
+		// Every note to the logs; the verdict keeps a summary.
+		os.WriteFile(filepath.Join(e.logs, "lost.txt"), []byte(strings.Join(notes, "\n")+"\n"), 0o644)
+		given := 0
+		for _, n := range notes {
+			if strings.Contains(n, "advisory published") {
+				given++
+			}
+		}
+		// first, so the cap on the problems listed never hides it
+		p.Problems = append([]string{fmt.Sprintf("%d of the %d lost orders' messages were given up on by JetStream (max-deliveries advisory) and not dead-lettered; details in %s",
+			given, len(p.lost), filepath.Join(e.logs, "lost.txt"))}, p.Problems...)
+	}
 	if !naive {
 		n, err := staleInProgress(ctx, cfg, e, t, prefix)
 		if err != nil {
@@ -198,6 +218,7 @@ var limitReasons = map[string]bool{"max_deliver": true, "delivery_limit": true}
 func judge(plan *Plan, ef *effects, dls []deadLetter, failed map[string]int, p *Pass, naive bool) func(string, ...any) {
 	p.DeadLettered = len(dls)
 	p.FailedOrders = len(failed)
+	p.lost = map[string]bool{}
 	for _, n := range failed {
 		p.HandlerFailures += n
 	}
@@ -237,11 +258,17 @@ func judge(plan *Plan, ef *effects, dls []deadLetter, failed map[string]int, p *
 					found = true
 				}
 			}
-			if found {
+			loserDL := false // dead-lettered for another reason: judged with the dead letters
+			for _, d := range dlOf[id] {
+				loserDL = loserDL || contains(contents, d.order) && per[d.order] == 0
+			}
+			switch {
+			case found:
 				p.ConflictsDL++
-			} else if !naive {
+			case loserDL:
+			case !naive:
 				p.Lost++
-				problem("order %s: reused with other content, and the content not charged is not dead-lettered as a conflict", id)
+				problem("order %s: reused with other content, and the content not charged is not dead-lettered", id)
 			}
 		}
 		switch {
@@ -256,6 +283,7 @@ func judge(plan *Plan, ef *effects, dls []deadLetter, failed map[string]int, p *
 			// judged with the dead letters below
 		default:
 			p.Lost++
+			p.lost[id] = true
 			problem("order %s: never charged, never dead-lettered", id)
 		}
 	}
