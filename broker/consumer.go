@@ -162,6 +162,9 @@ type run[M any] struct {
 
 func (r *run[M]) worker() {
 	defer r.wg.Done()
+	// A delivery settled on this worker is held by nothing else (the
+	// keep-alive holds its context, not it): the next one reuses it.
+	var spare *delivery[M]
 	for {
 		select {
 		case m, ok := <-r.queue:
@@ -174,12 +177,20 @@ func (r *run[M]) worker() {
 				<-r.slots
 				continue
 			}
-			d := new(delivery[M])
+			d := spare
+			if d == nil {
+				d = new(delivery[M])
+			}
+			spare = nil
 			r.c.start(d, r.work, m)
-			r.claim(d)
+			if r.claim(d) {
+				spare = d
+			}
 			<-r.slots
 		case d := <-r.again:
-			r.claim(d)
+			if r.claim(d) {
+				spare = d
+			}
 		}
 	}
 }
@@ -189,13 +200,14 @@ func (r *run[M]) worker() {
 //
 // A delivery held for a store outage waits on its worker, keeping its
 // slot: while the store is down no more deliveries are received, only
-// those in hand are kept alive.
-func (r *run[M]) claim(d *delivery[M]) {
+// those in hand are kept alive. settled reports that d was settled here,
+// not handed to another goroutine.
+func (r *run[M]) claim(d *delivery[M]) (settled bool) {
 	for {
 		wait, held := r.c.claim(d, r.stop)
 		switch {
 		case !held:
-			r.finish(d)
+			return r.finish(d)
 		case d.outage:
 			until := r.stop
 			if d.d.Last {
@@ -204,12 +216,12 @@ func (r *run[M]) claim(d *delivery[M]) {
 			if sleep(wait, until) {
 				continue
 			}
-			r.finish(d)
+			return r.finish(d)
 		default:
 			r.wg.Add(1) // the calling worker is still counted: never from zero
 			go r.hold(d, wait)
+			return false
 		}
-		return
 	}
 }
 
@@ -240,15 +252,17 @@ func (r *run[M]) hold(d *delivery[M], wait time.Duration) {
 }
 
 // finish settles d; a retry that the transport cannot delay waits in a
-// goroutine of its own, kept alive.
-func (r *run[M]) finish(d *delivery[M]) {
+// goroutine of its own, kept alive. settled reports that d was settled
+// here.
+func (r *run[M]) finish(d *delivery[M]) (settled bool) {
 	rep := r.c.decide(d)
 	if rep.Action == idem.ActionRetry && !r.c.delays && rep.Delay > 0 && d.lockLost() == nil {
 		r.wg.Add(1)
 		go r.settleApart(d, rep)
-		return
+		return false
 	}
 	r.c.settle(d, rep, r.stop)
+	return true
 }
 
 // settleApart is finish's settle in a goroutine of its own. A method, not
