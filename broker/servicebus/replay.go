@@ -21,8 +21,8 @@ const ReasonMaxDeliveryCountExceeded = "MaxDeliveryCountExceeded"
 // Replay sends dl, a dead letter a Consumer wrote, or one Service Bus
 // wrote at MaxDeliveryCount (received from the entity's
 // $DeadLetterQueue), to s, a sender on the queue (or the topic) it came
-// from: its body, MessageID, ContentType, Subject, CorrelationID
-// and application properties as they were, without the ones idem and
+// from: its body, MessageID, SessionID, ContentType, Subject,
+// CorrelationID and application properties as they were, without the ones idem and
 // Service Bus put on it when dead-lettering it (Idem-* other than Idem-Id,
 // DeadLetterReason, DeadLetterErrorDescription). It returns once Service
 // Bus accepted the message; complete dl afterwards.
@@ -49,6 +49,7 @@ func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
 	}
 	msg := &azservicebus.Message{
 		Body: dl.Body, ContentType: dl.ContentType, Subject: dl.Subject, CorrelationID: dl.CorrelationID,
+		SessionID:             dl.SessionID, // a session entity's message goes back to its session
 		ApplicationProperties: map[string]any{},
 	}
 	id := dl.MessageID
