@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,18 @@ func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newBroker(t) })
 }
 
+// TestConformanceSessions runs broker/brokertest on a session-enabled
+// queue with the session consumer (NewSessionConsumer): each message's
+// session is its OrderKey (else one of eight, from its id), so OrderKept
+// runs, the messages of one key in one session.
+func TestConformanceSessions(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Broker {
+		b := newBroker(t)
+		b.sessions = true
+		return b
+	})
+}
+
 // testLock is the queues' lock duration: short, so that a killed
 // consumer's messages come back soon; renewed every third of it.
 const testLock = 2 * time.Second
@@ -32,10 +45,11 @@ const testLock = 2 * time.Second
 var queues atomic.Int64
 
 type sbBroker struct {
-	t      *testing.T
-	srv    *servicebustest.Server
-	queue  string
-	client *azservicebus.Client
+	t        *testing.T
+	srv      *servicebustest.Server
+	queue    string
+	client   *azservicebus.Client
+	sessions bool // a session-enabled queue and the session consumer
 
 	once   sync.Once // creates the queue, the sender and dlq on first use
 	err    error
@@ -80,7 +94,7 @@ func newBroker(t *testing.T) *sbBroker {
 // or a case publishes first.
 func (b *sbBroker) ready(maxDeliveries int) error {
 	b.once.Do(func() {
-		if b.err = b.srv.CreateQueue(b.queue, servicebustest.QueueOptions{LockDuration: testLock, MaxDeliveryCount: maxDeliveries}); b.err != nil {
+		if b.err = b.srv.CreateQueue(b.queue, servicebustest.QueueOptions{LockDuration: testLock, MaxDeliveryCount: maxDeliveries, RequiresSession: b.sessions}); b.err != nil {
 			return
 		}
 		if b.sender, b.err = b.client.NewSender(b.queue, nil); b.err != nil {
@@ -92,6 +106,9 @@ func (b *sbBroker) ready(maxDeliveries int) error {
 }
 
 func (b *sbBroker) Features() brokertest.Features {
+	if b.sessions {
+		return brokertest.Features{Ordered: true, DeliveryLimit: true, Redelivery: testLock}
+	}
 	return brokertest.Features{DeliveryLimit: true, Redelivery: testLock, Skip: map[string]string{
 		"OrderKept": "a queue without sessions keeps no order between competing receivers and abandoned messages",
 	}}
@@ -109,7 +126,7 @@ func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) erro
 		if msgs[0].ID == "" {
 			// A batch gives a message without an id a random one: send it
 			// alone, without any.
-			if err := b.sender.SendMessage(ctx, toMessage(msgs[0]), nil); err != nil {
+			if err := b.sender.SendMessage(ctx, b.toMessage(msgs[0]), nil); err != nil {
 				return err
 			}
 			msgs = msgs[1:]
@@ -120,7 +137,7 @@ func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) erro
 			if m.ID == "" {
 				break
 			}
-			if err := batch.AddMessage(toMessage(m), nil); err != nil {
+			if err := batch.AddMessage(b.toMessage(m), nil); err != nil {
 				if n == 0 {
 					return err
 				}
@@ -136,8 +153,17 @@ func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) erro
 	return nil
 }
 
-func toMessage(m brokertest.Message) *azservicebus.Message {
+func (b *sbBroker) toMessage(m brokertest.Message) *azservicebus.Message {
 	sm := &azservicebus.Message{Body: m.Payload}
+	if b.sessions {
+		session := m.OrderKey
+		if session == "" {
+			h := fnv.New32a()
+			h.Write([]byte(m.ID))
+			session = fmt.Sprint("s", h.Sum32()%8)
+		}
+		sm.SessionID = &session
+	}
 	if m.ID != "" {
 		id := m.ID
 		sm.MessageID = &id
@@ -229,10 +255,6 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 	if err != nil {
 		return nil, err
 	}
-	recv, err := client.NewReceiverForQueue(b.queue, nil)
-	if err != nil {
-		return nil, err
-	}
 	opts := servicebus.Options{EntityPath: b.queue, Options: servicebus.ConsumerOptions{
 		Concurrency:     c.Concurrency,
 		MaxDeliveries:   c.MaxDeliveries,
@@ -262,14 +284,30 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 	opts.Hooks.BeforeSettle = wrap(c.Hooks.BeforeSettle)
 	opts.Hooks.AfterSettle = wrap(c.Hooks.AfterSettle)
 	opts.Hooks.OnDeadLetter = wrap(c.Hooks.OnDeadLetter)
-	cons, err := servicebus.NewConsumer(recv, c.Guard, h, opts)
-	if err != nil {
-		client.Close(context.Background())
-		return nil, err
+	var run func(context.Context) error
+	if b.sessions {
+		opts.SessionIdleTimeout = time.Second // the suite's sessions move between consumers
+		cons, err := servicebus.NewSessionConsumer(client, b.queue, c.Guard, h, opts)
+		if err != nil {
+			client.Close(context.Background())
+			return nil, err
+		}
+		run = cons.Run
+	} else {
+		recv, err := client.NewReceiverForQueue(b.queue, nil)
+		if err != nil {
+			return nil, err
+		}
+		cons, err := servicebus.NewConsumer(recv, c.Guard, h, opts)
+		if err != nil {
+			client.Close(context.Background())
+			return nil, err
+		}
+		run = cons.Run
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r := &running{cancel: cancel, done: make(chan error, 1), client: client}
-	go func() { r.done <- cons.Run(runCtx) }()
+	go func() { r.done <- run(runCtx) }()
 	return r, nil
 }
 

@@ -36,8 +36,17 @@ type Options struct {
 	// LockRenewal is how often the message lock is renewed while the
 	// message is in the consumer (handler, hold, back-off, store outage).
 	// Default: a third of the lock's remaining time at receipt
-	// (LockedUntil), at least 100ms.
+	// (LockedUntil), at least 100ms. A session consumer renews the
+	// session's lock at this pace.
 	LockRenewal time.Duration
+	// Sessions is how many sessions a SessionConsumer holds at once, each
+	// handled one message at a time. Default: Concurrency. Unused by
+	// Consumer.
+	Sessions int
+	// SessionIdleTimeout is how long a SessionConsumer keeps a session
+	// that brings no message before it releases it for another.
+	// Default DefaultSessionIdleTimeout. Unused by Consumer.
+	SessionIdleTimeout time.Duration
 }
 
 // ConsumerOptions are the engine's options of a Consumer, for literals:

@@ -54,7 +54,7 @@
 //
 // While a message is in the consumer its lock is renewed (RenewMessageLock,
 // every third of the lock or Options.LockRenewal), beside the guard's own
-// lease heartbeat (two timers: issue 30 item 5 would make them one); a
+// lease heartbeat (see "One clock for a slow handler"); a
 // lock Service Bus reports lost cancels the handler's context with cause
 // ErrLockLost, the way a lost lease does, and its delivery is not settled
 // at all (the message is available again already). A completion that
@@ -91,11 +91,52 @@
 //
 // # Sessions
 //
-// Session-enabled entities (AcceptNextSession) are not adapted here: a
-// session receiver is a different client type with its own lock (the
-// session's) and order, and holding a message for a key in progress
-// elsewhere would stall its whole session. Use a Receiver on an entity
-// without sessions.
+// A session-enabled queue or subscription (FIFO per SessionID: per order,
+// per customer) is consumed by a SessionConsumer, in the same shape:
+//
+//	c, err := servicebus.NewSessionConsumer(client, "orders", g, servicebus.Handle(fn), servicebus.Options{
+//		Sessions: 8,                                 // sessions held at once (default Concurrency)
+//		Options:  servicebus.ConsumerOptions{MaxDeliveries: 10},
+//	})
+//	err = c.Run(ctx)
+//
+// Each of its Sessions workers accepts the next available session
+// (AcceptNextSessionForQueue / ForSubscription), renews the session's
+// lock while it holds it (every Options.LockRenewal, by default a third
+// of the lock) and handles the session's messages one at a time, in
+// order, on the same engine as Consumer (broker.Consumer.ProcessUntil per
+// message). A retry never abandons the message, which would let the next
+// one overtake it: it is tried again in place after its back-off, the
+// session held. A message whose key is in progress elsewhere (an
+// orphaned claim of a session holder that crashed) is held, the session
+// with it, until the claim's lease ends, then retaken; MaxDeliveries
+// bounds the handler's failures as for Consumer (the in-place retries
+// count in the transactional inbox's delivery count). A session that
+// brings no message for Options.SessionIdleTimeout is released for
+// another; a session lock Service Bus reports lost cancels the handler
+// (cause ErrLockLost) and the worker accepts anew. The key and the scope
+// are the guard's, as for Consumer. A plain Consumer over a receiver of
+// an entity with sessions is refused by Service Bus (the receiver's
+// first receive fails).
+//
+// # One clock for a slow handler
+//
+// Two leases bound a slow handler: the Service Bus lock (the message's,
+// or the session's) and the guard's claim lease. While the handler runs
+// the consumer renews the lock (the engine's keep-alive:
+// RenewMessageLock, RenewSessionLock) and the guard renews its lease (its
+// heartbeat, every Lease/3), so neither runs out while the process is
+// alive. A slow handler has lost its message when the first of them is
+// lost: a lock Service Bus reports lost cancels its context with cause
+// ErrLockLost, a lease the store reports lost with idem.ErrLeaseLost. Of
+// the two, the lease decides whether finished work counts: a completion
+// under a lost lease is refused (its fencing token has moved on), while a
+// completion whose message lock was lost stands, and the redelivery is
+// a duplicate. Keep the lock duration and the Lease of the same order so
+// that a crashed consumer's message comes back about when its claim can
+// be retaken. The two renewals are still two timers: driving the lock
+// from the guard's heartbeat needs the guard to let a consumer hook its
+// renewals (a root API change, left out).
 //
 // # Tests
 //

@@ -88,12 +88,21 @@ func (t *transport) RetryDelays() bool { return false }
 // DeadLetterReason and DeadLetterErrorDescription, idem's headers and the
 // message's position as application properties.
 func (t *transport) DeadLetter(ctx context.Context, msg *azservicebus.ReceivedMessage, dl broker.DeadLetter) error {
+	return t.r.DeadLetterMessage(ctx, msg, deadLetterOptions(t.entity, msg, dl))
+}
+
+// deadLetterOptions are the DeadLetterMessage options of msg's dead
+// letter: the reason and the error as DeadLetterReason and
+// DeadLetterErrorDescription, idem's headers and msg's position (entity,
+// MessageID, sequence number, enqueued time, delivery count) as
+// application properties.
+func deadLetterOptions(entity string, msg *azservicebus.ReceivedMessage, dl broker.DeadLetter) *azservicebus.DeadLetterOptions {
 	props := make(map[string]any, len(dl.Headers)+5)
 	for k, v := range dl.Headers {
 		props[k] = v
 	}
-	if t.entity != "" {
-		props[HeaderEntity] = t.entity
+	if entity != "" {
+		props[HeaderEntity] = entity
 	}
 	props[HeaderMessageID] = msg.MessageID
 	if msg.SequenceNumber != nil {
@@ -104,9 +113,7 @@ func (t *transport) DeadLetter(ctx context.Context, msg *azservicebus.ReceivedMe
 	}
 	props[HeaderDeliveryCount] = strconv.Itoa(int(msg.DeliveryCount))
 	reason, desc := dl.Reason, dl.Headers[idem.HeaderError]
-	return t.r.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{
-		Reason: &reason, ErrorDescription: &desc, PropertiesToModify: props,
-	})
+	return &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: props}
 }
 
 // KeepAlive renews msg's lock. A renewal Service Bus refuses as lock lost
@@ -127,12 +134,19 @@ func (t *transport) KeepAlive(ctx context.Context, msg *azservicebus.ReceivedMes
 // remaining time at receipt, so that two renewals may fail before it runs
 // out. The guard renews its own lease alongside (every Lease/3).
 func (t *transport) KeepAliveEvery(msg *azservicebus.ReceivedMessage) time.Duration {
-	if t.lockRenewal > 0 {
-		return t.lockRenewal
+	return renewEvery(t.lockRenewal, msg.LockedUntil)
+}
+
+// renewEvery is how often a lock ending at lockedUntil is renewed: set,
+// by Options.LockRenewal; else a third of the lock's remaining time, at
+// least 100ms (10s when the lock's end is unknown).
+func renewEvery(set time.Duration, lockedUntil *time.Time) time.Duration {
+	if set > 0 {
+		return set
 	}
 	every := 10 * time.Second
-	if msg.LockedUntil != nil {
-		every = time.Until(*msg.LockedUntil) / 3
+	if lockedUntil != nil {
+		every = time.Until(*lockedUntil) / 3
 	}
 	return max(every, 100*time.Millisecond)
 }
