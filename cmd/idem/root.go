@@ -96,7 +96,7 @@ Store commands take --store DSN or the IDEM_STORE environment variable.` + "\n\n
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newListCmd(), newShowCmd(), newResolveCmd(),
-		newSweepCmd(), newStatsCmd(), newBenchCmd(), newConsoleCmd(), newChaosCmd(), newOutboxCmd())
+		newSweepCmd(), newStatsCmd(), newBenchCmd(), newConsoleCmd(), newChaosCmd(), newOutboxCmd(), newDLQCmd(), newDoctorCmd())
 	return root
 }
 

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/broker/kafka"
+	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/broker/servicebus"
+	"github.com/idemgo/idem/broker/servicebus/servicebustest"
+	"github.com/idemgo/idem/internal/testenv"
+)
+
+func tag() string { return fmt.Sprintf("%d_%d", time.Now().UnixNano(), rand.Uint32()) }
+
+// fast is the engine's back-off in these tests.
+func fast(int) time.Duration { return 10 * time.Millisecond }
+
+func TestDLQNATS(t *testing.T)  { runDLQScenario(t, newNATSDLQ(t)) }
+func TestDLQAMQP(t *testing.T)  { runDLQScenario(t, newAMQPDLQ(t)) }
+func TestDLQKafka(t *testing.T) { runDLQScenario(t, newKafkaDLQ(t)) }
+func TestDLQServiceBus(t *testing.T) {
+	runDLQScenario(t, newServiceBusDLQ(t))
+}
+
+// dlqHooks files a consumer's reports with ev.
+func dlqHooks[M any](ev *dlqEvents) broker.Hooks[M] {
+	return broker.Hooks[M]{
+		OnDeadLetter: func(_ context.Context, _ M, r broker.Report) { ev.report(r, true) },
+		AfterSettle:  func(_ context.Context, _ M, r broker.Report) { ev.report(r, false) },
+	}
+}
+
+// natsDLQ: a stream ORDERS_<tag> with a durable consumer, and the stream
+// ORDERS_<tag>_DLQ capturing its dead-letter subject, on the shared server.
+type natsDLQ struct {
+	addr, stream, subject, dlqSubject string
+	js                                jetstream.JetStream
+}
+
+func newNATSDLQ(t *testing.T) *natsDLQ {
+	addr := testenv.NATS.Need(t)
+	nc, err := nats.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tag()
+	b := &natsDLQ{addr: addr, stream: "IDEMDLQ_" + id, subject: "idemdlq." + id + ".orders", dlqSubject: "idemdlq." + id + ".dlq", js: js}
+	ctx := context.Background()
+	for name, subj := range map[string]string{b.stream: b.subject, b.stream + "_DLQ": b.dlqSubject} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.MemoryStorage,
+			MaxAge: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	}
+	return b
+}
+
+func (b *natsDLQ) url() string         { return b.addr + "?dlq=" + b.stream + "_DLQ" }
+func (b *natsDLQ) keepsReplayed() bool { return false }
+
+func (b *natsDLQ) publish(t *testing.T, key, body string) {
+	m := nats.NewMsg(b.subject)
+	m.Header.Set(natsidem.HeaderID, key)
+	m.Data = []byte(body)
+	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *natsDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error {
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, b.stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 5 * time.Second, MaxDeliver: 5})
+	if err != nil {
+		return err
+	}
+	g, err := natsidem.NewGuard(store, cons, idem.Options{})
+	if err != nil {
+		return err
+	}
+	return natsidem.Consume(ctx, cons, g, natsidem.Handle(func(_ context.Context, msg jetstream.Msg) ([]byte, error) {
+		return nil, h(natsidem.MessageOf(msg).ID, string(msg.Data()))
+	}), natsidem.Options{JetStream: b.js, DeadLetterSubject: b.dlqSubject, Options: natsidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[jetstream.Msg](ev)}})
+}
+
+// amqpDLQ: a queue and its dead-letter queue, fed through the default
+// exchange, on the shared RabbitMQ.
+type amqpDLQ struct {
+	addr, queue string
+	conn        *amqp.Connection
+	ch          *amqp.Channel
+}
+
+func newAMQPDLQ(t *testing.T) *amqpDLQ {
+	addr := testenv.RabbitMQ.Need(t)
+	conn, err := amqp.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &amqpDLQ{addr: addr, queue: "idemdlq." + tag(), conn: conn, ch: ch}
+	for _, q := range []string{b.queue, b.queue + ".dlq"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(q, false, false, false)
+			}
+		})
+	}
+	return b
+}
+
+func (b *amqpDLQ) url() string {
+	u, _ := url.Parse(b.addr)
+	u.RawQuery = url.Values{"dlq": {b.queue + ".dlq"}}.Encode()
+	return u.String()
+}
+func (b *amqpDLQ) keepsReplayed() bool { return false }
+
+func (b *amqpDLQ) publish(t *testing.T, key, body string) {
+	if err := b.ch.PublishWithContext(context.Background(), "", b.queue, false, false,
+		amqp.Publishing{MessageId: key, Body: []byte(body), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *amqpDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error {
+	ch, err := b.conn.Channel()
+	if err != nil {
+		return err
+	}
+	g, err := amqpidem.NewGuard(store, b.queue, idem.Options{})
+	if err != nil {
+		return err
+	}
+	return amqpidem.Consume(ctx, ch, g, amqpidem.Handle(func(_ context.Context, d amqp.Delivery) ([]byte, error) {
+		return nil, h(d.MessageId, string(d.Body))
+	}), amqpidem.Options{Queue: b.queue, DeadLetterRoutingKey: b.queue + ".dlq", Options: amqpidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[amqp.Delivery](ev)}})
+}
+
+// kafkaDLQ: kfake in-process, a topic and its dead-letter topic.
+type kafkaDLQ struct {
+	addr, topic string
+	cl          *kgo.Client
+}
+
+func newKafkaDLQ(t *testing.T) *kafkaDLQ {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders.dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &kafkaDLQ{addr: addr, topic: "orders", cl: cl}
+}
+
+func (b *kafkaDLQ) url() string         { return "kafka://" + b.addr + "?dlq=orders.dlq" }
+func (b *kafkaDLQ) keepsReplayed() bool { return true }
+
+func (b *kafkaDLQ) publish(t *testing.T, key, body string) {
+	rec := &kgo.Record{Topic: b.topic, Value: []byte(body), Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte(key)}}}
+	if err := b.cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *kafkaDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error {
+	cl, err := kgo.NewClient(kafka.ClientOptions(kgo.SeedBrokers(b.addr), kgo.ConsumerGroup("billing"), kgo.ConsumeTopics(b.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	g, err := kafka.NewGuard(store, cl, idem.Options{})
+	if err != nil {
+		return err
+	}
+	return kafka.Consume(ctx, cl, g, kafka.Handle(func(_ context.Context, rec *kgo.Record) ([]byte, error) {
+		return nil, h(kafka.MessageOf(rec).ID, string(rec.Value))
+	}), kafka.Options{DeadLetterTopic: "orders.dlq", Options: kafka.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*kgo.Record](ev)}})
+}
+
+// sbDLQ: servicebustest in-process, one queue.
+type sbDLQ struct {
+	srv    *servicebustest.Server
+	client *azservicebus.Client
+	sender *azservicebus.Sender
+}
+
+func newServiceBusDLQ(t *testing.T) *sbDLQ {
+	srv, err := servicebustest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(context.Background()) })
+	s, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sbDLQ{srv: srv, client: client, sender: s}
+}
+
+func (b *sbDLQ) url() string         { return b.srv.ConnectionString() + ";EntityPath=orders" }
+func (b *sbDLQ) keepsReplayed() bool { return false }
+
+func (b *sbDLQ) publish(t *testing.T, key, body string) {
+	if err := b.sender.SendMessage(context.Background(), &azservicebus.Message{MessageID: &key, Body: []byte(body)}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *sbDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error {
+	r, err := b.client.NewReceiverForQueue("orders", nil)
+	if err != nil {
+		return err
+	}
+	g, err := servicebus.NewGuard(store, "orders", idem.Options{})
+	if err != nil {
+		return err
+	}
+	return servicebus.Consume(ctx, r, g, servicebus.Handle(func(_ context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		return nil, h(servicebus.MessageOf(m).ID, string(m.Body))
+	}), servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*azservicebus.ReceivedMessage](ev)}})
+}

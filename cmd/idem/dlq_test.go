@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+)
+
+// dlqBroker is one broker of the dead-letter test: where its dead letters
+// are (the --broker URL), a producer, and a real idem consumer.
+type dlqBroker interface {
+	url() string
+	// publish sends body under key, with no broker-side dedup id, so a
+	// replay is never dropped by the broker's duplicate window.
+	publish(t *testing.T, key, body string)
+	// consume runs an idem consumer on store until ctx ends, calling h for
+	// each message and ev for each report.
+	consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error
+	// keepsReplayed says the broker keeps a replayed dead letter (Kafka).
+	keepsReplayed() bool
+}
+
+// dlqEvents is what the consumer reported, for the test to wait on.
+type dlqEvents struct {
+	processed chan string // the key of each message processed
+	dead      chan string // the reason of each dead letter
+}
+
+func newDLQEvents() *dlqEvents {
+	return &dlqEvents{processed: make(chan string, 16), dead: make(chan string, 16)}
+}
+
+// report files one broker report.
+func (e *dlqEvents) report(r broker.Report, deadLettered bool) {
+	switch {
+	case deadLettered:
+		e.dead <- r.Reason
+	case r.Action == idem.ActionAck && r.Result.Outcome == idem.OutcomeProcessed:
+		e.processed <- r.Result.Key.ID
+	}
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30s", what)
+	}
+	var zero T
+	return zero
+}
+
+// runDLQScenario: a real consumer dead-letters a conflict (key k1 reused
+// with other content) and a permanent failure (k2, never processed);
+// idem dlq lists both with their reasons, shows the conflict beside the
+// stored record (other fingerprints: the stored content holds the key),
+// and replays both with --yes: the conflict is dead-lettered again, k2 is
+// applied once, and the log says who replayed.
+func runDLQScenario(t *testing.T, b dlqBroker) {
+	store := fmt.Sprintf("memory://dlq-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), rand.Uint32())
+	h, err := dsn.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		fixed   bool
+		applied = map[string]int{}
+	)
+	handler := func(key, body string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if body == "fail" && !fixed {
+			return idem.Permanent(errors.New("card declined"))
+		}
+		applied[key+"="+body]++
+		return nil
+	}
+	ev := newDLQEvents()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.consume(ctx, t, h.Store, handler, ev) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("consumer: %v", err)
+		}
+	}()
+
+	b.publish(t, "k1", "first")
+	if k := wait(t, ev.processed, "processed k1"); k != "k1" {
+		t.Fatalf("processed %q, want k1", k)
+	}
+	b.publish(t, "k1", "second")
+	b.publish(t, "k2", "fail")
+	reasons := map[string]bool{wait(t, ev.dead, "dead letter"): true, wait(t, ev.dead, "dead letter"): true}
+	if !reasons["conflict"] || !reasons["permanent"] {
+		t.Fatalf("dead-letter reasons %v, want conflict and permanent", reasons)
+	}
+
+	dls := dlqList(t, b.url())
+	if len(dls) != 2 {
+		t.Fatalf("idem dlq list: %d dead letters, want 2: %v", len(dls), dls)
+	}
+	byReason := map[string]map[string]any{}
+	for _, d := range dls {
+		byReason[d["reason"].(string)] = d
+	}
+	conflict, permanent := byReason["conflict"], byReason["permanent"]
+	if conflict == nil || permanent == nil || !strings.HasSuffix(fmt.Sprint(conflict["key"]), "/k1") || !strings.HasSuffix(fmt.Sprint(permanent["key"]), "/k2") {
+		t.Fatalf("idem dlq list: %v", dls)
+	}
+	code, out, errs := runCmd(t, "dlq", "list", "--broker", b.url())
+	if code != exitOK || !strings.Contains(out, "conflict") || !strings.Contains(out, "permanent") || !strings.Contains(out, "2 dead letters") {
+		t.Fatalf("idem dlq list: exit %d\n%s%s", code, out, errs)
+	}
+
+	// show: the dead letter's fingerprint beside the stored record's.
+	cid := fmt.Sprint(conflict["id"])
+	code, out, errs = runCmd(t, "dlq", "show", cid, "--broker", b.url(), "--store", store, "--json")
+	if code != exitOK {
+		t.Fatalf("idem dlq show: exit %d\n%s%s", code, out, errs)
+	}
+	shown := decode(t, out)
+	rec, _ := shown["record"].(map[string]any)
+	dl, _ := shown["dead_letter"].(map[string]any)
+	if rec == nil || rec["state"] != "completed" || rec["fingerprint"] == "" || dl["fingerprint"] == "" || rec["fingerprint"] == dl["fingerprint"] {
+		t.Fatalf("idem dlq show --json: record %v beside dead letter %v: want the completed record with another fingerprint", rec, dl)
+	}
+	code, out, errs = runCmd(t, "dlq", "show", cid, "--broker", b.url(), "--store", store)
+	if code != exitOK || !strings.Contains(out, "STORED RECORD") || !strings.Contains(out, rec["fingerprint"].(string)) ||
+		!strings.Contains(out, dl["fingerprint"].(string)) || !strings.Contains(out, "other content") {
+		t.Fatalf("idem dlq show: exit %d\n%s%s", code, out, errs)
+	}
+
+	// replay, unconfirmed: nothing happens.
+	c := newRoot(new(strings.Builder), new(strings.Builder))
+	c.SetIn(strings.NewReader("n\n"))
+	c.SetArgs([]string{"dlq", "replay", "--all", "--broker", b.url()})
+	if err := c.Execute(); err == nil {
+		t.Fatal("idem dlq replay answered 'n': want a failure")
+	}
+	if n := len(dlqList(t, b.url())); n != 2 {
+		t.Fatalf("after a refused replay: %d dead letters, want 2", n)
+	}
+
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	code, out, errs = runCmd(t, "dlq", "replay", cid+","+fmt.Sprint(permanent["id"]), "--yes", "--as", "tester", "--broker", b.url())
+	if code != exitOK || !strings.Contains(out, "Replayed 2 of 2") || strings.Count(errs, "who=tester") != 2 {
+		t.Fatalf("idem dlq replay: exit %d\n%s%s", code, out, errs)
+	}
+	if r := wait(t, ev.dead, "the conflict dead-lettered again"); r != "conflict" {
+		t.Fatalf("replayed: dead-lettered as %q, want conflict", r)
+	}
+	if k := wait(t, ev.processed, "processed k2"); k != "k2" {
+		t.Fatalf("replayed: processed %q, want k2", k)
+	}
+	mu.Lock()
+	got := fmt.Sprint(applied)
+	mu.Unlock()
+	if got != "map[k1=first:1 k2=fail:1]" {
+		t.Errorf("applied %s, want k1's first content and k2 once each", got)
+	}
+	want := 1 // the conflict, dead-lettered again
+	if b.keepsReplayed() {
+		want = 3
+	}
+	after := dlqList(t, b.url())
+	if len(after) != want {
+		t.Fatalf("after the replay: %d dead letters, want %d: %v", len(after), want, after)
+	}
+	if code, out, errs := runCmd(t, "dlq", "replay", "--reason", "conflict", "--yes", "--broker", b.url(), "--json"); code != exitOK ||
+		len(decode(t, out)["replayed"].([]any)) != want-btoi(b.keepsReplayed()) {
+		t.Fatalf("idem dlq replay --reason conflict: exit %d\n%s%s", code, out, errs)
+	}
+	if r := wait(t, ev.dead, "the conflict dead-lettered once more"); r != "conflict" {
+		t.Fatalf("replayed by reason: dead-lettered as %q, want conflict", r)
+	}
+}
+
+// dlqList is idem dlq list --json's dead letters.
+func dlqList(t *testing.T, url string) []map[string]any {
+	t.Helper()
+	code, out, errs := runCmd(t, "dlq", "list", "--json", "--broker", url)
+	if code != exitOK {
+		t.Fatalf("idem dlq list: exit %d\n%s%s", code, out, errs)
+	}
+	var dls []map[string]any
+	for _, d := range decode(t, out)["dead_letters"].([]any) {
+		dls = append(dls, d.(map[string]any))
+	}
+	return dls
+}
+
+func TestDLQUsage(t *testing.T) {
+	t.Setenv("IDEM_BROKER", "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "list"}, "no broker given"},
+		{[]string{"dlq", "list", "--broker", "http://x"}, "bad broker URL"},
+		{[]string{"dlq", "list", "--broker", "nats://127.0.0.1:1"}, "?dlq="},
+		{[]string{"dlq", "replay", "--broker", "nats://127.0.0.1:1?dlq=D"}, "exactly one"},
+		{[]string{"dlq", "replay", "1", "--all", "--broker", "nats://127.0.0.1:1?dlq=D"}, "exactly one"},
+		{[]string{"dlq", "list", "--broker", "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=secret"}, "EntityPath"},
+	} {
+		code, _, errs := runCmd(t, tc.args...)
+		if code != exitUsage || !strings.Contains(errs, tc.want) || strings.Contains(errs, "secret") {
+			t.Errorf("%v: exit %d, want %d and %q\n%s", tc.args, code, exitUsage, tc.want, errs)
+		}
+	}
+}

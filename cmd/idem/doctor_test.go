@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+	"github.com/idemgo/idem/internal/testenv"
+)
+
+// doctorRun runs idem doctor --json and returns its exit status and
+// findings.
+func doctorRun(t *testing.T, args ...string) (int, []finding) {
+	t.Helper()
+	code, out, errs := runCmd(t, append([]string{"doctor", "--json"}, args...)...)
+	var rep struct {
+		Findings []finding `json:"findings"`
+		Traps    int       `json:"traps"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("idem doctor %v: exit %d, not JSON: %v\n%s%s", args, code, err, out, errs)
+	}
+	return code, rep.Findings
+}
+
+// has reports whether a finding of check and level says every one of want.
+func has(fs []finding, check, level string, want ...string) bool {
+	for _, f := range fs {
+		if f.Check != check || f.Level != level {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(f.Message, w)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Trap (a): the records table dropped, its migrations table left. The
+// doctor names each missing object with the fix and exits 1; after
+// idem migrate, it finds no trap.
+func TestDoctorDroppedTable(t *testing.T) {
+	d := operatorStores["sqlite"](t)
+	if code, out, errs := runCmd(t, "migrate", "--store", d); code != exitOK {
+		t.Fatalf("migrate: %d %s %s", code, out, errs)
+	}
+	if code, fs := doctorRun(t, "--store", d); code != exitOK || !has(fs, "schema", levelOK) {
+		t.Fatalf("doctor on a whole schema: exit %d %+v", code, fs)
+	}
+	h, err := dsn.Open(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.SQL.Exec("DROP TABLE " + strings.TrimPrefix(h.Where, "table "))
+	h.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, fs := doctorRun(t, "--store", d)
+	if code != exitFailure || !has(fs, "schema", levelTrap, "missing: table") || !has(fs, "schema", levelTrap, "missing: index") {
+		t.Fatalf("doctor without the records table: exit %d, want 1 and a trap per missing object: %+v", code, fs)
+	}
+	for _, f := range fs {
+		if f.Level == levelTrap && !strings.Contains(f.Fix, "idem migrate") {
+			t.Errorf("trap %q: fix %q, want idem migrate", f.Message, f.Fix)
+		}
+	}
+	code, out, _ := runCmd(t, "doctor", "--store", d)
+	if code != exitFailure || !strings.Contains(out, "fix: idem migrate") || !strings.Contains(out, "traps found") {
+		t.Errorf("doctor's text: exit %d\n%s", code, out)
+	}
+	if code, out, errs := runCmd(t, "migrate", "--store", d); code != exitOK {
+		t.Fatalf("migrate: %d %s %s", code, out, errs)
+	}
+	if code, fs := doctorRun(t, "--store", d); code != exitOK {
+		t.Fatalf("doctor after migrate: exit %d %+v", code, fs)
+	}
+}
+
+// Trap (b) on NATS: a dead-letter stream that keeps dead letters 10 days
+// outlives the default 7-day retention (a trap, with the numbers and which
+// retention); the consumer's budget (MaxDeliver 4 × AckWait 1h) does not;
+// the consumed stream keeps messages for ever (a warning). With
+// --retention 11 days: no trap.
+func TestDoctorRetentionNATS(t *testing.T) {
+	addr := testenv.NATS.Need(t)
+	nc, err := nats.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream := "IDEMDOC_" + tag()
+	for name, age := range map[string]time.Duration{stream: 0, stream + "_DLQ": 240 * time.Hour} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name)}, Storage: jetstream.MemoryStorage, MaxAge: age}); err != nil {
+			t.Fatal(err)
+		}
+		defer js.DeleteStream(ctx, name)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Hour, MaxDeliver: 4}); err != nil {
+		t.Fatal(err)
+	}
+	broker := addr + "?" + url.Values{"stream": {stream}, "consumer": {"billing"}, "dlq": {stream + "_DLQ"}}.Encode()
+	store := operatorStores["memory"](t)
+	code, fs := doctorRun(t, "--store", store, "--broker", broker)
+	if code != exitFailure || !has(fs, "retention", levelTrap, "dead-letter stream", "240h0m0s (10 days)", "7 days", "the guard's default") ||
+		!has(fs, "retention", levelOK, "MaxDeliver 4 × AckWait 1h0m0s", "4h0m0s") || !has(fs, "retention", levelWarning, "stream "+stream+": MaxAge", "no limit") {
+		t.Fatalf("doctor: exit %d %+v", code, fs)
+	}
+	code, fs = doctorRun(t, "--store", store, "--broker", broker, "--retention", "264h")
+	if code != exitOK || !has(fs, "retention", levelOK, "dead-letter stream", "(--retention)") {
+		t.Fatalf("doctor --retention 264h: exit %d %+v", code, fs)
+	}
+}
+
+// Trap (b) on Kafka (kfake): a dead-letter topic with retention.ms of 14
+// days outlives the default retention; the consumed topic's 1 day does not.
+func TestDoctorRetentionKafka(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for topic, ms := range map[string]string{"orders": "86400000", "orders.dlq": "1209600000"} {
+		if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"retention.ms": &ms}, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, fs := doctorRun(t, "--store", operatorStores["memory"](t), "--broker", "kafka://"+c.ListenAddrs()[0]+"?topic=orders&dlq=orders.dlq")
+	if code != exitFailure || !has(fs, "retention", levelTrap, "dead-letter topic orders.dlq: retention.ms", "336h0m0s (14 days)") ||
+		!has(fs, "retention", levelOK, "topic orders: retention.ms", "24h0m0s") {
+		t.Fatalf("doctor: exit %d %+v", code, fs)
+	}
+}
+
+// Where the broker does not tell (RabbitMQ over AMQP), the doctor says so
+// and takes --redelivery-horizon: longer than the retention, a trap.
+func TestDoctorRedeliveryHorizon(t *testing.T) {
+	addr := testenv.RabbitMQ.Need(t)
+	b := newAMQPDLQ(t)
+	broker := b.url()
+	store := operatorStores["memory"](t)
+	code, fs := doctorRun(t, "--store", store, "--broker", broker, "--retention", "48h")
+	if code != exitOK || !has(fs, "retention", levelNote, "not readable over AMQP", "--redelivery-horizon") {
+		t.Fatalf("doctor on %s: exit %d %+v", addr, code, fs)
+	}
+	code, fs = doctorRun(t, "--store", store, "--broker", broker, "--retention", "48h", "--redelivery-horizon", "72h")
+	if code != exitFailure || !has(fs, "retention", levelTrap, "--redelivery-horizon = 72h0m0s (3 days)", "48h0m0s (2 days) (--retention)") {
+		t.Fatalf("doctor --redelivery-horizon 72h: exit %d %+v", code, fs)
+	}
+	if code, fs = doctorRun(t, "--store", store); code != exitOK || !has(fs, "retention", levelNote, "nothing to compare") {
+		t.Fatalf("doctor without a broker: exit %d %+v", code, fs)
+	}
+}
+
+// Other traps: an in-progress record whose lease ended two hours ago (its
+// owner crashed; stale for longer than --stale-after), and a completed
+// record expired two hours ago still stored (no sweeper). Each is a trap;
+// after idem sweep and idem resolve, none is.
+func TestDoctorStaleAndUnswept(t *testing.T) {
+	d := operatorStores["memory"](t)
+	h, err := dsn.Open(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, now := context.Background(), time.Now()
+	stuck := idem.Key{Scope: "billing", ID: "crashed-order"}
+	if _, err := h.Store.Claim(ctx, idem.ClaimRequest{Key: stuck, Fingerprint: "f1", Now: now.Add(-2 * time.Hour),
+		LeaseUntil: now.Add(-2*time.Hour + 30*time.Second), ExpiresAt: now.Add(7 * 24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	old := idem.Key{Scope: "billing", ID: "old-order"}
+	cl, err := h.Store.Claim(ctx, idem.ClaimRequest{Key: old, Fingerprint: "f2", Now: now.Add(-3 * time.Hour),
+		LeaseUntil: now.Add(-3*time.Hour + 30*time.Second), ExpiresAt: now.Add(-2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Store.Complete(ctx, idem.CompleteRequest{Key: old, Token: cl.Record.Token, Now: now.Add(-3 * time.Hour), ExpiresAt: now.Add(-2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	code, fs := doctorRun(t, "--store", d)
+	if code != exitFailure || !has(fs, "stale", levelTrap, "1 in-progress records", "billing/crashed-order") ||
+		!has(fs, "sweep", levelTrap, "1 records expired over 1h0m0s ago") {
+		t.Fatalf("doctor: exit %d %+v", code, fs)
+	}
+	if code, fs := doctorRun(t, "--store", d, "--stale-after", "3h", "--sweep-lag", "3h"); code != exitOK {
+		t.Fatalf("doctor with wider thresholds: exit %d %+v", code, fs)
+	}
+	if code, out, errs := runCmd(t, "sweep", "--store", d); code != exitOK {
+		t.Fatalf("sweep: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "resolve", "billing", "crashed-order", "--release", "--store", d); code != exitOK {
+		t.Fatalf("resolve: %d %s %s", code, out, errs)
+	}
+	if code, fs := doctorRun(t, "--store", d); code != exitOK || !has(fs, "stale", levelOK) || !has(fs, "sweep", levelOK) {
+		t.Fatalf("doctor after sweep and resolve: exit %d %+v", code, fs)
+	}
+}

@@ -1,0 +1,227 @@
+// Package dlq reads and replays the dead letters idem's broker consumers
+// wrote, one implementation per broker behind one interface, Queue: the
+// CLI's idem dlq uses it, and the console can take a Queue the same way.
+//
+//	q, err := dlq.Open(ctx, "nats://127.0.0.1:4222?dlq=ORDERS_DLQ")
+//	defer q.Close()
+//	dls, err := q.List(ctx, 100)
+//	err = q.Replay(ctx, []string{dls[0].ID}, func(dl dlq.DeadLetter, err error) { ... })
+//
+// Broker URLs (Forms is the reference):
+//
+//	nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]          the dead-letter stream
+//	amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]       the dead-letter queue
+//	kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]          the dead-letter topic
+//	Endpoint=sb://...;SharedAccessKeyName=..;SharedAccessKey=..;EntityPath=ENTITY   its $DeadLetterQueue
+//
+// Replay goes through each adapter's own Replay (natsidem.Replay,
+// amqpidem.Replay, kafka.Replay, servicebus.Replay), then removes the
+// dead letter where the broker can: NATS deletes it from the stream,
+// RabbitMQ acks it, Service Bus completes it; a Kafka topic cannot drop
+// one record, so a replayed Kafka dead letter stays, and replaying it
+// again is a duplicate to the consumer's record while the record lives.
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrBadURL means the broker URL is not one this package reads.
+	ErrBadURL = errors.New("bad broker URL")
+	// ErrNotFound means no dead letter has the given id (replayed or
+	// removed meanwhile, or never there).
+	ErrNotFound = errors.New("no such dead letter")
+	// ErrNotReadable means the broker does not let this package read a
+	// setting (RabbitMQ's queue arguments over AMQP 0.9.1, Service Bus's
+	// entity properties on an emulator without the administration API).
+	ErrNotReadable = errors.New("broker setting not readable")
+)
+
+// Forms is the reference of broker URLs, as --help prints it.
+const Forms = `Broker URLs (--broker or IDEM_BROKER):
+  nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]
+      NATS JetStream: the stream that holds the consumers' DeadLetterSubject;
+      stream and consumer name the consumed stream and durable (idem doctor)
+  amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)
+      RabbitMQ: the dead-letter queue the consumers' exchange routes to
+  kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]
+      Kafka: the consumers' DeadLetterTopic; topic is the consumed one
+  Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY
+      Azure Service Bus: ENTITY is the queue, or TOPIC/Subscriptions/SUB,
+      whose $DeadLetterQueue is read`
+
+// DeadLetter is one dead letter as its broker holds it.
+type DeadLetter struct {
+	// ID names the dead letter for Replay: the NATS stream sequence, the
+	// Kafka "partition/offset", the Service Bus sequence number, or, on
+	// RabbitMQ (which numbers no message), the dead-lettering consumer's
+	// "consumer-tag/delivery-tag".
+	ID string `json:"id"`
+	// Reason is idem's Idem-Reason (conflict, permanent, max_deliver,
+	// parked, ...), or the broker's own reason for one it dead-lettered
+	// itself (Service Bus MaxDeliveryCountExceeded).
+	Reason string `json:"reason"`
+	// Error is the error text (Idem-Error).
+	Error string `json:"error,omitempty"`
+	// Key is the message's "scope/id" (Idem-Key); empty when it had none.
+	Key string `json:"key,omitempty"`
+	// Fingerprint is this message's content fingerprint (Idem-Fingerprint).
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Source is where the original came from: subject, queue, topic or
+	// entity.
+	Source string `json:"source,omitempty"`
+	// At is when the broker stored the dead letter (NATS, Kafka), or when
+	// the original was (RabbitMQ's timestamp property, Service Bus's
+	// enqueued time); zero when the broker does not say.
+	At time.Time `json:"at,omitzero"`
+	// Headers are all of the dead letter's headers, as text.
+	Headers map[string]string `json:"headers"`
+	// Body is the message's data.
+	Body []byte `json:"body,omitempty"`
+}
+
+// Splits lists every (scope, id) split of the dead letter's Key at a
+// slash, the first slash first: a scope such as NATS's "STREAM/consumer"
+// holds one itself, so the record is found under one of them.
+func (d DeadLetter) Splits() []idem.Key {
+	var out []idem.Key
+	for i := 0; i < len(d.Key); i++ {
+		if d.Key[i] == '/' && i > 0 && i < len(d.Key)-1 {
+			out = append(out, idem.Key{Scope: d.Key[:i], ID: d.Key[i+1:]})
+		}
+	}
+	return out
+}
+
+// Queue is one broker's dead letters.
+type Queue interface {
+	// Name says which broker and dead-letter entity, password redacted.
+	Name() string
+	// List returns up to limit dead letters (all when limit <= 0), oldest
+	// first, leaving each where it is.
+	List(ctx context.Context, limit int) ([]DeadLetter, error)
+	// Replay replays the dead letters named by ids through the adapter's
+	// Replay, each one once, and removes it where the broker can (see the
+	// package doc); done is called for each dead letter met, with Replay's
+	// error or the removal's. Ids not met are not reported: the caller
+	// compares. Dead letters written during the call (a conflict
+	// dead-lettered again) are not met.
+	Replay(ctx context.Context, ids []string, done func(DeadLetter, error)) error
+	// Close releases the connection.
+	Close() error
+}
+
+// Span is one setting of the broker that bounds how long a message can
+// come back to a consumer: a redelivery budget, the time a message or a
+// dead letter is kept.
+type Span struct {
+	// What names the setting and where it was read ("consumer ORDERS/billing:
+	// MaxDeliver 5 × AckWait 30s").
+	What string `json:"what"`
+	// Duration is the span; meaningless when Unbounded.
+	Duration time.Duration `json:"duration_ns"`
+	// Unbounded means the setting sets no limit (a stream or queue that
+	// keeps messages for ever).
+	Unbounded bool `json:"unbounded"`
+	// DeadLetters marks the time a dead letter is kept, the window a
+	// replay can come in.
+	DeadLetters bool `json:"dead_letters"`
+	// Budget marks a redelivery budget (deliveries × the wait between
+	// them): a message outside it is no longer redelivered by itself.
+	Budget bool `json:"budget"`
+}
+
+// Horizoner is implemented by the queues that can read the broker's
+// settings that bound redelivery (idem doctor compares them with the
+// store's retention). Settings it cannot read are returned as notes
+// wrapping ErrNotReadable beside the spans it read.
+type Horizoner interface {
+	Horizon(ctx context.Context) (spans []Span, notes []error, err error)
+}
+
+// opener opens one broker's queue.
+type opener func(ctx context.Context, u *url.URL, raw string) (Queue, error)
+
+var openers = map[string]opener{
+	"nats": openNATS, "amqp": openAMQP, "amqps": openAMQP, "kafka": openKafka,
+}
+
+// Open opens the dead letters the broker URL names (see Forms).
+func Open(ctx context.Context, raw string) (Queue, error) {
+	raw = strings.TrimSpace(raw)
+	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
+		return openServiceBus(ctx, raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return nil, fmt.Errorf("%w: %q: want %s", ErrBadURL, Redact(raw), schemes())
+	}
+	o := openers[strings.ToLower(u.Scheme)]
+	if o == nil {
+		return nil, fmt.Errorf("%w: scheme %q: want %s", ErrBadURL, u.Scheme, schemes())
+	}
+	return o(ctx, u, raw)
+}
+
+func schemes() string {
+	var s []string
+	for k := range openers {
+		s = append(s, k+"://")
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ") + " or a Service Bus connection string (Endpoint=sb://...;EntityPath=...)"
+}
+
+// Redact hides a URL's password and a connection string's key.
+func Redact(raw string) string {
+	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
+		parts := strings.Split(raw, ";")
+		for i, p := range parts {
+			if k, _, ok := strings.Cut(p, "="); ok && strings.EqualFold(k, "SharedAccessKey") {
+				parts[i] = k + "=xxxxx"
+			}
+		}
+		return strings.Join(parts, ";")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// param is the URL's query parameter name, required or not.
+func param(u *url.URL, name string, required bool) (string, error) {
+	v := u.Query().Get(name)
+	if v == "" && required {
+		return "", fmt.Errorf("%w: %s needs ?%s= (the dead-letter entity; see idem dlq --help)", ErrBadURL, u.Redacted(), name)
+	}
+	return v, nil
+}
+
+// deadLetterOf fills a DeadLetter's idem fields from its headers.
+func deadLetterOf(id string, h map[string]string, body []byte) DeadLetter {
+	return DeadLetter{
+		ID: id, Reason: h[idem.HeaderReason], Error: h[idem.HeaderError], Key: h[idem.HeaderDeadLetterKey],
+		Fingerprint: h[idem.HeaderFingerprint], Headers: h, Body: body,
+	}
+}
+
+// idSet is ids as a set.
+func idSet(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
