@@ -115,34 +115,13 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 		return nil, err
 	}
 	by := map[string]*idem.ScopeStats{}
-	err := s.scanAll(ctx, recordPattern(s.prefix, ""), func(keys []string) error {
-		// The header alone says state and times; the scope is in the key.
-		pipe := s.client.Pipeline()
-		cmds := make([]*goredis.StringCmd, len(keys))
-		for i, k := range keys {
-			cmds[i] = pipe.GetRange(ctx, k, 0, maxHeaderLen-1)
+	err := s.scanHeaders(ctx, recordPattern(s.prefix, ""), func(key, scope string, h header) error {
+		r := idem.Record{Scope: scope, State: idem.State(h.fields[1])}
+		var err error
+		if r.LeaseUntil, r.ExpiresAt, r.CreatedAt, _, err = h.times(); err != nil {
+			return fmt.Errorf("record %s: %w", key, err)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return err
-		}
-		for i, c := range cmds {
-			if c.Val() == "" {
-				continue // deleted since the scan
-			}
-			scope, _, ok := parseKey(s.prefix, keys[i])
-			if !ok {
-				continue
-			}
-			h, err := splitHeader(c.Val())
-			if err != nil {
-				return fmt.Errorf("record %s: %w", keys[i], err)
-			}
-			r := idem.Record{Scope: scope, State: idem.State(h.fields[1])}
-			if r.LeaseUntil, r.ExpiresAt, r.CreatedAt, _, err = h.times(); err != nil {
-				return fmt.Errorf("record %s: %w", keys[i], err)
-			}
-			count(by, r, now)
-		}
+		count(by, r, now)
 		return nil
 	})
 	if err != nil {
