@@ -2,64 +2,16 @@ module github.com/idemgo/idem/outbox
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ..
-
-replace github.com/idemgo/idem/store/sqlite => ../store/sqlite
-
-replace github.com/idemgo/idem/store/postgres => ../store/postgres
-
-replace github.com/idemgo/idem/store/mysql => ../store/mysql
-
-replace github.com/idemgo/idem/store/redis => ../store/redis
-
-replace github.com/idemgo/idem/store/mongo => ../store/mongo
-
-replace github.com/idemgo/idem/entity => ../entity
-
-replace github.com/idemgo/idem/job => ../job
-
-replace github.com/idemgo/idem/load => ../load
-
-replace github.com/idemgo/idem/outbox => ../outbox
-
-replace github.com/idemgo/idem/broker/kafka => ../broker/kafka
-
-replace github.com/idemgo/idem/broker/nats => ../broker/nats
-
-replace github.com/idemgo/idem/broker/amqp => ../broker/amqp
-
-replace github.com/idemgo/idem/broker/servicebus => ../broker/servicebus
-
-replace github.com/idemgo/idem/broker/brokertest => ../broker/brokertest
-
-replace github.com/idemgo/idem/idemhttp => ../idemhttp
-
-replace github.com/idemgo/idem/idemotel => ../idemotel
-
-replace github.com/idemgo/idem/idemprom => ../idemprom
-
-replace github.com/idemgo/idem/console => ../console
-
-replace github.com/idemgo/idem/internal/pgxtx => ../internal/pgxtx
-
-replace github.com/idemgo/idem/internal/pgtest => ../internal/pgtest
-
-replace github.com/idemgo/idem/internal/consumetest => ../internal/consumetest
-
-replace github.com/idemgo/idem/cmd/idem => ../cmd/idem
-
-replace github.com/idemgo/idem/examples => ../examples
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/amqp v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/kafka v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/nats v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/mysql v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/postgres v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/sqlite v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/broker/amqp v0.1.0
+	github.com/idemgo/idem/broker/kafka v0.1.0
+	github.com/idemgo/idem/broker/nats v0.1.0
+	github.com/idemgo/idem/internal/pgtest v0.1.0
+	github.com/idemgo/idem/store/mysql v0.1.0
+	github.com/idemgo/idem/store/postgres v0.1.0
+	github.com/idemgo/idem/store/sqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -77,7 +29,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idemgo/idem/internal/pgxtx v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemgo/idem/internal/pgxtx v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect

@@ -2,65 +2,17 @@ module github.com/idemgo/idem/broker/amqp
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ../..
-
-replace github.com/idemgo/idem/store/sqlite => ../../store/sqlite
-
-replace github.com/idemgo/idem/store/postgres => ../../store/postgres
-
-replace github.com/idemgo/idem/store/mysql => ../../store/mysql
-
-replace github.com/idemgo/idem/store/redis => ../../store/redis
-
-replace github.com/idemgo/idem/store/mongo => ../../store/mongo
-
-replace github.com/idemgo/idem/entity => ../../entity
-
-replace github.com/idemgo/idem/job => ../../job
-
-replace github.com/idemgo/idem/load => ../../load
-
-replace github.com/idemgo/idem/outbox => ../../outbox
-
-replace github.com/idemgo/idem/broker/kafka => ../../broker/kafka
-
-replace github.com/idemgo/idem/broker/nats => ../../broker/nats
-
-replace github.com/idemgo/idem/broker/amqp => ../../broker/amqp
-
-replace github.com/idemgo/idem/broker/servicebus => ../../broker/servicebus
-
-replace github.com/idemgo/idem/broker/brokertest => ../../broker/brokertest
-
-replace github.com/idemgo/idem/idemhttp => ../../idemhttp
-
-replace github.com/idemgo/idem/idemotel => ../../idemotel
-
-replace github.com/idemgo/idem/idemprom => ../../idemprom
-
-replace github.com/idemgo/idem/console => ../../console
-
-replace github.com/idemgo/idem/internal/pgxtx => ../../internal/pgxtx
-
-replace github.com/idemgo/idem/internal/pgtest => ../../internal/pgtest
-
-replace github.com/idemgo/idem/internal/consumetest => ../../internal/consumetest
-
-replace github.com/idemgo/idem/cmd/idem => ../../cmd/idem
-
-replace github.com/idemgo/idem/examples => ../../examples
-
 require (
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/brokertest v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/internal/consumetest v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/broker/brokertest v0.1.0
+	github.com/idemgo/idem/internal/consumetest v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idemgo/idem/store/sqlite v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemgo/idem/store/sqlite v0.1.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect

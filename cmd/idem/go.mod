@@ -5,19 +5,19 @@ go 1.26.0
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/amqp v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/kafka v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/nats v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/broker/servicebus v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/console v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/idemprom v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/outbox v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/mongo v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/mysql v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/postgres v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/redis v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/sqlite v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/broker/amqp v0.1.0
+	github.com/idemgo/idem/broker/kafka v0.1.0
+	github.com/idemgo/idem/broker/nats v0.1.0
+	github.com/idemgo/idem/broker/servicebus v0.1.0
+	github.com/idemgo/idem/console v0.1.0
+	github.com/idemgo/idem/idemprom v0.1.0
+	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/store/mongo v0.1.0
+	github.com/idemgo/idem/store/mysql v0.1.0
+	github.com/idemgo/idem/store/postgres v0.1.0
+	github.com/idemgo/idem/store/redis v0.1.0
+	github.com/idemgo/idem/store/sqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
@@ -26,6 +26,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	modernc.org/sqlite v1.62.0
@@ -44,9 +45,9 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idemgo/idem/entity v0.0.0-00010101000000-000000000000 // indirect
-	github.com/idemgo/idem/idemotel v0.0.0-00010101000000-000000000000 // indirect
-	github.com/idemgo/idem/internal/pgxtx v0.0.0-00010101000000-000000000000 // indirect
+	github.com/idemgo/idem/entity v0.1.0 // indirect
+	github.com/idemgo/idem/idemotel v0.1.0 // indirect
+	github.com/idemgo/idem/internal/pgxtx v0.1.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

@@ -2,15 +2,9 @@ module github.com/idemgo/idem/store/postgres
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ../..
-
-replace github.com/idemgo/idem/store/postgres => ../../store/postgres
-
-replace github.com/idemgo/idem/internal/pgxtx => ../../internal/pgxtx
-
 require (
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/internal/pgxtx v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/internal/pgxtx v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 )
 

@@ -2,12 +2,8 @@ module github.com/idemgo/idem/store/redis
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ../..
-
-replace github.com/idemgo/idem/store/redis => ../../store/redis
-
 require (
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -2,12 +2,8 @@ module github.com/idemgo/idem/store/sqlite
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ../..
-
-replace github.com/idemgo/idem/store/sqlite => ../../store/sqlite
-
 require (
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 

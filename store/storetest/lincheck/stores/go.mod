@@ -2,67 +2,15 @@ module github.com/idemgo/idem/store/storetest/lincheck/stores
 
 go 1.26.0
 
-replace github.com/idemgo/idem => ../../../..
-
-replace github.com/idemgo/idem/store/sqlite => ../../../../store/sqlite
-
-replace github.com/idemgo/idem/store/postgres => ../../../../store/postgres
-
-replace github.com/idemgo/idem/store/mysql => ../../../../store/mysql
-
-replace github.com/idemgo/idem/store/redis => ../../../../store/redis
-
-replace github.com/idemgo/idem/store/mongo => ../../../../store/mongo
-
-replace github.com/idemgo/idem/entity => ../../../../entity
-
-replace github.com/idemgo/idem/job => ../../../../job
-
-replace github.com/idemgo/idem/load => ../../../../load
-
-replace github.com/idemgo/idem/outbox => ../../../../outbox
-
-replace github.com/idemgo/idem/broker/kafka => ../../../../broker/kafka
-
-replace github.com/idemgo/idem/broker/nats => ../../../../broker/nats
-
-replace github.com/idemgo/idem/broker/amqp => ../../../../broker/amqp
-
-replace github.com/idemgo/idem/broker/servicebus => ../../../../broker/servicebus
-
-replace github.com/idemgo/idem/broker/brokertest => ../../../../broker/brokertest
-
-replace github.com/idemgo/idem/idemhttp => ../../../../idemhttp
-
-replace github.com/idemgo/idem/idemotel => ../../../../idemotel
-
-replace github.com/idemgo/idem/idemprom => ../../../../idemprom
-
-replace github.com/idemgo/idem/console => ../../../../console
-
-replace github.com/idemgo/idem/internal/pgxtx => ../../../../internal/pgxtx
-
-replace github.com/idemgo/idem/internal/pgtest => ../../../../internal/pgtest
-
-replace github.com/idemgo/idem/internal/consumetest => ../../../../internal/consumetest
-
-replace github.com/idemgo/idem/cmd/idem => ../../../../cmd/idem
-
-replace github.com/idemgo/idem/examples => ../../../../examples
-
-replace github.com/idemgo/idem/internal/e2e => ../../../../internal/e2e
-
-replace github.com/idemgo/idem/store/storetest/lincheck => ../../../../store/storetest/lincheck
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemgo/idem v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/mongo v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/mysql v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/postgres v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/redis v0.0.0-00010101000000-000000000000
-	github.com/idemgo/idem/store/sqlite v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/internal/pgtest v0.1.0
+	github.com/idemgo/idem/store/mongo v0.1.0
+	github.com/idemgo/idem/store/mysql v0.1.0
+	github.com/idemgo/idem/store/postgres v0.1.0
+	github.com/idemgo/idem/store/redis v0.1.0
+	github.com/idemgo/idem/store/sqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.10.0
@@ -75,9 +23,9 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/idemgo/idem/entity v0.0.0-00010101000000-000000000000 // indirect
-	github.com/idemgo/idem/internal/pgxtx v0.0.0-00010101000000-000000000000 // indirect
-	github.com/idemgo/idem/store/storetest/lincheck v0.0.0-00010101000000-000000000000
+	github.com/idemgo/idem/entity v0.1.0 // indirect
+	github.com/idemgo/idem/internal/pgxtx v0.1.0 // indirect
+	github.com/idemgo/idem/store/storetest/lincheck v0.1.0
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
