@@ -42,18 +42,34 @@ func (e *MaxDeliveriesError) Error() string {
 
 func (e *MaxDeliveriesError) Unwrap() error { return e.Err }
 
-// watchMaxDeliveries subscribes to the consumer's max-deliveries advisory
+// advisoryPrefix is the subject prefix of JetStream's max-deliveries
+// advisories, followed by "<stream>.<consumer>".
+const advisoryPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
+
+// DefaultAdvisoryStream is the default of Options.AdvisoryStream.
+const DefaultAdvisoryStream = "IDEM_ADVISORIES"
+
+// advisoryRetention bounds how long a kept advisory waits for a Run.
+const advisoryRetention = 7 * 24 * time.Hour
+
+// watchMaxDeliveries handles the consumer's max-deliveries advisories
 // until the returned function is called (it waits for a running handler).
 // Without a MaxDeliver, a known consumer or a connection it does nothing.
 //
-// Every Run of the fleet handles every advisory, on a plain subscription:
-// an advisory is published once, at most once, and a queue group handed
-// it to one Run, so a Run killed with advisories queued or in hand lost
-// their messages for good (idem chaos --max-deliver 2 lost 7 to 14 of 6000
-// orders so). The dead letters' Nats-Msg-Id (one per consumer and stream
-// sequence) makes the dead-letter stream drop the repeats (nats-server
-// 2.9 was seen keeping two published at the same moment: dead-lettering
-// is at least once).
+// JetStream publishes an advisory once, on a core subject: a fleet that is
+// down (or killed) when it is published never hears it, and its message
+// would be gone for good (idem chaos --max-deliver 2 lost up to 14 of 6000
+// orders so). So the advisories are kept in a stream of their own
+// (Options.AdvisoryStream, created when missing, capturing every
+// consumer's max-deliveries advisories) and read by a durable consumer
+// per idem consumer, which the fleet's Runs share: each advisory is
+// handled at least once, by one Run, and acknowledged only once its dead
+// letter is durable or its key is known applied; one whose handling fails
+// comes back. With AdvisoryStream "-", or when the stream cannot be made
+// (no permission), every Run listens on a plain subscription instead (the
+// failure is reported through Hooks.OnError): advisories raised while no
+// Run is up are then missed. The dead letters' Nats-Msg-Id (one per
+// consumer and stream sequence) makes the dead-letter stream drop repeats.
 func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop func(), err error) {
 	info := c.cons.CachedInfo()
 	nc := c.opts.JetStream.Conn()
@@ -61,11 +77,20 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 		return func() {}, nil
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + info.Stream + "." + info.Name
+	wg := &inflight{}
+	subject := advisoryPrefix + info.Stream + "." + info.Name
+	if c.opts.AdvisoryStream != "-" {
+		stop, err := c.keptAdvisories(wctx, t, subject, wg, info)
+		if err == nil {
+			return func() { stop(); cancel(); wg.close() }, nil
+		}
+		c.opts.Hooks.CallOnError(fmt.Errorf("natsidem: keep max-deliveries advisories in stream %s (listening on a plain subscription instead): %w", c.opts.AdvisoryStream, err))
+	}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		wg.Add(1)
-		defer wg.Done()
+		if !wg.enter() {
+			return
+		}
+		defer wg.leave()
 		if wctx.Err() == nil {
 			c.opts.Hooks.CallOnError(c.onMaxDeliveries(wctx, t, m.Data))
 		}
@@ -77,8 +102,95 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 	return func() {
 		_ = sub.Unsubscribe()
 		cancel()
-		wg.Wait()
+		wg.close()
 	}, nil
+}
+
+// inflight counts running advisory handlers so that stopping waits for
+// them; once closed it admits none (a callback arriving after the stop
+// returns at once, never racing the wait).
+type inflight struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (f *inflight) enter() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *inflight) leave() { f.wg.Done() }
+
+func (f *inflight) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// keptAdvisories makes sure the advisory stream exists and consumes the
+// consumer's advisories from it with a durable consumer.
+func (c *Consumer) keptAdvisories(ctx context.Context, t *transport, subject string, wg *inflight, info *jetstream.ConsumerInfo) (stop func(), err error) {
+	js := c.opts.JetStream
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// A stream per idem consumer, capturing its advisories only: streams
+	// of one account may not share subjects, and one stream listing every
+	// consumer's subject would be updated by many processes at once.
+	name := c.opts.AdvisoryStream + "_" + info.Stream + "_" + info.Name
+	if _, err := js.Stream(sctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(sctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: "idem: JetStream's max-deliveries advisories of " + info.Stream + "/" + info.Name + ", kept until its consumers dead-letter what it gave up on",
+			Subjects:    []string{subject},
+			Retention:   jetstream.WorkQueuePolicy,
+			MaxAge:      advisoryRetention,
+			Storage:     jetstream.FileStorage,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(sctx, name, jetstream.ConsumerConfig{
+		Durable:       "idem_maxdeliver",
+		Description:   "idem: dead-letters what " + info.Stream + "/" + info.Name + " gave up on",
+		FilterSubject: subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if !wg.enter() {
+			return // stopped: it comes back after AckWait
+		}
+		defer wg.leave()
+		if ctx.Err() != nil {
+			return // shutting down: it comes back after AckWait
+		}
+		err := c.onMaxDeliveries(ctx, t, m.Data())
+		c.opts.Hooks.CallOnError(err)
+		var me *MaxDeliveriesError
+		if errors.As(err, &me) && me.Err != nil && !errors.Is(me.Err, jetstream.ErrMsgNotFound) {
+			_ = m.NakWithDelay(c.opts.Backoff(deliveries(m)))
+			return
+		}
+		_ = m.Ack() // dead-lettered, applied, gone from the stream, or not an advisory at all
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cc.Stop, nil
 }
 
 // onMaxDeliveries handles one advisory: the message is read from the

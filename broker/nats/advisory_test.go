@@ -3,6 +3,7 @@ package natsidem_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,11 @@ import (
 // killed holding one must not lose its message), and the dead-letter
 // stream keeps one dead letter of the repeats.
 func TestMaxDeliveriesAdvisory(t *testing.T) {
+	t.Run("plain subscription", func(t *testing.T) { testMaxDeliveriesAdvisory(t, "-") })
+	t.Run("kept in a stream", func(t *testing.T) { testMaxDeliveriesAdvisory(t, "") })
+}
+
+func testMaxDeliveriesAdvisory(t *testing.T, advisories string) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -71,16 +77,23 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 		mu      sync.Mutex
 		reports []*natsidem.MaxDeliveriesError
 	)
-	opts := natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq}
+	opts := natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq, AdvisoryStream: advisories}
 	opts.Hooks.OnError = func(err error) {
 		var me *natsidem.MaxDeliveriesError
 		if errors.As(err, &me) {
 			mu.Lock()
 			reports = append(reports, me)
 			mu.Unlock()
+		} else if strings.Contains(err.Error(), "advisories") {
+			t.Errorf("advisories: %v", err)
 		}
 	}
-	const runs = 2
+	// On a plain subscription every Run hears each advisory; kept in a
+	// stream, one Run handles each.
+	runs, want := 2, 4
+	if advisories != "-" {
+		want = 2
+	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, runs)
 	for range runs {
@@ -97,12 +110,12 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 		mu.Lock()
 		n := len(reports)
 		mu.Unlock()
-		if n >= 2*runs {
+		if n >= want {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("advisories handled: %d of %d (each Run handles each)", n, 2*runs)
+			t.Fatalf("advisories handled: %d of %d", n, want)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -129,6 +142,136 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 			hdr(dl, natsidem.HeaderStreamSeq) != "1" || hdr(dl, natsidem.HeaderDeliveries) != "2" || hdr(dl, idem.HeaderDeadLetterKey) == "" ||
 			string(dl.Data) != "l" {
 			t.Fatalf("dead letter %v %q", dl.Header, dl.Data)
+		}
+	}
+}
+
+// TestMaxDeliveriesAdvisoryWhileFleetDown: JetStream gives up on a message
+// while no Run of its consumer is up (the whole fleet was killed): its
+// advisory is kept in the advisory stream, and the next Run dead-letters
+// the message from it. A plain subscription would have missed it.
+func TestMaxDeliveriesAdvisoryWhileFleetDown(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const ackWait = 300 * time.Millisecond
+	cons, err := e.js.CreateOrUpdateConsumer(ctx, e.stream, jetstream.ConsumerConfig{
+		Durable: "fleet-down", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := natsidem.NewGuard(memory.New(), cons, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		reports []*natsidem.MaxDeliveriesError
+	)
+	opts := natsidem.Options{JetStream: e.js, DeadLetterSubject: e.dlq}
+	opts.Hooks.OnError = func(err error) {
+		var me *natsidem.MaxDeliveriesError
+		if errors.As(err, &me) {
+			mu.Lock()
+			reports = append(reports, me)
+			mu.Unlock()
+		}
+	}
+	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
+		t.Error("a message past its MaxDeliver reached the handler")
+		return nil, nil
+	}), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fleet ran once (its first Run made the advisory stream), then died.
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	advisoryStream := natsidem.DefaultAdvisoryStream + "_" + e.stream + "_fleet-down"
+	waitUntil(t, ctx, "the advisory stream made", func() bool {
+		_, err := e.js.Stream(ctx, advisoryStream)
+		return err == nil
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	m := nats.NewMsg(e.subject + ".x")
+	m.Header.Set(jetstream.MsgIDHeader, "lost")
+	m.Data = []byte("l")
+	if _, err := e.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// A dying consumer takes both deliveries and settles neither; its next
+	// pull makes JetStream give up on the message, with no Run listening.
+	seen := 0
+	for seen < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("deliveries seen %d", seen)
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*ackWait))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			seen++
+		}
+	}
+	published := make(chan struct{}, 1)
+	sub, err := e.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+e.stream+".fleet-down", func(*nats.Msg) {
+		select {
+		case published <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	waitUntil(t, ctx, "JetStream giving up on the message", func() bool {
+		if _, err := cons.Fetch(1, jetstream.FetchMaxWait(ackWait)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-published:
+			return true
+		default:
+			return false
+		}
+	})
+
+	// The fleet comes back.
+	rctx, stop = context.WithCancel(ctx)
+	go func() { done <- c.Run(rctx) }()
+	waitUntil(t, ctx, "the kept advisory handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reports) >= 1
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r := reports[0]; r.Err != nil || r.Applied || r.Deliveries != 2 {
+		t.Fatalf("advisory report %+v", r)
+	}
+	dls := e.deadLetters(t)
+	if len(dls) != 1 || hdr(dls[0], natsidem.HeaderReason) != natsidem.ReasonMaxDeliver || hdr(dls[0], natsidem.HeaderMsgID) != "lost" {
+		t.Fatalf("dead letters %d, want the lost message with reason max_deliver", len(dls))
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test when ctx ends.
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within the test's time", what)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

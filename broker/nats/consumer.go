@@ -45,6 +45,15 @@ type Options struct {
 	// MaxAckPending, and their AckWait runs while they wait: keep
 	// Prefetch/Concurrency times the handler's duration under AckWait.
 	Prefetch int
+	// AdvisoryStream names the streams that keep JetStream's
+	// max-deliveries advisories, one per consumer
+	// ("<AdvisoryStream>_<stream>_<consumer>", created when missing, a work
+	// queue kept 7 days), so that a message JetStream gives up on while the
+	// whole fleet is down is still dead-lettered by the next Run (see the
+	// package doc: At the delivery limit). Default DefaultAdvisoryStream;
+	// "-": none (a plain subscription: advisories raised while no Run is
+	// up are missed).
+	AdvisoryStream string
 	// DoubleAck acknowledges with DoubleAck, waiting for the server to
 	// confirm. A lost plain Ack is harmless (the redelivery is a duplicate
 	// acked without running the handler); DoubleAck trades a round trip per
@@ -121,6 +130,9 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	}
 	if opts.Prefetch == 0 {
 		opts.Prefetch = max(2*opts.Concurrency, 4)
+	}
+	if opts.AdvisoryStream == "" {
+		opts.AdvisoryStream = DefaultAdvisoryStream
 	}
 	c := &Consumer{cons: cons, g: g, h: h, opts: opts,
 		t: transport{cons: cons, js: opts.JetStream, dlq: opts.DeadLetterSubject, doubleAck: opts.DoubleAck}}

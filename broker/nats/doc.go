@@ -74,16 +74,22 @@
 // store outage on it is held rather than nak'ed. One case is left: the
 // process holding the last delivery dies (SIGKILL, lost connection)
 // before settling it. JetStream then publishes its max-deliveries
-// advisory, which every Run listens for and handles (so a Run killed
-// holding it loses nothing while another is up; the dead-letter stream's
-// duplicate window drops the repeats, at least once): the message is
-// read from the stream by its sequence and, unless its key is completed
-// in the store with its content (it was applied), dead-lettered with
-// reason max_deliver, its Idem-Stream-Seq and Idem-Deliveries; each Run
-// reports it through Hooks.OnError as a [MaxDeliveriesError]. Advisories are not stored: one raised while no Run
-// is up is missed, so run the consumer while its messages can reach the
-// limit, or use MaxDeliver -1 (no limit; idem's MaxDeliveries still
-// dead-letters a failing handler).
+// advisory, once, on a core subject. Every Run keeps the advisories of its
+// consumer in a stream of their own ("IDEM_ADVISORIES_<stream>_<consumer>",
+// a work queue kept 7 days, made by the first Run: Options.AdvisoryStream)
+// and reads them with a durable consumer the fleet's Runs share, so an
+// advisory raised while the whole fleet is down is handled by the next Run:
+// the message is read from the stream by its sequence and, unless its key
+// is completed in the store with its content (it was applied),
+// dead-lettered with reason max_deliver, its Idem-Stream-Seq and
+// Idem-Deliveries; the advisory is acknowledged only then, and each is
+// reported through Hooks.OnError as a [MaxDeliveriesError]. The stream
+// must outlive the gap: a message given up on and its advisory both
+// expired before any Run came back is gone. Without permission to create
+// streams (or with AdvisoryStream "-") Runs listen on a plain subscription,
+// and an advisory raised while no Run is up is missed. MaxDeliver -1 (no
+// limit; idem's MaxDeliveries still dead-letters a failing handler) has no
+// such case at all.
 //
 // # Hooks
 //

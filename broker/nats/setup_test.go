@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -84,6 +85,13 @@ func newEnvOn(t testing.TB, nc *nats.Conn, adjust func(*jetstream.StreamConfig),
 		defer cancel()
 		_ = js.DeleteStream(ctx, e.stream)
 		_ = js.DeleteStream(ctx, e.stream+"_DLQ")
+		// The advisory streams its consumers made (natsidem.Options.AdvisoryStream).
+		names := js.StreamNames(ctx)
+		for name := range names.Name() {
+			if strings.HasPrefix(name, natsidem.DefaultAdvisoryStream+"_"+e.stream+"_") {
+				_ = js.DeleteStream(ctx, name)
+			}
+		}
 	})
 	return e
 }
