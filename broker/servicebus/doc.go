@@ -114,7 +114,10 @@
 // count in the transactional inbox's delivery count). A session that
 // brings no message for Options.SessionIdleTimeout is released for
 // another; a session lock Service Bus reports lost cancels the handler
-// (cause ErrLockLost) and the worker accepts anew. The key and the scope
+// (cause ErrLockLost) and the worker accepts anew. A completion after the
+// session's lock ran out may be reported done by the client (it recovers
+// its link and loses the refusal) although the message comes back: its
+// record makes that redelivery a duplicate, so nothing runs twice. The key and the scope
 // are the guard's, as for Consumer. A plain Consumer over a receiver of
 // an entity with sessions is refused by Service Bus (the receiver's
 // first receive fails).

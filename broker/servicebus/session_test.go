@@ -170,3 +170,118 @@ func TestSessionHolderCrash(t *testing.T) {
 		t.Fatalf("queue %+v, want empty", st)
 	}
 }
+
+// sessionQueue creates "orders", session-enabled with the lock lock, on a
+// new server and sends it msgs as "<session>/<id>" pairs.
+func sessionQueue(t *testing.T, lock time.Duration, msgs ...[2]string) *servicebustest.Server {
+	t.Helper()
+	srv := newServer(t)
+	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: lock, RequiresSession: true}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newClient(t, srv).NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		session, id := m[0], m[1]
+		if err := s.SendMessage(context.Background(), &azservicebus.Message{MessageID: &id, SessionID: &session}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv
+}
+
+func sessionGuard(t *testing.T) *idem.Guard {
+	t.Helper()
+	g, err := servicebus.NewGuard(memory.New(), "orders", idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// An idle session is released: one worker holding session A, which has
+// nothing more, lets it go after SessionIdleTimeout and takes B.
+func TestSessionIdleReleased(t *testing.T) {
+	srv := sessionQueue(t, 2*time.Second, [2]string{"A", "a1"}, [2]string{"B", "b1"})
+	seen := make(chan string, 2)
+	runSessions(t, srv, sessionGuard(t), servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		seen <- m.MessageID
+		return nil, nil
+	}), servicebus.Options{Sessions: 1, SessionIdleTimeout: 200 * time.Millisecond})
+	for _, want := range []string{"a1", "b1"} {
+		select {
+		case got := <-seen:
+			if got != want {
+				t.Fatalf("handled %s, want %s", got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s never handled: the idle session was not released", want)
+		}
+	}
+}
+
+// Options.Sessions sessions are handled at once: A's handler waits for
+// B's, which only a second session worker can run.
+func TestSessionsAtOnce(t *testing.T) {
+	srv := sessionQueue(t, 2*time.Second, [2]string{"A", "a1"}, [2]string{"B", "b1"})
+	bDone := make(chan struct{})
+	aDone := make(chan struct{})
+	runSessions(t, srv, sessionGuard(t), servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		if m.MessageID == "b1" {
+			close(bDone)
+			return nil, nil
+		}
+		select {
+		case <-bDone:
+			close(aDone)
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}), servicebus.Options{Sessions: 2})
+	select {
+	case <-aDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's handler never saw B's run: the sessions were not handled at once")
+	}
+}
+
+// A handler that runs for several session lock durations keeps the
+// session (its lock renewed): the message is delivered once, completed,
+// and the next one of the session follows.
+func TestSessionLockRenewedUnderLongHandler(t *testing.T) {
+	const lock = 300 * time.Millisecond
+	srv := sessionQueue(t, lock, [2]string{"A", "a1"}, [2]string{"A", "a2"})
+	type seen struct {
+		id    string
+		count uint32
+		cause error
+	}
+	got := make(chan seen, 4)
+	settled := make(chan broker.Report, 4)
+	runSessions(t, srv, sessionGuard(t), servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		if m.MessageID == "a1" {
+			select {
+			case <-time.After(5 * lock): // the work
+			case <-ctx.Done():
+			}
+		}
+		got <- seen{m.MessageID, m.DeliveryCount, context.Cause(ctx)}
+		return nil, ctx.Err()
+	}), servicebus.Options{Options: servicebus.ConsumerOptions{Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+		AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
+	}}})
+	for _, want := range []string{"a1", "a2"} {
+		s := <-got
+		if s.id != want || s.count != 1 || s.cause != nil {
+			t.Fatalf("got %s (delivery %d, cause %v), want %s on its first delivery, uncancelled", s.id, s.count, s.cause, want)
+		}
+		// Processed and completed under the session's lock, once: a lock
+		// run out would bring a1 back (a duplicate) before a2.
+		if r := <-settled; r.Action != idem.ActionAck || r.Result.Outcome != idem.OutcomeProcessed || r.BrokerErr != nil {
+			t.Fatalf("%s: %s %s, settle error %v; want processed and completed", want, r.Action, r.Result.Outcome, r.BrokerErr)
+		}
+	}
+}

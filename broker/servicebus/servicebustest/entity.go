@@ -363,6 +363,11 @@ func (e *entity) deadLetter(m *message, reason, description string, props amqpMa
 	e.pump()
 }
 
+// sessionLockLostState answers a settlement of a session's message once
+// the session's lock is gone, with Service Bus's condition.
+var sessionLockLostState = perf(codeRejected, amqpError("com.microsoft:session-lock-lost",
+	"The session lock has expired on the MessageSession. Accept a new MessageSession.", nil))
+
 var lockLost = perf(codeRejected, amqpError("com.microsoft:message-lock-lost",
 	"The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.", nil))
 
@@ -372,6 +377,9 @@ func (s *Server) settleDelivery(d *delivery, state any) any {
 	m := d.m
 	e := m.e
 	if e == nil || e.held(d.token) != m {
+		if e != nil && e.sessions != nil {
+			return sessionLockLostState
+		}
 		return lockLost
 	}
 	code, f := descCode(state)

@@ -58,9 +58,11 @@
 // locked until their lock expires (they may still be settled through
 // $management by lock token); a session receiver that closes frees its
 // session at once, its locked messages available again with DeliveryCount
-// + 1. A settlement after a session's lock ran out fails as lock lost
-// (message-lock-lost; Service Bus says session-lock-lost: the client
-// retries both). ReceiveAndDelete receivers are served (no test of their
+// + 1. A settlement after a session's lock ran out is refused with
+// com.microsoft:session-lock-lost, as Service Bus refuses it; the client
+// (azservicebus v1.11) then recovers its link and may report the
+// settlement as done although nothing was settled: the message comes
+// back to the session's next holder. ReceiveAndDelete receivers are served (no test of their
 // own here). Any SASL mechanism and any token are accepted.
 //
 // # What it refuses
