@@ -222,3 +222,15 @@ func TestDoctorStaleAndUnswept(t *testing.T) {
 		t.Fatalf("doctor after sweep and resolve: exit %d %+v", code, fs)
 	}
 }
+
+// On Service Bus the entity's properties come from the administration
+// API; servicebustest has none, so the doctor says what it could not read
+// and how to pass it, and warns that dead letters never expire there.
+func TestDoctorServiceBus(t *testing.T) {
+	b := newServiceBusDLQ(t)
+	code, fs := doctorRun(t, "--store", operatorStores["memory"](t), "--broker", b.url())
+	if code != exitOK || !has(fs, "retention", levelNote, "administration API", "--redelivery-horizon") ||
+		!has(fs, "retention", levelWarning, "orders/$DeadLetterQueue: dead letters never expire") {
+		t.Fatalf("doctor: exit %d %+v", code, fs)
+	}
+}

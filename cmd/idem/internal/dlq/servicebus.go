@@ -2,11 +2,16 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/idemgo/idem/broker/servicebus"
 )
@@ -16,6 +21,7 @@ import (
 // the selected dead letters and abandons the others it received.
 type sbQueue struct {
 	client *azservicebus.Client
+	conn   string // the connection string without EntityPath
 	name   string
 	entity string // queue, or TOPIC/Subscriptions/SUB
 }
@@ -33,7 +39,8 @@ func openServiceBus(_ context.Context, raw string) (Queue, error) {
 	if q.entity == "" {
 		return nil, fmt.Errorf("%w: %s needs EntityPath=QUEUE (or TOPIC/Subscriptions/SUB): the entity whose $DeadLetterQueue to read", ErrBadURL, q.name)
 	}
-	c, err := azservicebus.NewClientFromConnectionString(strings.Join(kept, ";"), nil)
+	q.conn = strings.Join(kept, ";")
+	c, err := azservicebus.NewClientFromConnectionString(q.conn, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadURL, q.name, err)
 	}
@@ -182,12 +189,117 @@ func (q *sbQueue) Replay(ctx context.Context, ids []string, done func(DeadLetter
 	return nil
 }
 
-// Horizon: the entity's lock duration, MaxDeliveryCount and message TTL
-// are read with the administration API, which this command does not
-// carry (nor does the in-process servicebustest serve it).
-func (q *sbQueue) Horizon(context.Context) ([]Span, []error, error) {
-	return nil, []error{fmt.Errorf("%w: %s: lock duration × MaxDeliveryCount and the default message TTL are entity properties of the "+
-		"administration API; read them (az servicebus queue show) and pass the longest as --redelivery-horizon", ErrNotReadable, q.entity)}, nil
+// Horizon reads the entity's lock duration, MaxDeliveryCount and default
+// message TTL with the administration API. A server without it (the
+// in-process servicebustest, an emulator) is a note: pass the numbers as
+// --redelivery-horizon. A dead-letter queue's messages never expire.
+func (q *sbQueue) Horizon(ctx context.Context) ([]Span, []error, error) {
+	dead := Span{What: q.entity + "/$DeadLetterQueue: dead letters never expire", Unbounded: true, DeadLetters: true}
+	p, err := q.entityProperties(ctx)
+	if err != nil {
+		return []Span{dead}, []error{fmt.Errorf("%w: %s: lock duration, MaxDeliveryCount and the default message TTL come from the administration API, which answered %v; "+
+			"read them (az servicebus queue show) and pass the longest as --redelivery-horizon", ErrNotReadable, q.entity, err)}, nil
+	}
+	spans, err := sbSpans(q.entity, p)
+	return append(spans, dead), nil, err
 }
 
-var _ Horizoner = (*sbQueue)(nil)
+// sbProperties are the entity properties that bound redelivery, as the
+// administration API returns them (ISO 8601 durations).
+type sbProperties struct {
+	LockDuration, DefaultMessageTimeToLive *string
+	MaxDeliveryCount                       *int32
+}
+
+func (q *sbQueue) entityProperties(ctx context.Context) (sbProperties, error) {
+	ac, err := admin.NewClientFromConnectionString(q.conn, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Retry: policy.RetryOptions{MaxRetries: -1}}}) // an operator's tool: one answer, not a minute of retries
+	if err != nil {
+		return sbProperties{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if topic, sub, ok := strings.Cut(q.entity, "/Subscriptions/"); ok {
+		r, err := ac.GetSubscription(ctx, topic, sub, nil)
+		if err != nil || r == nil {
+			return sbProperties{}, errOr(err, "no such subscription")
+		}
+		return sbProperties{r.LockDuration, r.DefaultMessageTimeToLive, r.MaxDeliveryCount}, nil
+	}
+	r, err := ac.GetQueue(ctx, q.entity, nil)
+	if err != nil || r == nil {
+		return sbProperties{}, errOr(err, "no such queue")
+	}
+	return sbProperties{r.LockDuration, r.DefaultMessageTimeToLive, r.MaxDeliveryCount}, nil
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// sbSpans: the redelivery budget is MaxDeliveryCount locks run out
+// (each a lock duration), the message TTL how long a message waits to be
+// received at all (Service Bus's largest TimeSpan means none).
+func sbSpans(entity string, p sbProperties) ([]Span, error) {
+	lock, err := isoDuration(deref(p.LockDuration, "PT1M"))
+	if err != nil {
+		return nil, err
+	}
+	n := int32(10)
+	if p.MaxDeliveryCount != nil {
+		n = *p.MaxDeliveryCount
+	}
+	ttl, err := isoDuration(deref(p.DefaultMessageTimeToLive, "P10675199DT2H48M5.4775807S"))
+	if err != nil {
+		return nil, err
+	}
+	return []Span{
+		{What: fmt.Sprintf("%s: MaxDeliveryCount %d × LockDuration %v", entity, n, lock), Duration: time.Duration(n) * lock, Budget: true},
+		{What: entity + ": DefaultMessageTimeToLive", Duration: ttl, Unbounded: ttl >= 10000*24*time.Hour},
+	}, nil
+}
+
+func deref(s *string, def string) string {
+	if s == nil || *s == "" {
+		return def
+	}
+	return *s
+}
+
+// isoDuration parses the ISO 8601 durations Service Bus uses: P[nD][T[nH][nM][n.nS]].
+func isoDuration(s string) (time.Duration, error) {
+	bad := fmt.Errorf("%w: duration %q is not ISO 8601 (PnDTnHnMnS)", ErrNotReadable, s)
+	rest, ok := strings.CutPrefix(strings.ToUpper(s), "P")
+	if !ok || rest == "" || strings.HasSuffix(rest, "T") {
+		return 0, bad
+	}
+	var total float64
+	inTime := false
+	for rest != "" {
+		if rest[0] == 'T' {
+			inTime, rest = true, rest[1:]
+			continue
+		}
+		i := strings.IndexAny(rest, "DHMS")
+		if i <= 0 {
+			return 0, bad
+		}
+		v, err := strconv.ParseFloat(rest[:i], 64)
+		if err != nil {
+			return 0, bad
+		}
+		unit := map[byte]float64{'D': 24 * 3600, 'H': 3600, 'M': 60, 'S': 1}[rest[i]]
+		if (rest[i] == 'D') == inTime {
+			return 0, bad
+		}
+		total += v * unit
+		rest = rest[i+1:]
+	}
+	if total*float64(time.Second) > float64(1<<63-1) {
+		return time.Duration(1<<63 - 1), nil
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
