@@ -285,3 +285,52 @@ func TestSessionLockRenewedUnderLongHandler(t *testing.T) {
 		}
 	}
 }
+
+// A session consumer of a subscription (its EntityPath) accepts the
+// subscription's sessions.
+func TestSessionConsumerOfSubscription(t *testing.T) {
+	srv := newServer(t)
+	if err := srv.CreateTopic("events", servicebustest.QueueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.CreateSubscription("events", "billing", servicebustest.QueueOptions{RequiresSession: true}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newClient(t, srv).NewSender("events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, session := "e1", "A"
+	if err := s.SendMessage(context.Background(), &azservicebus.Message{MessageID: &id, SessionID: &session}, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(t, srv)
+	entity := servicebus.EntityPath("events", "billing")
+	g, err := servicebus.NewGuard(memory.New(), entity, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 1)
+	c, err := servicebus.NewSessionConsumer(client, entity, g, servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
+		seen <- *m.SessionID + "/" + m.MessageID
+		return nil, nil
+	}), servicebus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case got := <-seen:
+		if got != "A/e1" {
+			t.Fatalf("handled %s", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription's session was never handled")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -48,6 +48,13 @@ func (s *Server) rpc(l *link, body []byte) {
 		code, desc, condition, out = s.sessionOp(l, assoc, op, value)
 	case op == "com.microsoft:renew-lock":
 		code, desc, condition, out = s.renewLocks(l.entity, value)
+	case op == "com.microsoft:peek-message" && l.entity.sessions != nil:
+		holder := l.s.c.receiverNamed(assoc)
+		if holder == nil || holder.sess == nil {
+			code, desc, condition, out = sessionLockLost()
+			break
+		}
+		code, desc, condition, out = s.peek(l.entity, value, holder.sess.id)
 	case op == "com.microsoft:peek-message":
 		code, desc, condition, out = s.peek(l.entity, value)
 	case op == "com.microsoft:update-disposition":

@@ -7,8 +7,9 @@ package servicebustest
 // there is none
 // (https://learn.microsoft.com/azure/service-bus-messaging/message-browsing).
 // An operator's tool lists a dead-letter queue this way without touching
-// it.
-func (s *Server) peek(e *entity, value amqpMap) (int, string, string, any) {
+// it. session, when set, limits the peek to that session's messages: a
+// session receiver browses its own session.
+func (s *Server) peek(e *entity, value amqpMap, session ...string) (int, string, string, any) {
 	from, count := int64(0), 1
 	if v, ok := value.get("from-sequence-number"); ok {
 		from = int64(asUint(v))
@@ -21,7 +22,7 @@ func (s *Server) peek(e *entity, value amqpMap) (int, string, string, any) {
 		if len(out) >= count {
 			break
 		}
-		if m.seq < from {
+		if m.seq < from || (len(session) > 0 && m.sessionID != session[0]) {
 			continue
 		}
 		out = append(out, amqpMap{{"message", m.encode(false)}})

@@ -32,6 +32,7 @@
 //	topics: every subscription gets every message                    TestTopicSubscriptions
 //	batches; messages over several frames                            TestBatchAndManyMessages
 //	peek from a sequence number, locked messages included            TestPeek
+//	  (a session receiver's: its session's only)                     TestSessionPeek
 //	sessions: a session receiver gets only its session's messages,   TestSessionFilterAndAcceptNext,
 //	  in order; accept by id and accept-next                         TestSessionIsolation
 //	a locked session cannot be accepted elsewhere                    TestSessionLockedElsewhere

@@ -248,3 +248,17 @@ func TestSessionIsolation(t *testing.T) {
 		}
 	}
 }
+
+// A session receiver's peek browses its own session only.
+func TestSessionPeek(t *testing.T) {
+	_, client := sessionQueue(t, servicebustest.QueueOptions{})
+	send(t, client, "s", sessionMsg("a1", "A"), sessionMsg("b1", "B"), sessionMsg("a2", "A"))
+	a, err := client.AcceptSessionForQueue(ctxT(t), "s", "A", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := a.PeekMessages(ctxT(t), 10, nil)
+	if err != nil || len(msgs) != 2 || msgs[0].MessageID != "a1" || msgs[1].MessageID != "a2" {
+		t.Fatalf("peek of session A: %d messages, %v", len(msgs), err)
+	}
+}
