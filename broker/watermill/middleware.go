@@ -1,0 +1,368 @@
+package watermillidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+)
+
+// HeaderID is the metadata field whose value, when set, is the message's
+// id in place of its UUID (MessageOf).
+const HeaderID = "Idem-Id"
+
+// Metadata set on a dead letter beside idem's own (broker.DeadLetterHeaders:
+// idem.HeaderReason, idem.HeaderError, idem.HeaderDeadLetterKey,
+// idem.HeaderFingerprint and the idem.HeaderStored* fields). The *_poisoned
+// fields are those of Watermill's own PoisonQueue middleware, so tooling
+// written for its poison queue reads idem's too.
+const (
+	HeaderTopic      = "Idem-Original-Topic" // the topic the handler subscribed to
+	HeaderHandler    = "Idem-Handler"        // the router handler that dead-lettered it
+	ReasonPoisoned   = "reason_poisoned"     // the error text (middleware.ReasonForPoisonedKey)
+	TopicPoisoned    = "topic_poisoned"      // middleware.PoisonedTopicKey
+	HandlerPoisoned  = "handler_poisoned"    // middleware.PoisonedHandlerKey
+	SubscriberPoison = "subscriber_poisoned" // middleware.PoisonedSubscriberKey
+)
+
+// MessageOf is what the guard reads of msg: ID from the Idem-Id metadata
+// field (HeaderID) when set, else the UUID, which the publisher assigns
+// and every Pub/Sub keeps across redeliveries; Headers are the metadata
+// (not copied); CorrelationID is Watermill's correlation_id field.
+func MessageOf(msg *message.Message) idem.Message {
+	id := msg.Metadata[HeaderID]
+	if id == "" {
+		id = msg.UUID
+	}
+	return idem.Message{ID: id, Headers: msg.Metadata, Payload: msg.Payload,
+		ContentType: msg.Metadata["Content-Type"], CorrelationID: msg.Metadata["correlation_id"]}
+}
+
+// Options configure a Middleware. Publisher and PoisonTopic are required.
+type Options struct {
+	// Options are the engine's (see broker.Options): Backoff (how long a
+	// failed message waits before it is nacked for a redelivery, from its
+	// attempt, and the pace of a held message's claims), MaxHold (how long
+	// a message whose key is in progress elsewhere is held before it is
+	// nacked), MaxDeliveries (handler failures, counted in the record,
+	// before a max_deliver dead letter; zero: none) and Hooks. Concurrency
+	// and ShutdownTimeout are the router's: they are not used.
+	broker.Options[*message.Message]
+	// Publisher publishes the dead letters to PoisonTopic, and the
+	// messages the handler produces to the handler's publish topic: they
+	// are published before the record is completed, so a duplicate, which
+	// returns none, never lacks them (the router would publish them after
+	// the handler returned, and a failed publish would then lose them).
+	// Give it the handler's own publisher.
+	Publisher message.Publisher
+	// PoisonTopic receives conflicts, permanent failures, messages without
+	// a usable key, parked records and, with MaxDeliveries, messages that
+	// failed that often, with idem's headers in the metadata. It must not
+	// be a topic the handler consumes.
+	PoisonTopic string
+	// Result is what a processed message records, replayed in the Report
+	// of its duplicates. Default: the UUIDs of the messages the handler
+	// produced, one a line.
+	Result func(produced []*message.Message) []byte
+}
+
+// ConsumerOptions are the engine's options of a Middleware, for literals:
+// watermillidem.Options{Options: watermillidem.ConsumerOptions{MaxDeliveries: 5}, ...}.
+type ConsumerOptions = broker.Options[*message.Message]
+
+// Middleware makes Watermill router handlers idempotent on an idem store:
+// for each message it claims the key, runs the handler and publishes what
+// it produced, completes the record and returns nil (the router acks); a
+// duplicate is acked without running the handler and returns no
+// messages; a handler error releases the claim and is returned once the
+// back-off is waited out (the router nacks, the Pub/Sub redelivers); a
+// conflict goes to the poison topic with idem's headers and is acked.
+// Each message runs through idem's consumer engine (broker.Consumer), so
+// holds, store outages and delivery limits behave as on every broker.
+type Middleware struct {
+	g    *idem.Guard
+	opts Options
+
+	mu       sync.Mutex
+	handlers map[string]string // topic -> the handler consuming it
+	workers  workers
+}
+
+// New returns the middleware running handlers under g, whose scope is the
+// consumer's identity (a name for the handler: the scope and the key are
+// the guard's, as on every broker). A middleware added to the whole router
+// runs for each handler in g's scope: two handlers of one topic under one
+// middleware would skip each other's messages as duplicates, so the second
+// one's messages are refused (ErrSharedScope). Everything else is checked
+// here: a nil
+// guard or publisher, an empty PoisonTopic and negative options are
+// refused with an error wrapping idem.ErrInvalidOptions.
+func New(g *idem.Guard, opts Options) (*Middleware, error) {
+	switch {
+	case g == nil:
+		return nil, fmt.Errorf("%w: watermillidem: nil guard", idem.ErrInvalidOptions)
+	case opts.Publisher == nil:
+		return nil, fmt.Errorf("%w: watermillidem: Options.Publisher is required (dead letters, produced messages)", idem.ErrInvalidOptions)
+	case opts.PoisonTopic == "":
+		return nil, fmt.Errorf("%w: watermillidem: Options.PoisonTopic is required (conflicts are never dropped silently)", idem.ErrInvalidOptions)
+	}
+	if err := opts.Options.Fill(); err != nil {
+		return nil, err
+	}
+	if opts.Result == nil {
+		opts.Result = producedUUIDs
+	}
+	return &Middleware{g: g, opts: opts, workers: workers{jobs: make(chan *job), quit: make(chan struct{}),
+		maxIdle: int32(4 * runtime.GOMAXPROCS(0))}}, nil
+}
+
+// Close ends the goroutines the middleware keeps idle between messages.
+// Messages handled later start new ones.
+func (m *Middleware) Close() {
+	m.workers.once.Do(func() { close(m.workers.quit) })
+}
+
+// workers run the engine's flow for the router's messages on goroutines
+// kept between messages, up to maxIdle idle: the router starts a fresh
+// goroutine per message, and growing its stack through the flow (the
+// guard, the store, SHA-256) cost more than the flow itself, about 5 µs of
+// CPU per message. The router's goroutine waits for its message's report.
+type workers struct {
+	jobs    chan *job // unbuffered: a send succeeds only to an idle worker
+	idle    atomic.Int32
+	maxIdle int32
+	quit    chan struct{}
+	once    sync.Once
+}
+
+type job struct {
+	eng  *broker.Consumer[*message.Message]
+	msg  *message.Message
+	r    broker.Report
+	done chan struct{}
+}
+
+var jobs = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
+
+func (w *workers) process(eng *broker.Consumer[*message.Message], msg *message.Message) broker.Report {
+	j := jobs.Get().(*job)
+	j.eng, j.msg = eng, msg
+	select {
+	case w.jobs <- j:
+	default:
+		go w.work(j)
+	}
+	<-j.done
+	r := j.r
+	*j = job{done: j.done}
+	jobs.Put(j)
+	return r
+}
+
+func (w *workers) work(j *job) {
+	for {
+		j.r = j.eng.Process(j.msg.Context(), j.msg)
+		j.done <- struct{}{}
+		if w.idle.Add(1) > w.maxIdle {
+			w.idle.Add(-1)
+			return
+		}
+		select {
+		case j = <-w.jobs:
+			w.idle.Add(-1)
+		case <-w.quit:
+			w.idle.Add(-1)
+			return
+		}
+	}
+}
+
+func producedUUIDs(produced []*message.Message) []byte {
+	if len(produced) == 0 {
+		return nil
+	}
+	ids := make([]string, len(produced))
+	for i, m := range produced {
+		ids[i] = m.UUID
+	}
+	return []byte(strings.Join(ids, "\n"))
+}
+
+// RetryError is what the middleware returns for a message to be delivered
+// again (the router nacks it): the handler failed, or the key is still in
+// progress elsewhere past MaxHold, or the store could not be reached at
+// shutdown. It wraps the guard's error (idem.ErrInProgress, the handler's).
+type RetryError struct {
+	Report broker.Report
+}
+
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("watermillidem: message to be redelivered (%s): %v", e.Report.Result.Outcome, e.Report.Err)
+}
+
+func (e *RetryError) Unwrap() error { return e.Report.Err }
+
+// Middleware wraps h (a message.HandlerMiddleware) in two-phase mode
+// (idem.Guard.Do): add it to a handler or to the router.
+func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return m.wrap(broker.Handle(func(ctx context.Context, msg *message.Message) ([]byte, error) {
+		return m.run(ctx, msg, h)
+	}))
+}
+
+// HandlerTx is a router handler that runs fn inside a transaction of the
+// guard's store together with the dedup marker (idem.DoTx, the
+// transactional inbox): fn's writes through tx and the marker commit
+// together, or neither does; what fn produces is published before the
+// commit. The guard's store must implement idem.TxStore[Tx]; one that
+// does not is refused with an error wrapping idem.ErrInvalidOptions.
+func HandlerTx[Tx any](m *Middleware, fn func(ctx context.Context, tx Tx, msg *message.Message) ([]*message.Message, error)) (message.HandlerFunc, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: watermillidem: nil handler", idem.ErrInvalidOptions)
+	}
+	h := broker.HandleTx(func(ctx context.Context, tx Tx, msg *message.Message) ([]byte, error) {
+		return m.run(ctx, msg, func(msg *message.Message) ([]*message.Message, error) { return fn(msg.Context(), tx, msg) })
+	})
+	if err := h.Check(m.g); err != nil {
+		return nil, err
+	}
+	return m.wrap(h), nil
+}
+
+// run runs h for msg under the claim whose context is ctx and publishes
+// what it produced, so that the record completes only once they are out.
+func (m *Middleware) run(ctx context.Context, msg *message.Message, h message.HandlerFunc) ([]byte, error) {
+	orig := msg.Context()
+	msg.SetContext(ctx) // the key (idem.KeyFromContext), cancelled if the claim is lost
+	out, err := h(msg)
+	msg.SetContext(orig)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > 0 {
+		topic := message.PublishTopicFromCtx(orig)
+		if topic == "" {
+			return nil, message.ErrOutputInNoPublisherHandler
+		}
+		if err := m.opts.Publisher.Publish(topic, out...); err != nil {
+			return nil, fmt.Errorf("watermillidem: publish produced messages to %s: %w", topic, err)
+		}
+	}
+	return m.opts.Result(out), nil
+}
+
+// ErrSharedScope is returned for the messages of a second router handler
+// subscribed to a topic that another handler consumes under the same
+// middleware: both would record the same keys in one scope, and each
+// would skip what the other did as a duplicate. Give each handler a
+// middleware with a guard of its own scope.
+var ErrSharedScope = errors.New("watermillidem: two handlers of one topic share a middleware (and so a scope)")
+
+// register records that the handler of ctx consumes its topic under m,
+// refusing a second handler of the same topic (ErrSharedScope).
+func (m *Middleware) register(ctx context.Context) error {
+	topic, name := message.SubscribeTopicFromCtx(ctx), message.HandlerNameFromCtx(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.handlers == nil {
+		m.handlers = map[string]string{}
+	}
+	if other, ok := m.handlers[topic]; ok && other != name {
+		return fmt.Errorf("%w: handlers %q and %q of topic %q in scope %q", ErrSharedScope, other, name, topic, m.g.Options().Scope)
+	}
+	m.handlers[topic] = name
+	return nil
+}
+
+// wrap is the router handler running h on the engine, built on the first
+// message (which names the handler and its topic).
+func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFunc {
+	var (
+		once sync.Once
+		eng  *broker.Consumer[*message.Message]
+		err  error
+	)
+	return func(msg *message.Message) ([]*message.Message, error) {
+		once.Do(func() {
+			if err = m.register(msg.Context()); err == nil {
+				eng, err = broker.NewConsumer[*message.Message](transport{m}, m.g, h, m.opts.Options)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		r := m.workers.process(eng, msg)
+		switch {
+		case r.Action == idem.ActionAck, r.Action == idem.ActionDeadLetter && r.BrokerErr == nil:
+			return nil, nil
+		case r.BrokerErr != nil:
+			return nil, r.BrokerErr
+		}
+		return nil, &RetryError{Report: r}
+	}
+}
+
+// transport is the Watermill side of the engine. The router schedules
+// messages (a handler call each) and acks or nacks each from what the
+// middleware returns, so Ack and Retry settle nothing themselves; Retry
+// cannot delay (a nack is redelivered at once), so the engine waits the
+// back-off out before the middleware returns the error. Watermill counts
+// no deliveries: the handler's failures are counted in the record.
+type transport struct{ m *Middleware }
+
+func (transport) Receive(context.Context, int) ([]*message.Message, error) {
+	return nil, fmt.Errorf("%w: watermillidem: messages are scheduled by the router", broker.ErrClosed)
+}
+
+func (transport) Message(msg *message.Message) idem.Message { return MessageOf(msg) }
+
+func (transport) Delivery(*message.Message) broker.Delivery { return broker.Delivery{Attempt: 1} }
+
+func (transport) Ack(context.Context, *message.Message) error { return nil }
+
+func (transport) Retry(context.Context, *message.Message, time.Duration) error { return nil }
+
+// RetryDelays is false: a nack is redelivered at once (broker.Delayer).
+func (transport) RetryDelays() bool { return false }
+
+// SettlesInPlace: the router acks and nacks (broker.InPlace).
+func (transport) SettlesInPlace() bool { return true }
+
+// DeadLetter publishes a copy of msg, with idem's headers and where it came
+// from in the metadata, to the poison topic.
+func (t transport) DeadLetter(_ context.Context, msg *message.Message, d broker.DeadLetter) error {
+	dl := DeadLetter(msg, d.Headers)
+	if err := t.m.opts.Publisher.Publish(t.m.opts.PoisonTopic, dl); err != nil {
+		return fmt.Errorf("watermillidem: publish dead letter to %s: %w", t.m.opts.PoisonTopic, err)
+	}
+	return nil
+}
+
+// DeadLetter is the dead letter of msg with idem's headers h: the same UUID
+// and payload, the original metadata, h, the subscribed topic and the
+// handler (also under the names Watermill's PoisonQueue middleware uses).
+func DeadLetter(msg *message.Message, h map[string]string) *message.Message {
+	dl := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		dl.Metadata[k] = v
+	}
+	for k, v := range h {
+		dl.Metadata[k] = v
+	}
+	ctx := msg.Context()
+	topic, handler := message.SubscribeTopicFromCtx(ctx), message.HandlerNameFromCtx(ctx)
+	dl.Metadata[HeaderTopic], dl.Metadata[TopicPoisoned] = topic, topic
+	dl.Metadata[HeaderHandler], dl.Metadata[HandlerPoisoned] = handler, handler
+	dl.Metadata[SubscriberPoison] = message.SubscriberNameFromCtx(ctx)
+	dl.Metadata[ReasonPoisoned] = h[idem.HeaderReason] + ": " + h[idem.HeaderError]
+	return dl
+}
