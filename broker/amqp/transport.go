@@ -173,6 +173,10 @@ func (t *transport) Retry(_ context.Context, d amqp.Delivery, _ time.Duration) e
 // RetryDelays is false: RabbitMQ requeues at once.
 func (t *transport) RetryDelays() bool { return false }
 
+// SettlesInPlace reports that Ack and Retry need no settle context of
+// their own (broker.InPlace): amqp091's Ack and Nack take none.
+func (t *transport) SettlesInPlace() bool { return true }
+
 // Return hands an unstarted (or held) delivery back on shutdown. RabbitMQ
 // has no cheaper give-back than a requeue, which counts toward a quorum
 // queue's delivery-limit as a crash's return would.
