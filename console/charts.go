@@ -40,76 +40,86 @@ const (
 	padBottom      = 6
 )
 
+// series is one line of a chart: a value per bucket, oldest first.
+type series struct {
+	Name, Class string
+	Values      []float64
+	Gauge       bool // a level: its total over the window is its largest value
+}
+
+// lineChart lays series out over the buckets starting at starts, the
+// largest value at the top; label formats the top's value.
+func lineChart(title string, starts []time.Time, ss []series, label func(float64) string) svgChart {
+	c := svgChart{Title: title}
+	if n := len(starts); n > 0 {
+		c.From, c.To = starts[0].UTC().Format("15:04"), starts[n-1].UTC().Format("15:04")+" UTC"
+	}
+	var top float64
+	for _, s := range ss {
+		for _, v := range s.Values {
+			top = max(top, v)
+		}
+	}
+	c.Empty, c.Max = top == 0, label(top)
+	for _, s := range ss {
+		c.Series = append(c.Series, svgSeries{Name: s.Name, Class: s.Class, Points: points(s.Values, top)})
+	}
+	return c
+}
+
+func countLabel(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
 func chartsFor(s ScopeSeries) scopeCharts {
 	sc := scopeCharts{Scope: s.Scope, Total: s.Total}
 	n := len(s.Minutes)
 	for i := n - 1; i >= 0 && i >= n-10; i-- {
 		sc.Recent = append(sc.Recent, s.Minutes[i])
 	}
-	from, to := "", ""
-	if n > 0 {
-		from, to = s.Minutes[0].Start.Format("15:04"), s.Minutes[n-1].Start.Format("15:04")+" UTC"
+	starts := make([]time.Time, n)
+	for i, m := range s.Minutes {
+		starts[i] = m.Start
 	}
-	counts := []struct {
-		name, class string
-		v           func(Minute) float64
-	}{
-		{"processed", "s-processed", func(m Minute) float64 { return float64(m.Processed) }},
-		{"duplicates", "s-duplicate", func(m Minute) float64 { return float64(m.Duplicates) }},
-		{"conflicts", "s-conflict", func(m Minute) float64 { return float64(m.Conflicts) }},
-		{"in-progress retries", "s-inprogress", func(m Minute) float64 { return float64(m.InProgress) }},
-	}
-	sc.Counts = svgChart{Title: "Messages per minute", From: from, To: to}
-	var maxC float64
-	for _, m := range s.Minutes {
-		for _, c := range counts {
-			maxC = max(maxC, c.v(m))
+	col := func(v func(Minute) float64) []float64 {
+		out := make([]float64, n)
+		for i, m := range s.Minutes {
+			out[i] = v(m)
 		}
+		return out
 	}
-	sc.Counts.Empty = maxC == 0
-	sc.Counts.Max = strconv.FormatFloat(maxC, 'f', 0, 64)
-	for _, c := range counts {
-		sc.Counts.Series = append(sc.Counts.Series, svgSeries{Name: c.name, Class: c.class, Points: points(s.Minutes, c.v, maxC)})
+	sc.Counts = lineChart("Messages per minute", starts, []series{
+		{Name: "processed", Class: "s-processed", Values: col(func(m Minute) float64 { return float64(m.Processed) })},
+		{Name: "duplicates", Class: "s-duplicate", Values: col(func(m Minute) float64 { return float64(m.Duplicates) })},
+		{Name: "conflicts", Class: "s-conflict", Values: col(func(m Minute) float64 { return float64(m.Conflicts) })},
+		{Name: "in-progress retries", Class: "s-inprogress", Values: col(func(m Minute) float64 { return float64(m.InProgress) })},
+	}, countLabel)
+	lat := func(v func(Minute) time.Duration) []float64 {
+		return col(func(m Minute) float64 { return float64(v(m)) })
 	}
-	lat := []struct {
-		name, class string
-		v           func(Minute) time.Duration
-	}{
-		{"claim p50", "s-claim50", func(m Minute) time.Duration { return m.ClaimP50 }},
-		{"claim p99", "s-claim99", func(m Minute) time.Duration { return m.ClaimP99 }},
-		{"handler p50", "s-handler50", func(m Minute) time.Duration { return m.HandlerP50 }},
-		{"handler p99", "s-handler99", func(m Minute) time.Duration { return m.HandlerP99 }},
-	}
-	var maxL time.Duration
-	for _, m := range s.Minutes {
-		for _, l := range lat {
-			maxL = max(maxL, l.v(m))
-		}
-	}
-	sc.Latency = svgChart{Title: "Latency per minute", From: from, To: to, Empty: maxL == 0, Max: shortDur(maxL)}
-	for _, l := range lat {
-		v := func(m Minute) float64 { return float64(l.v(m)) }
-		sc.Latency.Series = append(sc.Latency.Series, svgSeries{Name: l.name, Class: l.class, Points: points(s.Minutes, v, float64(maxL))})
-	}
+	sc.Latency = lineChart("Latency per minute", starts, []series{
+		{Name: "claim p50", Class: "s-claim50", Values: lat(func(m Minute) time.Duration { return m.ClaimP50 })},
+		{Name: "claim p99", Class: "s-claim99", Values: lat(func(m Minute) time.Duration { return m.ClaimP99 })},
+		{Name: "handler p50", Class: "s-handler50", Values: lat(func(m Minute) time.Duration { return m.HandlerP50 })},
+		{Name: "handler p99", Class: "s-handler99", Values: lat(func(m Minute) time.Duration { return m.HandlerP99 })},
+	}, func(v float64) string { return shortDur(time.Duration(v)) })
 	return sc
 }
 
-// points lays the minutes out left to right, the largest value at the top.
-func points(ms []Minute, v func(Minute) float64, top float64) string {
-	if len(ms) == 0 {
+// points lays the values out left to right, the largest value at the top.
+func points(vs []float64, top float64) string {
+	if len(vs) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	w := float64(chartW - padLeft*2)
 	h := float64(chartH - padTop - padBottom)
-	for i, m := range ms {
+	for i, v := range vs {
 		x := float64(padLeft)
-		if len(ms) > 1 {
-			x += w * float64(i) / float64(len(ms)-1)
+		if len(vs) > 1 {
+			x += w * float64(i) / float64(len(vs)-1)
 		}
 		y := float64(chartH - padBottom)
 		if top > 0 {
-			y -= h * v(m) / top
+			y -= h * v / top
 		}
 		if i > 0 {
 			b.WriteByte(' ')

@@ -72,9 +72,28 @@ type Options struct {
 	// messages, the relay's lease and lag, and retrying parked messages.
 	Outbox outbox.Inspector
 
-	// Recorder feeds the charts and the recent conflicts, parked keys and
-	// dead letters. Nil: the console shows the store alone.
+	// Recorder feeds the charts of this process's own guards and the
+	// recent conflicts, parked keys and dead letters. Nil: the console
+	// shows the fleet's sources alone (the store's activity, Prometheus).
 	Recorder *Recorder
+
+	// Prometheus is the base URL of a Prometheus server that scrapes the
+	// fleet's idemprom endpoints ("http://prometheus:9090"): the overview
+	// then charts every process's processed messages, duplicates,
+	// conflicts, dead letters, held deliveries and stale records per
+	// scope, read through its HTTP query API (query_range). Without it
+	// the fleet charts come from the store alone (when the store is an
+	// idem.ActivityCounter, as every store of this module is).
+	Prometheus string
+
+	// PrometheusClient makes the Prometheus requests (its authentication,
+	// TLS). Default: a client with a 30s timeout.
+	PrometheusClient *http.Client
+
+	// FleetWindow and FleetStep are the fleet charts' span and bucket:
+	// default the last hour by minute. The charts are read again at most
+	// every CountsMaxAge.
+	FleetWindow, FleetStep time.Duration
 
 	// Logger receives one record per action taken or refused. Default
 	// slog.Default().
@@ -125,6 +144,7 @@ type Console struct {
 	csrf   csrf
 	hosts  hostList
 	counts *counts
+	fleet  *fleet
 	pages  map[string]*template.Template
 	h      http.Handler
 
@@ -168,6 +188,20 @@ func New(s Store, opts Options) *Console {
 	c := &Console{st: s, opts: opts, log: opts.Logger, clock: opts.Clock, csrf: newCSRF(opts.Secret), stop: stop,
 		hosts:  newHostList(opts.AllowedHosts),
 		counts: &counts{in: s, maxAge: opts.CountsMaxAge, timeout: opts.QueryTimeout, clock: opts.Clock, base: base}}
+	if opts.FleetStep < time.Second {
+		opts.FleetStep = time.Minute
+	}
+	if opts.FleetWindow < opts.FleetStep {
+		opts.FleetWindow = time.Hour
+	}
+	opts.FleetWindow = min(opts.FleetWindow, opts.FleetStep*idem.MaxActivityBuckets)
+	c.opts = opts
+	c.fleet = &fleet{window: opts.FleetWindow, step: opts.FleetStep.Truncate(time.Second), maxAge: opts.CountsMaxAge,
+		timeout: opts.QueryTimeout, clock: opts.Clock}
+	c.fleet.counter, _ = s.(idem.ActivityCounter)
+	if opts.Prometheus != "" {
+		c.fleet.prom, c.fleet.promErr = newPromClient(opts.Prometheus, opts.PrometheusClient)
+	}
 	if c.hosts.remote && opts.Authorize == nil {
 		c.log.Error("idem console: Options.AllowedHosts names hosts other than loopback and there is no Options.Authorize: every page is refused")
 	}

@@ -24,10 +24,15 @@
 // waiting for an operator; the recent conflicts, parked keys and dead
 // letters (from a Recorder); one record with everything it holds and a
 // preview of its result; with Options.Outbox, the outbox's pending and
-// parked messages, its lag and the relay's lease; charts of processed messages, duplicates,
-// conflicts and in-progress retries per minute per scope, and of claim and
-// handler latency percentiles (from a Recorder: an in-process ring of the
-// last hour).
+// parked messages, its lag and the relay's lease; the fleet's charts per
+// scope over the last hour, from what every process shares: the store's
+// records counted over time (idem.ActivityCounter: claimed, completed,
+// released, retried) and, with Options.Prometheus, the guards' idemprom
+// counts through Prometheus's query API (processed, duplicates, conflicts,
+// dead letters, held, superseded, stale), so a console run apart from the
+// consumers (idem console) sees their work; and, with a Recorder (an
+// in-process ring of the last hour), this process's own charts of
+// outcomes and of claim and handler latency percentiles.
 //
 // Actions: complete or release an in-progress record (the answer to a
 // parked or stale one, with the fencing token the operator saw, so a record

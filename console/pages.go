@@ -152,6 +152,7 @@ type overviewData struct {
 	Rows      []idem.ScopeStats
 	Total     idem.ScopeStats
 	Charts    []scopeCharts
+	Fleet     *fleetData // nil: no fleet source
 	Recorder  bool
 	Conflicts int // recent, from the recorder
 	Parked    int
@@ -176,6 +177,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		if !s.OldestInProgress.IsZero() && (d.Total.OldestInProgress.IsZero() || s.OldestInProgress.Before(d.Total.OldestInProgress)) {
 			d.Total.OldestInProgress = s.OldestInProgress
 		}
+	}
+	if c.fleet.enabled() {
+		d.Fleet = c.fleet.get(ctx)
 	}
 	if rec := c.opts.Recorder; rec != nil {
 		for _, s := range rec.Series() {

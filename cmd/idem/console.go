@@ -58,11 +58,18 @@ that browser and every other. With --auth token, another link is printed
 by: curl -X POST -H "Authorization: Bearer TOKEN" http://ADDR/login.
 Every action is logged on stderr with the operator's name.
 
+Its charts are the fleet's: the records every consumer process writes to
+the store, counted over time per scope (claimed, completed, released,
+retried), and with --prometheus the guards' own counts from Prometheus's
+query API (processed, duplicates, conflicts, dead letters, held, stale),
+summed over every process it scrapes.
+
 Applications mount the same console in their own server, with charts from
-their guards' observer: see the console package.`,
+their guards' observer too: see the console package.`,
 		Example: `  idem console --store sqlite://idem.db
   idem console --store postgres://localhost/app --addr 127.0.0.1:9090
   IDEM_STORE=redis://localhost:6379 idem console --actions
+  idem console --store postgres://db/app --prometheus http://prometheus:9090
   idem console --store postgres://db/app --addr 0.0.0.0:8080 --allow-host idem.internal --auth token`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -75,6 +82,7 @@ their guards' observer: see the console package.`,
 	fl.BoolVar(&cfg.actions, "actions", false, "allow resolving and sweeping (from the browser that opens the one-time login link, or any authenticated client)")
 	fl.StringVar(&cfg.auth, "auth", "none", "authentication: none (loopback --addr only), basic or token")
 	fl.StringSliceVar(&cfg.allowHosts, "allow-host", nil, "a Host name the console answers besides loopback ones (repeatable; *.example.com for subdomains; '*' behind a proxy that checks Host)")
+	fl.StringVar(&cfg.prometheus, "prometheus", "", "base URL of a Prometheus that scrapes the fleet's idemprom endpoints (http://prometheus:9090): the charts then show every process's processed, duplicates, conflicts, dead letters, held and stale per scope")
 	fl.BoolVar(&cfg.openMetrics, "open-metrics", false, "serve /metrics without the --auth authentication")
 	fl.DurationVar(&cfg.store.timeout, "timeout", 30*time.Second, "give up opening the store after this long")
 	c.Long = withDSNForms(c.Long)
@@ -88,6 +96,7 @@ type consoleConfig struct {
 	auth        string // none, basic, token
 	allowHosts  []string
 	openMetrics bool
+	prometheus  string
 	env         func(string) string // default os.Getenv
 }
 
@@ -120,7 +129,8 @@ func serveConsole(ctx context.Context, cfg consoleConfig, stdout, stderr io.Writ
 		return fmt.Errorf("the %s store cannot serve the console", h.Scheme)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	opts := console.Options{Logger: log, AllowedHosts: gate.hosts, Authorize: gate.authorize, ReadOnly: !cfg.actions}
+	opts := console.Options{Logger: log, AllowedHosts: gate.hosts, Authorize: gate.authorize, ReadOnly: !cfg.actions,
+		Prometheus: cfg.prometheus}
 	con := console.New(st, opts)
 	defer con.Close()
 	exp, err := idemprom.New(idemprom.Options{Store: st})

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -399,4 +404,82 @@ func (b *basicTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.SetBasicAuth(b.user, b.pass)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestConsoleFleetConsumerProcess is the consumer process of
+// TestConsoleFleetFromOtherProcesses: it runs only as that test's child.
+func TestConsoleFleetConsumerProcess(t *testing.T) {
+	store := os.Getenv("IDEM_CONSOLE_TEST_CONSUMER")
+	if store == "" {
+		t.Skip("the consumer process of TestConsoleFleetFromOtherProcesses")
+	}
+	h, err := dsn.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	g, err := idem.New(h.Store, idem.Options{Scope: os.Getenv("IDEM_CONSOLE_TEST_SCOPE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		msg := idem.Message{ID: "order-" + strconv.Itoa(i), Payload: []byte("x")}
+		for range 2 { // every message delivered twice
+			if _, err := g.Do(context.Background(), msg, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestConsoleFleetFromOtherProcesses: consumers in two other processes
+// write to a store; a separate idem console shows their work in its
+// charts, from the store and from Prometheus.
+func TestConsoleFleetFromOtherProcesses(t *testing.T) {
+	store := "sqlite://" + filepath.Join(t.TempDir(), "fleet.db")
+	h, err := dsn.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := h.Store.(interface{ Migrate(context.Context) error }); ok {
+		if err := m.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	for _, scope := range []string{"billing", "mailer"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestConsoleFleetConsumerProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "IDEM_CONSOLE_TEST_CONSUMER="+store, "IDEM_CONSOLE_TEST_SCOPE="+scope)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("consumer process: %v\n%s", err, out)
+		}
+	}
+	prom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		start, _ := strconv.ParseFloat(r.Form.Get("start"), 64)
+		w.Header().Set("Content-Type", "application/json")
+		v := "0"
+		if strings.Contains(r.Form.Get("query"), `idem_outcome="duplicate"`) {
+			v = "4" // what the consumers' exporters would have said
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"idem_scope":"billing"},"values":[[%.3f,"%s"]]}]}}`, start, v)
+	}))
+	t.Cleanup(prom.Close)
+	base, _, _ := startConsoleWith(t, consoleConfig{store: storeFlags{dsn: store}, addr: "127.0.0.1:0", prometheus: prom.URL})
+	_, body := fetch(t, consoleClient(t), http.MethodGet, base, nil)
+	totals := map[string][]string{}
+	for _, m := range regexp.MustCompile(`(?s)<section class="scope-charts fleet" data-scope="([^"]*)".*?</section>`).FindAllStringSubmatch(body, -1) {
+		for _, td := range regexp.MustCompile(`<td data-total>(\d+)</td>`).FindAllStringSubmatch(m[0], -1) {
+			totals[m[1]] = append(totals[m[1]], td[1])
+		}
+	}
+	// billing: the store's completed, claimed, released, retried; then Prometheus's
+	// processed, duplicates, conflicts, dead letters, held, superseded, stale.
+	want := map[string][]string{
+		"billing": {"4", "4", "0", "0", "0", "4", "0", "0", "0", "0", "0"},
+		"mailer":  {"4", "4", "0", "0"},
+	}
+	if fmt.Sprint(totals) != fmt.Sprint(want) {
+		t.Errorf("the console's fleet totals %v, want %v", totals, want)
+	}
 }
