@@ -110,6 +110,8 @@ func newDLQListCmd() *cobra.Command {
 		Long: `list prints the dead letters oldest first: the id to show or replay them by,
 their age, reason, key, where the original came from, and the error. It
 leaves every dead letter where it is.`,
+		Example: `  idem dlq list --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ'
+  idem dlq list --reason conflict --json --broker 'kafka://localhost:9092?dlq=orders.dlq'`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return d.run(c, func(ctx context.Context, q dlq.Queue) error {
@@ -196,6 +198,8 @@ record stored for its key (the Idem-Key header) and prints its state,
 fingerprint, token and attempts beside the dead letter's: which content
 holds the key. The same fingerprint on both sides means this message's
 content is the one recorded.`,
+		Example: `  idem dlq show 42 --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ' --store postgres://app@db/app
+  idem dlq show 0/17 --broker 'kafka://localhost:9092?dlq=orders.dlq' --store sqlite://idem.db --json`,
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, a []string) error {
 			return d.run(c, func(ctx context.Context, q dlq.Queue) error {
@@ -317,6 +321,8 @@ It lists the selection and asks before replaying (--yes does not ask).
 
 Each replay is logged to stderr as a structured line with who did it (the
 OS user, or --as NAME), the dead letter and the result.`,
+		Example: `  idem dlq replay 42,43 --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ'
+  idem dlq replay --reason max_deliver --yes --as alice --broker 'amqp://guest:guest@localhost:5672/?dlq=orders.dlq'`,
 		RunE: func(c *cobra.Command, a []string) error {
 			var ids []string
 			for _, x := range a {

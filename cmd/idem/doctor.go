@@ -61,9 +61,11 @@ func newDoctorCmd() *cobra.Command {
              --redelivery-horizon, the longest you let a dead letter wait
              before a replay. Retention is --retention, or the guard's
              default (7 days). A replay after its record expired is applied
-             again. Settings the broker does not let a client read
-             (RabbitMQ queue arguments over AMQP, Service Bus entity
-             properties) are named: pass them as --redelivery-horizon.
+             again. Service Bus's LockDuration × MaxDeliveryCount and
+             DefaultMessageTimeToLive come from its administration API.
+             Settings a client cannot read (RabbitMQ queue arguments over
+             AMQP; Service Bus without that API) are named: pass them as
+             --redelivery-horizon.
   stale      in-progress records whose lease ended more than --stale-after
              ago: a crashed owner, parked for an operator (idem resolve).
   sweep      records expired more than --sweep-lag ago and still stored:
