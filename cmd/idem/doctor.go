@@ -152,7 +152,7 @@ func checkSchemaFindings(ctx context.Context, native any, scheme string) (fs []f
 	}
 	for _, m := range se.Missing {
 		fs = append(fs, finding{Check: "schema", Level: levelTrap,
-			Message: "missing: " + m + " (its migration is recorded as done: every call fails until it is made again)",
+			Message: "missing: " + m + " (never migrated, or dropped since: every call fails until it exists again; migrate believes the schema over its bookkeeping)",
 			Fix:     "idem migrate --store DSN"})
 	}
 	return fs, false, nil
