@@ -27,7 +27,8 @@ type MaxDeliveriesError struct {
 	Sequence   uint64 // the stream sequence
 	Deliveries uint64
 	Applied    bool
-	Err        error // nil when dead-lettered or applied
+	Reason     string // the dead letter's reason: max_deliver, or no_key / invalid_key for a message without a usable key
+	Err        error  // nil when dead-lettered or applied
 }
 
 func (e *MaxDeliveriesError) Error() string {
@@ -37,7 +38,7 @@ func (e *MaxDeliveriesError) Error() string {
 	case e.Err != nil:
 		return fmt.Sprintf("natsidem: JetStream gave up on %s #%d after %d deliveries and its dead letter failed: %v", e.Stream, e.Sequence, e.Deliveries, e.Err)
 	}
-	return fmt.Sprintf("natsidem: JetStream gave up on %s #%d after %d deliveries; dead-lettered (reason %s)", e.Stream, e.Sequence, e.Deliveries, ReasonMaxDeliver)
+	return fmt.Sprintf("natsidem: JetStream gave up on %s #%d after %d deliveries; dead-lettered (reason %s)", e.Stream, e.Sequence, e.Deliveries, e.Reason)
 }
 
 func (e *MaxDeliveriesError) Unwrap() error { return e.Err }
@@ -48,6 +49,11 @@ const advisoryPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
 
 // DefaultAdvisoryStream is the default of Options.AdvisoryStream.
 const DefaultAdvisoryStream = "IDEM_ADVISORIES"
+
+// advisoryAckWait is how soon an advisory whose Run died while handling
+// it comes back to another: handling is a stream read, a store read and a
+// publish.
+const advisoryAckWait = 5 * time.Second
 
 // advisoryRetention bounds how long a kept advisory waits for a Run.
 const advisoryRetention = 7 * 24 * time.Hour
@@ -164,7 +170,7 @@ func (c *Consumer) keptAdvisories(ctx context.Context, t *transport, subject str
 		Description:   "idem: dead-letters what " + info.Stream + "/" + info.Name + " gave up on",
 		FilterSubject: subject,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Minute,
+		AckWait:       advisoryAckWait,
 		MaxDeliver:    -1,
 	})
 	if err != nil {
@@ -214,7 +220,9 @@ func (c *Consumer) onMaxDeliveries(ctx context.Context, t *transport, data []byt
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		raw, e.Err = getStreamMsg(actx, c.opts.JetStream, adv.Stream, adv.StreamSeq)
 		if e.Err == nil {
-			e.Err = c.deadLetterGivenUp(actx, t, raw, adv.Deliveries, e)
+			// The last try decides without the store when it cannot be
+			// read: a message not known to be applied is dead-lettered.
+			e.Err = c.deadLetterGivenUp(actx, t, raw, adv.Deliveries, e, attempt == 3)
 		}
 		cancel()
 		if e.Err == nil || errors.Is(e.Err, jetstream.ErrMsgNotFound) || attempt == 3 || !sleepCtx(ctx, c.opts.Backoff(attempt)) {
@@ -231,24 +239,33 @@ func getStreamMsg(ctx context.Context, js jetstream.JetStream, stream string, se
 	return s.GetMsg(ctx, seq)
 }
 
-func (c *Consumer) deadLetterGivenUp(ctx context.Context, t *transport, raw *jetstream.RawStreamMsg, deliveries uint64, e *MaxDeliveriesError) error {
+func (c *Consumer) deadLetterGivenUp(ctx context.Context, t *transport, raw *jetstream.RawStreamMsg, deliveries uint64, e *MaxDeliveriesError, final bool) error {
 	im := messageOf(raw.Header, raw.Data)
 	res := idem.Result{}
-	if key, err := c.g.Key(im); err == nil {
+	reason := ReasonMaxDeliver
+	var cause error = fmt.Errorf("natsidem: JetStream gave up on the message after %d deliveries (its last delivery was never settled)", deliveries)
+	if key, err := c.g.Key(im); err != nil {
+		// No usable key: the handler never ran it; the dead letter says why.
+		reason, cause = idem.DeadLetterReason(err), err
+	} else {
 		res.Key = key
-		if rec, err := c.g.Store().Get(ctx, key); err == nil {
+		rec, err := c.g.Store().Get(ctx, key)
+		switch {
+		case err == nil:
 			res.Record = rec
 			fp, ferr := c.g.Fingerprint(im)
 			if rec.State == idem.StateCompleted && ferr == nil && (fp == "" || rec.Fingerprint == "" || rec.Fingerprint == fp) {
 				e.Applied = true
 				return nil
 			}
+		case !errors.Is(err, idem.ErrNotFound) && !final:
+			return fmt.Errorf("natsidem: read the record of %s: %w", key, err) // tried again
 		}
 	}
 	md := &jetstream.MsgMetadata{Stream: e.Stream, NumDelivered: deliveries, Timestamp: raw.Time}
 	md.Sequence.Stream = raw.Sequence
-	cause := fmt.Errorf("natsidem: JetStream gave up on the message after %d deliveries (its last delivery was never settled)", deliveries)
-	h := broker.DeadLetterHeaders(c.g, im, res, cause, ReasonMaxDeliver)
+	h := broker.DeadLetterHeaders(c.g, im, res, cause, reason)
+	e.Reason = h[idem.HeaderReason]
 	return t.publishDeadLetter(ctx, raw.Subject, raw.Header, raw.Data, md, h)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgo/idem"
+	natsidem "github.com/idemgo/idem/broker/nats"
 )
 
 // bus is one pass's broker side in the supervisor: the work and
@@ -262,7 +263,15 @@ func (b *natsBus) progress(ctx context.Context) (int64, bool, bool) {
 		return 0, false, false
 	}
 	pending, ackPending := int64(info.NumPending), int64(info.NumAckPending)
-	return int64(s.CachedInfo().State.LastSeq) - pending - ackPending, pending == 0 && ackPending == 0, true
+	idle := pending == 0 && ackPending == 0
+	if idle {
+		// A message JetStream gave up on is neither pending nor in flight
+		// until the consumers handle its kept max-deliveries advisory.
+		if as, err := b.js.Stream(sctx, natsidem.DefaultAdvisoryStream+"_"+b.stream+"_"+info.Name); err == nil {
+			idle = as.CachedInfo().State.Msgs == 0
+		}
+	}
+	return int64(s.CachedInfo().State.LastSeq) - pending - ackPending, idle, true
 }
 
 func (b *natsBus) deliveries(ctx context.Context) int {
