@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/outbox/internal/outboxenv"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	outboxmysql "github.com/idemgo/idem/outbox/mysql"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	"github.com/idemgo/idem/store/mysql"

@@ -12,13 +12,13 @@ import (
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/outbox/internal/outboxenv"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	outboxnats "github.com/idemgo/idem/outbox/nats"
 	"github.com/idemgo/idem/outbox/outboxtest"
 )
 
 // TestRelay runs the relay's scenarios through JetStream over an
-// in-memory outbox (outbox/internal/matrix runs them on every database).
+// in-memory outbox (outbox/internal/integration/matrix runs them on every database).
 func TestRelay(t *testing.T) {
 	outboxtest.RunRelay(t, outboxenv.Memory, outboxenv.NATS)
 }

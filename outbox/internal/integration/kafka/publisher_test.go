@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/outbox/internal/outboxenv"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	outboxkafka "github.com/idemgo/idem/outbox/kafka"
 	"github.com/idemgo/idem/outbox/outboxtest"
 )
 
 // TestRelay runs the relay's scenarios through kfake over an in-memory
-// outbox (outbox/internal/matrix runs them on every database).
+// outbox (outbox/internal/integration/matrix runs them on every database).
 func TestRelay(t *testing.T) {
 	outboxtest.RunRelay(t, outboxenv.Memory, outboxenv.KafkaBroker)
 }

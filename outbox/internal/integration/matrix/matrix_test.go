@@ -7,7 +7,7 @@ package matrix
 import (
 	"testing"
 
-	"github.com/idemgo/idem/outbox/internal/outboxenv"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	"github.com/idemgo/idem/outbox/outboxtest"
 )
 

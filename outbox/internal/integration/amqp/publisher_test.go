@@ -10,12 +10,12 @@ import (
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/outbox"
 	outboxamqp "github.com/idemgo/idem/outbox/amqp"
-	"github.com/idemgo/idem/outbox/internal/outboxenv"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	"github.com/idemgo/idem/outbox/outboxtest"
 )
 
 // TestRelay runs the relay's scenarios through RabbitMQ over an in-memory
-// outbox (outbox/internal/matrix runs them on every database).
+// outbox (outbox/internal/integration/matrix runs them on every database).
 func TestRelay(t *testing.T) {
 	outboxtest.RunRelay(t, outboxenv.Memory, outboxenv.AMQPBroker)
 }
