@@ -1,0 +1,56 @@
+package redisstream_test
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/broker/redisstream"
+	redisstore "github.com/idemgo/idem/store/redis"
+)
+
+// A billing service reads the orders stream in the billing group and
+// charges each order once, however often the group delivers it (a
+// consumer that died, a producer that added an order twice). The records
+// live in the same Redis; conflicts and orders rejected for good go to
+// orders.dlq with the reason in Idem-Reason.
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+
+	store, err := redisstore.New(rdb, redisstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := idem.New(store, idem.Options{Scope: "orders/billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	c, err := redisstream.NewConsumer(rdb, g, broker.Handle(func(ctx context.Context, m *redisstream.Message) ([]byte, error) {
+		im := redisstream.MessageOf(m)
+		return charge(ctx, idem.DeriveKey(ctx, "charge"), im.Payload)
+	}), redisstream.Options{
+		Options:          redisstream.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
+		Stream:           "orders",
+		Group:            "billing",
+		Consumer:         host,
+		DeadLetterStream: "orders.dlq",
+	})
+	if err != nil {
+		log.Fatal(err) // a misconfiguration, found before any entry is read
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func charge(context.Context, string, []byte) ([]byte, error) { return []byte("ok"), nil }
