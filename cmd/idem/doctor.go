@@ -36,7 +36,9 @@ type doctorOptions struct {
 	horizon     time.Duration // the operator's stated redelivery horizon; 0: none
 	staleAfter  time.Duration
 	sweepLag    time.Duration
+	lease       time.Duration
 	recordLimit int
+	now         func() time.Time // this host's clock; default time.Now
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -66,6 +68,9 @@ func newDoctorCmd() *cobra.Command {
              Settings a client cannot read (RabbitMQ queue arguments over
              AMQP; Service Bus without that API) are named: pass them as
              --redelivery-horizon.
+  clock      this host's clock against the store server's (PostgreSQL,
+             MySQL, Redis), the fleet's shared reference: off by more than
+             --lease/6, two hosts can see a live lease as ended.
   stale      in-progress records whose lease ended more than --stale-after
              ago: a crashed owner, parked for an operator (idem resolve).
   sweep      records expired more than --sweep-lag ago and still stored:
@@ -94,6 +99,7 @@ printed only); --json prints the findings for scripts.`,
 	fl.DurationVar(&do.horizon, "redelivery-horizon", 0, "the longest a message may come back after it was first processed (a dead letter's wait before its replay), when the broker does not tell")
 	fl.DurationVar(&do.staleAfter, "stale-after", 10*idem.DefaultLease, "report in-progress records whose lease ended longer ago than this")
 	fl.DurationVar(&do.sweepLag, "sweep-lag", time.Hour, "report records expired longer ago than this and not swept")
+	fl.DurationVar(&do.lease, "lease", idem.DefaultLease, "the guard's Lease: this host's clock may be off the store server's by Lease/6")
 	return c
 }
 
@@ -101,6 +107,12 @@ printed only); --json prints the findings for scripts.`,
 func doctor(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions) ([]finding, error) {
 	if do.recordLimit <= 0 {
 		do.recordLimit = 1000
+	}
+	if do.now == nil {
+		do.now = time.Now
+	}
+	if do.lease <= 0 {
+		do.lease = idem.DefaultLease
 	}
 	h, err := f.open(ctx, false)
 	if err != nil {
@@ -111,9 +123,13 @@ func doctor(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions
 	if err != nil {
 		return nil, err
 	}
-	fs := schema
+	clock, err := clockFinding(ctx, h, do.now, do.lease)
+	if err != nil {
+		return nil, err
+	}
+	fs := append(schema, clock)
 	if whole {
-		rec, err := recordFindings(ctx, h.Store, do, time.Now())
+		rec, err := recordFindings(ctx, h.Store, do, do.now())
 		if err != nil {
 			return nil, err
 		}

@@ -234,3 +234,40 @@ func TestDoctorServiceBus(t *testing.T) {
 		t.Fatalf("doctor: exit %d %+v", code, fs)
 	}
 }
+
+// A skewed clock: this host's clock read 20 s ahead (a clock function,
+// since the test cannot move the real one) is off the store server's by
+// more than Lease/6 of the default lease, a trap; the real clock is not;
+// with --lease 5m the same skew is within bound. SQLite has no server
+// clock: a note.
+func TestDoctorClockSkew(t *testing.T) {
+	for _, name := range []string{"postgres", "redis", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			f := storeFlags{dsn: operatorStores[name](t)}
+			ctx := context.Background()
+			if h, err := f.open(ctx, false); err != nil {
+				t.Fatal(err)
+			} else if h.Migrate != nil {
+				if err := h.Migrate(ctx); err != nil {
+					t.Fatal(err)
+				}
+				h.Close()
+			}
+			ahead := func() time.Time { return time.Now().Add(20 * time.Second) }
+			fs, err := doctor(ctx, &f, &brokerFlags{}, doctorOptions{now: ahead})
+			if err != nil || !has(fs, "clock", levelTrap, "ahead of the store server's", "Lease/6 = 5s") {
+				t.Fatalf("a clock 20s ahead: %v %+v", err, fs)
+			}
+			if fs, err = doctor(ctx, &f, &brokerFlags{}, doctorOptions{}); err != nil || !has(fs, "clock", levelOK) {
+				t.Fatalf("the real clock: %v %+v", err, fs)
+			}
+			if fs, err = doctor(ctx, &f, &brokerFlags{}, doctorOptions{now: ahead, lease: 5 * time.Minute}); err != nil || !has(fs, "clock", levelOK, "Lease/6 = 50s") {
+				t.Fatalf("a clock 20s ahead, a 5m lease: %v %+v", err, fs)
+			}
+		})
+	}
+	code, fs := doctorRun(t, "--store", operatorStores["sqlite"](t))
+	if !has(fs, "clock", levelNote, "no server clock") {
+		t.Fatalf("sqlite: exit %d %+v", code, fs)
+	}
+}
