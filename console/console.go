@@ -68,6 +68,12 @@ type Options struct {
 	// read-only console served to other hosts.
 	ReadOnly bool
 
+	// Entities are entity-mode inboxes (package entity: the key in the
+	// business row) shown on the Entities page: their recent keys with
+	// the row's id and version, and their scopes' conflicts and stale
+	// versions (from the Recorder and Prometheus). EntitySQL reads a table.
+	Entities []EntityInbox
+
 	// Outbox, when set, adds the outbox's page: its pending and parked
 	// messages, the relay's lease and lag, and retrying parked messages.
 	Outbox outbox.Inspector
@@ -290,6 +296,7 @@ var routes = map[string]route{
 	"conflicts":    {false, (*Console).conflicts},
 	"record":       {false, (*Console).record},
 	"outbox":       {false, (*Console).outboxPage},
+	"entities":     {false, (*Console).entities},
 	"resolve":      {true, (*Console).resolve},
 	"sweep":        {true, (*Console).sweep},
 	"outbox-retry": {true, (*Console).outboxRetry},
@@ -319,6 +326,7 @@ type page struct {
 	Nav     string // the active navigation entry
 	Actions bool   // actions are offered (Options.Authorize is set)
 	Outbox  bool   // the outbox page exists
+	Entity  bool   // the entities page exists
 	CSRF    string
 	Flash   string // the outcome of the action just taken
 	Error   string
@@ -330,6 +338,7 @@ type page struct {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
 	p.Actions = c.actions()
 	p.Outbox = c.opts.Outbox != nil
+	p.Entity = len(c.opts.Entities) > 0
 	if p.Actions {
 		p.CSRF = c.csrf.token(w, r)
 	}

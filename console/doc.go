@@ -34,6 +34,12 @@
 // in-process ring of the last hour), this process's own charts of
 // outcomes and of claim and handler latency percentiles.
 //
+// With Options.Entities, an Entities page shows entity-mode inboxes
+// (package entity: the key in the business row): the recent keys with
+// their row's id and version (EntitySQL reads them from the table), and
+// the scope's conflicts and stale versions from the Recorder and
+// Prometheus.
+//
 // Actions: complete or release an in-progress record (the answer to a
 // parked or stale one, with the fencing token the operator saw, so a record
 // taken over meanwhile is never overwritten), sweep expired records, and

@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 )
 
-var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "outbox.html", "message.html"}
+var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "outbox.html", "entities.html", "message.html"}
 
 func parsePages(funcs template.FuncMap) map[string]*template.Template {
 	m := make(map[string]*template.Template, len(pageFiles))

@@ -259,6 +259,7 @@ type Minute struct {
 	InProgress int64 // deliveries retried while another owner held the key
 	Failed     int64 // handler failures, lease losses, store errors
 	Parked     int64
+	Superseded int64 // stale versions skipped (entity.Versioned, idem.ErrSuperseded)
 	ClaimP50   time.Duration
 	ClaimP99   time.Duration
 	HandlerP50 time.Duration
@@ -294,6 +295,7 @@ func (r *Recorder) Series() []ScopeSeries {
 				mm.InProgress = o[idem.OutcomeInProgress]
 				mm.Failed = o[idem.OutcomeFailed] + o[idem.OutcomeLeaseLost] + o[idem.OutcomeStoreError]
 				mm.Parked = o[idem.OutcomeStale]
+				mm.Superseded = o[idem.OutcomeSuperseded]
 				mm.ClaimP50, mm.ClaimP99 = b.claim.quantile(0.5), b.claim.quantile(0.99)
 				mm.HandlerP50, mm.HandlerP99 = b.handler.quantile(0.5), b.handler.quantile(0.99)
 				claim.merge(&b.claim)
@@ -305,6 +307,7 @@ func (r *Recorder) Series() []ScopeSeries {
 			s.Total.InProgress += mm.InProgress
 			s.Total.Failed += mm.Failed
 			s.Total.Parked += mm.Parked
+			s.Total.Superseded += mm.Superseded
 			s.Minutes = append(s.Minutes, mm)
 		}
 		s.Total.ClaimP50, s.Total.ClaimP99 = claim.quantile(0.5), claim.quantile(0.99)
