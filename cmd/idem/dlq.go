@@ -83,7 +83,10 @@ type dlqCmd struct {
 func (d *dlqCmd) add(c *cobra.Command) {
 	d.b.add(c, true)
 	d.f.add(c)
-	c.Flag("store").Usage = "store DSN (default $IDEM_STORE): show the stored record of each dead letter's key beside it"
+	c.Flag("store").Usage = "store DSN (default $IDEM_STORE): show the stored record of the dead letter's key beside it"
+	if c.Name() != "show" { // only show reads the store
+		_ = c.Flags().MarkHidden("store")
+	}
 }
 
 // run opens the broker, bounded by --timeout, and runs f with it.
