@@ -203,7 +203,7 @@ func New(s Store, opts Options) *Console {
 	opts.FleetWindow = min(opts.FleetWindow, opts.FleetStep*idem.MaxActivityBuckets)
 	c.opts = opts
 	c.fleet = &fleet{window: opts.FleetWindow, step: opts.FleetStep.Truncate(time.Second), maxAge: opts.CountsMaxAge,
-		timeout: opts.QueryTimeout, clock: opts.Clock}
+		timeout: opts.QueryTimeout, clock: opts.Clock, base: base}
 	c.fleet.counter, _ = s.(idem.ActivityCounter)
 	if opts.Prometheus != "" {
 		c.fleet.prom, c.fleet.promErr = newPromClient(opts.Prometheus, opts.PrometheusClient)
@@ -220,14 +220,18 @@ func New(s Store, opts Options) *Console {
 	return c
 }
 
-// Close ends a recount of the records in progress and waits for it. Pages
-// served after Close count in the request.
+// Close ends a recount of the records, or a reading of the fleet's charts,
+// in progress and waits for it. Pages served after Close count in the
+// request.
 func (c *Console) Close() error {
 	c.closeOnce.Do(func() {
 		c.stop()
 		c.counts.mu.Lock() // a recount started before stop has been added to wg
 		c.counts.mu.Unlock()
 		c.counts.wg.Wait()
+		c.fleet.mu.Lock() // a refresh started before stop has been added to wg
+		c.fleet.mu.Unlock()
+		c.fleet.wg.Wait()
 	})
 	return nil
 }

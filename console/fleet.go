@@ -62,7 +62,9 @@ var storeSeries = []struct {
 }
 
 // fleet keeps the last reading for at most maxAge: a reading is one grouped
-// scan of the store and a few Prometheus queries, too much per view.
+// scan of the store and a few Prometheus queries, too much per view. An
+// older reading is served while one new reading runs in the background
+// (on the console's context, so Close ends it); only the first view waits.
 type fleet struct {
 	counter idem.ActivityCounter // nil: the store does not count activity
 	prom    *promClient          // nil: no Prometheus
@@ -72,24 +74,56 @@ type fleet struct {
 	maxAge  time.Duration
 	timeout time.Duration
 	clock   func() time.Time
+	base    context.Context // ends with Console.Close
+	wg      sync.WaitGroup
 
-	mu   sync.Mutex // held while reading: views wait for one reading
-	last *fleetData
+	first   sync.Mutex // held by the view that takes the first reading
+	mu      sync.Mutex
+	last    *fleetData
+	running bool
 }
 
 func (f *fleet) enabled() bool { return f.counter != nil || f.prom != nil || f.promErr != nil }
 
 func (f *fleet) get(ctx context.Context) *fleetData {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.clock()
-	if f.last != nil && f.maxAge >= 0 && now.Sub(f.last.At) < f.maxAge {
-		return f.last
+	last := f.last
+	if last != nil && f.maxAge >= 0 && f.clock().Sub(last.At) >= f.maxAge && !f.running && f.base.Err() == nil {
+		f.running = true
+		f.wg.Add(1)
+		go f.refresh()
+	}
+	f.mu.Unlock()
+	if last != nil && f.maxAge >= 0 {
+		return last
+	}
+	// The first reading (or every one, with a negative maxAge): in the
+	// view, one at a time.
+	f.first.Lock()
+	defer f.first.Unlock()
+	f.mu.Lock()
+	last = f.last
+	f.mu.Unlock()
+	if last != nil && f.maxAge >= 0 {
+		return last
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	f.last = f.read(ctx, now)
-	return f.last
+	d := f.read(ctx, f.clock())
+	f.mu.Lock()
+	f.last = d
+	f.mu.Unlock()
+	return d
+}
+
+func (f *fleet) refresh() {
+	defer f.wg.Done()
+	ctx, cancel := context.WithTimeout(f.base, f.timeout)
+	defer cancel()
+	d := f.read(ctx, f.clock())
+	f.mu.Lock()
+	f.last, f.running = d, false
+	f.mu.Unlock()
 }
 
 func (f *fleet) read(ctx context.Context, now time.Time) *fleetData {

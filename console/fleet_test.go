@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -235,5 +236,56 @@ func TestBrowserFleetShowsOtherGuards(t *testing.T) {
 				t.Fatalf("a scope name from Prometheus ran in the browser: %+v", p)
 			}
 		})
+	}
+}
+
+// activityStore counts the Activity calls of the store it wraps.
+type activityStore struct {
+	console.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (s *activityStore) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	return s.Store.(idem.ActivityCounter).Activity(ctx, q)
+}
+
+func (s *activityStore) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// TestFleetReadOncePerMaxAge: views within CountsMaxAge share one reading
+// of the store's activity; a later view is served the old reading while a
+// new one runs, which Close waits for.
+func TestFleetReadOncePerMaxAge(t *testing.T) {
+	st := &activityStore{Store: stores[0].open(t)}
+	work(t, st, "billing", 3)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c := console.New(st, console.Options{Logger: quiet, Clock: clock, CountsMaxAge: time.Hour})
+	base := serve(t, c)
+	for range 5 {
+		if code, _ := get(t, http.DefaultClient, base+"/"); code != http.StatusOK {
+			t.Fatalf("overview: %d", code)
+		}
+	}
+	if n := st.calls(); n != 1 {
+		t.Fatalf("five views within CountsMaxAge read the activity %d times, want 1", n)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if _, body := get(t, http.DefaultClient, base+"/"); !strings.Contains(body, `data-scope="billing"`) {
+		t.Fatal("an old reading is not served while a new one runs")
+	}
+	c.Close() // waits for the refresh the view started
+	if n := st.calls(); n != 2 {
+		t.Fatalf("after the reading got old: %d readings, want 2", n)
 	}
 }
