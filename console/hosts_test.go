@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/idemgo/idem/console"
 	"github.com/idemgo/idem/store/memory"
 )
@@ -164,3 +166,32 @@ func TestCookiesScopedToMountPath(t *testing.T) {
 
 // idemNow is the seed's time: whole seconds, as newFixture takes it.
 func idemNow() time.Time { return time.Now().UTC().Truncate(time.Second) }
+
+// TestBrowserCookiesStayUnderTheMount: a real browser that opened the
+// console sends its CSRF cookie back to the console's pages and to none of
+// the application's other paths.
+func TestBrowserCookiesStayUnderTheMount(t *testing.T) {
+	ctx := browser(t)
+	st := memory.New()
+	seed(t, st, idemNow())
+	c := console.New(st, console.Options{Logger: quiet, Authorize: operator})
+	t.Cleanup(func() { c.Close() })
+	mux := http.NewServeMux()
+	mux.Handle("/ops/idem/", c)
+	mux.HandleFunc("/app/cookies", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "cookies:"+r.Header.Get("Cookie"))
+	})
+	base := serve(t, mux)
+	do(t, ctx, chromedp.Navigate(base+"/ops/idem/"), chromedp.WaitVisible(chromedp.CSS("form[action=sweep]")))
+	do(t, ctx, chromedp.Navigate(base+"/app/cookies"), chromedp.WaitVisible(chromedp.CSS("body")))
+	if body := text(t, ctx, "body"); !strings.HasPrefix(body, "cookies:") || strings.Contains(body, "idem_console") {
+		t.Errorf("the application's page got the console's cookie: %q", body)
+	}
+	// The console's own pages get it: its actions pass the CSRF check.
+	do(t, ctx, chromedp.Navigate(base+"/ops/idem/"), chromedp.Click(chromedp.CSS("form[action=sweep] button")),
+		chromedp.WaitVisible(chromedp.CSS("p.flash")))
+	if flash := text(t, ctx, "p.flash"); !strings.Contains(flash, "Swept") {
+		t.Errorf("a sweep from the console's page: %q", flash)
+	}
+}
