@@ -120,6 +120,11 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			}
 			return nil, callErr // released: the retry runs the handler again
 		}
+		if m, ok := reply.(proto.Message); ok && proto.Size(m) > c.MaxResponseSize {
+			// Done, but too large to record: the key is completed without a
+			// reply, so a retry is told so instead of charging again.
+			return nil, nil
+		}
 		return encodeReply(reply)
 	})
 	if ran {

@@ -213,3 +213,51 @@ func TestOptionsValidated(t *testing.T) {
 		}
 	}
 }
+
+// downStore is a store whose every claim fails, as an unreachable one's.
+type downStore struct{ idem.Store }
+
+func (downStore) Claim(context.Context, idem.ClaimRequest) (idem.Claim, error) {
+	return idem.Claim{}, errors.New("connection refused")
+}
+
+func TestStoreDownAnswersUnavailable(t *testing.T) {
+	svc := &payments{}
+	const retryAfter = 3 * time.Second
+	s := interceptor(t, downStore{stores[0].open(t)}, idemgrpc.Options{RetryAfter: retryAfter})
+	conn := serve(t, svc, []grpc.UnaryServerInterceptor{s.UnaryInterceptor()})
+	_, _, trailer, err := call(t, conn, methodCharge, "alice", "k", 10)
+	if status.Code(err) != codes.Unavailable || idemgrpc.Reason(err) != idemgrpc.ReasonUnavailable {
+		t.Fatalf("store down: %v, want Unavailable %s", err, idemgrpc.ReasonUnavailable)
+	}
+	if d, ok := idemgrpc.RetryDelay(err); !ok || d != retryAfter {
+		t.Errorf("RetryInfo %v (present %v), want Options.RetryAfter %v", d, ok, retryAfter)
+	}
+	if got := trailer.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "3000" {
+		t.Errorf("grpc-retry-pushback-ms = %v, want 3000", got)
+	}
+	if svc.charges.Load() != 0 {
+		t.Errorf("charged %d times with the store down, want 0", svc.charges.Load())
+	}
+}
+
+func TestReplyTooLargeToRecord(t *testing.T) {
+	forStores(t, func(t *testing.T, store idem.Store) {
+		svc := &payments{}
+		// Options.MaxResponseSize bounds the reply; the guard's limit adds
+		// room for the record's envelope, so 1 byte leaves the reply out.
+		s := interceptor(t, store, idemgrpc.Options{MaxResponseSize: 1})
+		conn := serve(t, svc, []grpc.UnaryServerInterceptor{s.UnaryInterceptor()})
+		first, _, _, err := call(t, conn, methodCharge, "alice", "k", 10)
+		if err != nil || run(first) != 1 {
+			t.Fatalf("first call: %v %v, want its whole reply", first.AsMap(), err)
+		}
+		_, _, _, err = call(t, conn, methodCharge, "alice", "k", 10)
+		if status.Code(err) != codes.FailedPrecondition || idemgrpc.Reason(err) != idemgrpc.ReasonNotReplayable {
+			t.Errorf("retry of an unrecorded reply: %v, want FailedPrecondition %s", err, idemgrpc.ReasonNotReplayable)
+		}
+		if svc.charges.Load() != 1 {
+			t.Errorf("charged %d times, want 1: the key is completed without its reply", svc.charges.Load())
+		}
+	})
+}
