@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -101,4 +102,55 @@ func TestClientKeepsCallersKeyAndDerivesInHandlers(t *testing.T) {
 	if want := idem.DeriveKey(msgCtx, methodCharge); seen[1] != want || seen[2] != want {
 		t.Errorf("keys in a handler %q, want idem.DeriveKey's %q on each redelivery", seen[1:], want)
 	}
+}
+
+// abortedRetryConfig retries Charge on ABORTED. How long gRPC waits (the
+// server's grpc-retry-pushback-ms) is time, which no test here asserts;
+// TestInProgressAbortsWithRetryInfo checks the value sent. This test checks
+// the end: a caller that met a call in progress gets its reply, replayed.
+const abortedRetryConfig = `{"methodConfig": [{
+	"name": [{"service": "idemtest.Payments"}],
+	"retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["ABORTED"]}}]}`
+
+func TestClientRetryWaitsForHolder(t *testing.T) {
+	forStores(t, func(t *testing.T, store idem.Store) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		svc := &payments{block: func(context.Context) { close(entered); <-release }}
+		var mu sync.Mutex
+		attempts := 0
+		// watch lets the holder finish once the second caller has been
+		// told to wait, so that caller's retry finds the record completed.
+		watch := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			reply, err := h(ctx, req)
+			if status.Code(err) == codes.Aborted {
+				mu.Lock()
+				attempts++
+				mu.Unlock()
+				once.Do(func() { close(release) })
+			}
+			return reply, err
+		}
+		s := interceptor(t, store, idemgrpc.Options{Guard: idem.Options{Lease: time.Second}})
+		conn := serve(t, svc, []grpc.UnaryServerInterceptor{watch, s.UnaryInterceptor()},
+			grpc.WithDefaultServiceConfig(abortedRetryConfig))
+		done := make(chan error, 1)
+		go func() {
+			_, _, _, err := call(t, conn, methodCharge, "alice", "k", 10)
+			done <- err
+		}()
+		<-entered
+		reply, header, _, err := call(t, conn, methodCharge, "alice", "k", 10)
+		if err != nil {
+			t.Fatalf("the waiting caller: %v, want the holder's reply after gRPC's retry", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if attempts == 0 || run(reply) != 1 || !replayed(header) || svc.charges.Load() != 1 {
+			t.Errorf("aborted attempts %d, reply %v (replayed %v), charges %d; want the holder's reply replayed after a retry",
+				attempts, reply.AsMap(), replayed(header), svc.charges.Load())
+		}
+	})
 }
