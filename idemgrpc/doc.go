@@ -66,4 +66,7 @@
 // message's redeliveries, as idemhttp.Transport does for HTTP), or makes a
 // random one. gRPC's retries re-send the call's metadata, so an attempt whose
 // reply was lost after the server applied it is answered from the record.
+// (gRPC retries an attempt only when no response header reached the client:
+// a handler that sets header metadata and then fails is not retried by the
+// policy; the application's retry with the same key still is deduplicated.)
 package idemgrpc

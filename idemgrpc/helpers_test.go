@@ -71,6 +71,7 @@ type payments struct {
 	refunds atomic.Int64
 	fail    func(n int64) error
 	block   func(ctx context.Context) // runs inside Charge, before it answers
+	header  bool                      // Charge sets an x-charge header
 }
 
 func (p *payments) Charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
@@ -80,6 +81,14 @@ func (p *payments) Charge(ctx context.Context, in *structpb.Struct) (*structpb.S
 	}
 	if p.fail != nil {
 		if err := p.fail(n); err != nil {
+			return nil, err
+		}
+	}
+	if p.header {
+		// Through the guard's context, which must still reach the call's
+		// stream. (Off by default: gRPC does not retry an attempt whose
+		// server sent headers, and the retry tests need it to.)
+		if err := grpc.SetHeader(ctx, metadata.Pairs("x-charge", "done")); err != nil {
 			return nil, err
 		}
 	}
