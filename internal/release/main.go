@@ -42,6 +42,7 @@ func main() {
 	flag.StringVar(&opt.modcache, "modcache", "", "module cache of the standalone go commands, kept for its third-party modules, purged of idem's at each start; default idem/release-modcache in the user's cache directory")
 	flag.BoolVar(&opt.tree, "tree", true, "write go.mod/go.sum back to the tree, check the workspace, add a CHANGELOG entry; false: write the proxy only")
 	flag.BoolVar(&opt.test, "test", false, "also run the workspace's tests after build and vet")
+	flag.StringVar(&opt.rev, "rev", "HEAD", "the commit whose files are released (commit the go.mod edits first: the tree's uncommitted work is not taken)")
 	flag.StringVar(&opt.tagsFile, "tags", "", "also write the tags to create to this file, one a line")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: go run ./internal/release [flags] vX.Y.Z")
@@ -66,6 +67,7 @@ type options struct {
 	tree     bool
 	test     bool
 	tagsFile string
+	rev      string
 }
 
 func run(opt options) error {
@@ -75,7 +77,7 @@ func run(opt options) error {
 	if major := semver.Major(opt.version); major != "v0" && major != "v1" {
 		return fmt.Errorf("%s needs /%s module paths, which idem's modules do not have", opt.version, major)
 	}
-	ws, err := loadWorkspace()
+	ws, err := loadWorkspace(opt.rev)
 	if err != nil {
 		return err
 	}
@@ -107,7 +109,7 @@ func run(opt options) error {
 	defer purgeModcache(opt.modcache, ws.rootPath)
 
 	stage := filepath.Join(tmp, "stage")
-	if err := ws.stageFiles(stage); err != nil {
+	if err := ws.stageFiles(stage, opt.rev); err != nil {
 		return err
 	}
 	env, err := standaloneEnv(ws.rootPath, opt.proxy, opt.modcache)

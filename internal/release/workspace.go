@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"fmt"
@@ -33,7 +34,7 @@ type mod struct {
 	published bool     // gets a tag and a place in the proxy
 }
 
-func loadWorkspace() (*workspace, error) {
+func loadWorkspace(rev string) (*workspace, error) {
 	out, err := exec.Command("go", "env", "GOWORK").Output()
 	if err != nil {
 		return nil, fmt.Errorf("go env GOWORK: %w", err)
@@ -42,7 +43,17 @@ func loadWorkspace() (*workspace, error) {
 	if workFile == "" || workFile == "off" {
 		return nil, errors.New("no go.work: run the command inside the repository, with GOWORK unset")
 	}
-	data, err := os.ReadFile(workFile)
+	root := filepath.Dir(workFile)
+	atRev := func(name string) ([]byte, error) {
+		cmd := exec.Command("git", "show", rev+":"+name)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("git show %s:%s: %w", rev, name, err)
+		}
+		return out, nil
+	}
+	data, err := atRev("go.work")
 	if err != nil {
 		return nil, err
 	}
@@ -50,12 +61,17 @@ func loadWorkspace() (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws := &workspace{workFile: workFile, root: filepath.Dir(workFile), byPath: map[string]*mod{}}
+	ws := &workspace{workFile: workFile, root: root, byPath: map[string]*mod{}}
 	var mods []*mod
 	var files []*modfile.File
 	for _, u := range wf.Use {
 		dir := path.Clean(filepath.ToSlash(u.Path))
-		f, err := readModFile(filepath.Join(ws.root, filepath.FromSlash(dir), "go.mod"))
+		name := path.Join(dir, "go.mod")
+		data, err := atRev(name)
+		if err != nil {
+			return nil, err
+		}
+		f, err := modfile.Parse(name, data, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -216,34 +232,52 @@ func (ws *workspace) tags(version string) []string {
 // pattern is the import-path pattern of every package of the workspace.
 func (ws *workspace) pattern() string { return ws.rootPath + "/..." }
 
-// stageFiles copies the files git knows of or would add (tracked, and
-// untracked but not ignored) to dir: a module zip holds what a commit
-// would, not the build products and caches lying in the tree.
-func (ws *workspace) stageFiles(dir string) error {
-	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+// stageFiles writes the files of commit rev to dir: a module zip holds what
+// its tag will, not the build products, caches and other work in progress
+// lying in the tree (tracked files half-edited, untracked ones not yet
+// added), which change under a run on a shared tree.
+func (ws *workspace) stageFiles(dir, rev string) error {
+	cmd := exec.Command("git", "archive", "--format=tar", rev)
 	cmd.Dir = ws.root
-	out, err := cmd.Output()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return fmt.Errorf("git ls-files: %w", err)
+		return err
 	}
-	for _, name := range strings.Split(string(out), "\x00") {
-		if name == "" || name == "go.work" || name == "go.work.sum" {
-			continue
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("git archive %s: %w", rev, err)
+	}
+	tr := tar.NewReader(out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
 		}
-		src := filepath.Join(ws.root, filepath.FromSlash(name))
-		info, err := os.Lstat(src)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // deleted in the tree, not yet in the index
+		if err != nil {
+			return fmt.Errorf("git archive %s: %w", rev, err)
 		}
+		name := path.Clean(h.Name)
+		if h.Typeflag != tar.TypeReg || name == "go.work" || name == "go.work.sum" {
+			continue // a module zip holds regular files only; go.work is the repo's
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, os.FileMode(h.Mode).Perm())
 		if err != nil {
 			return err
 		}
-		if !info.Mode().IsRegular() {
-			continue // a module zip holds regular files only
-		}
-		if err := copyFile(src, filepath.Join(dir, filepath.FromSlash(name)), info.Mode().Perm()); err != nil {
+		if _, err := io.Copy(f, tr); err != nil {
+			f.Close()
 			return err
 		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("git archive %s: %w", rev, err)
 	}
 	return nil
 }
@@ -373,6 +407,11 @@ func standaloneEnv(rootPath, proxy, modcache string) ([]string, error) {
 		"GOPRIVATE":  "",
 		"GONOPROXY":  "",
 		"GOFLAGS":    strings.TrimSpace(flags + " -modcacherw"),
+		// The go command takes a module cache directory for immutable and
+		// indexes its packages in the build cache by the directory's path;
+		// a version rebuilt with new content at the same path would be read
+		// through the stale index (files missing, imports unresolved).
+		"GODEBUG": strings.Trim(os.Getenv("GODEBUG")+",goindex=0", ","),
 	}
 	var env []string
 	for _, kv := range os.Environ() {
