@@ -113,7 +113,7 @@ func userPrincipal(ctx context.Context) (string, error) {
 
 // serve starts a gRPC server on an in-process listener with the service
 // behind interceptors and returns a client connection to it.
-func serve(t *testing.T, svc paymentsServer, interceptors []grpc.UnaryServerInterceptor, dial ...grpc.DialOption) *grpc.ClientConn {
+func serve(t testing.TB, svc paymentsServer, interceptors []grpc.UnaryServerInterceptor, dial ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
@@ -132,7 +132,7 @@ func serve(t *testing.T, svc paymentsServer, interceptors []grpc.UnaryServerInte
 }
 
 // interceptor builds the server interceptor with the test's defaults.
-func interceptor(t *testing.T, store idem.Store, opts idemgrpc.Options) *idemgrpc.Server {
+func interceptor(t testing.TB, store idem.Store, opts idemgrpc.Options) *idemgrpc.Server {
 	t.Helper()
 	if opts.Scope == "" {
 		opts.Scope = "payments"
