@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -17,7 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
 	"github.com/idemgo/idem/store/memory"
-	"github.com/idemgo/idem/store/sqlite"
+	"github.com/idemgo/idem/store/sqlite/sqlitetest"
 )
 
 // The test service is registered by hand (a grpc.ServiceDesc written in Go)
@@ -182,20 +181,7 @@ var stores = []struct {
 	open func(testing.TB) idem.Store
 }{
 	{"memory", func(testing.TB) idem.Store { return memory.New() }},
-	{"sqlite", openSQLite},
-}
-
-func openSQLite(t testing.TB) idem.Store {
-	t.Helper()
-	s, err := sqlite.Open(filepath.Join(t.TempDir(), "idem.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	{"sqlite", func(t testing.TB) idem.Store { return sqlitetest.Open(t) }},
 }
 
 func forStores(t *testing.T, f func(t *testing.T, store idem.Store)) {
