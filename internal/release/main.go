@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -80,6 +81,19 @@ func run(opt options) error {
 	ws, err := loadWorkspace(opt.rev)
 	if err != nil {
 		return err
+	}
+	if opt.tree {
+		// The go.mod and go.sum files written back come from rev: an edit
+		// of one in the tree, not yet committed, would be lost.
+		cmd := exec.Command("git", "diff", "--name-only", opt.rev, "--", "*go.mod", "*go.sum")
+		cmd.Dir = ws.root
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("git diff %s: %w", opt.rev, err)
+		}
+		if changed := strings.Fields(string(out)); len(changed) > 0 {
+			return fmt.Errorf("these files differ from %s; commit them first (the release rewrites them from %s): %s", opt.rev, opt.rev, strings.Join(changed, " "))
+		}
 	}
 	tmp, err := os.MkdirTemp("", "idem-release-")
 	if err != nil {
