@@ -262,3 +262,29 @@ func TestReplyTooLargeToRecord(t *testing.T) {
 		}
 	})
 }
+
+func TestStaleParkedAwaitsOperator(t *testing.T) {
+	forStores(t, func(t *testing.T, store idem.Store) {
+		// A holder that claimed alice's key and died: its lease ended an
+		// hour before the guard's clock.
+		now := time.Now()
+		key := idem.Key{Scope: "payments", ID: "alice|k"} // storedID's (principal, key) form
+		if _, err := store.Claim(t.Context(), idem.ClaimRequest{
+			Key: key, Now: now, LeaseUntil: now.Add(time.Second), ExpiresAt: now.Add(48 * time.Hour), NewToken: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		svc := &payments{}
+		s := interceptor(t, store, idemgrpc.Options{Guard: idem.Options{
+			Stale: idem.StalePark, Clock: func() time.Time { return now.Add(time.Hour) },
+		}})
+		conn := serve(t, svc, []grpc.UnaryServerInterceptor{s.UnaryInterceptor()})
+		_, _, _, err := call(t, conn, methodCharge, "alice", "k", 10)
+		if status.Code(err) != codes.FailedPrecondition || idemgrpc.Reason(err) != idemgrpc.ReasonStale {
+			t.Errorf("stale record under StalePark: %v, want FailedPrecondition %s", err, idemgrpc.ReasonStale)
+		}
+		if _, ok := idemgrpc.RetryDelay(err); ok || svc.charges.Load() != 0 {
+			t.Errorf("RetryInfo present %v, charges %d; want neither: an operator decides", ok, svc.charges.Load())
+		}
+	})
+}
