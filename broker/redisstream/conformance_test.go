@@ -38,6 +38,10 @@ type suiteBroker struct {
 	dlq    string
 	down   sync.WaitGroup
 	names  atomic.Int64
+
+	mu       sync.Mutex
+	dls      []redis.XMessage // every dead letter read, replayed ones included
+	replayTo int              // dls[:replayTo] are replayed
 }
 
 func newSuiteBroker(t *testing.T, addr string) *suiteBroker {
@@ -75,17 +79,41 @@ func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) e
 	return err
 }
 
+// DeadLetters reads the dead-letter stream past the last entry read
+// (Replay deletes what it replays from it).
 func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
-	entries, err := b.rdb.XRange(ctx, b.dlq, "-", "+").Result()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := "-"
+	if n := len(b.dls); n > 0 {
+		from = "(" + b.dls[n-1].ID
+	}
+	entries, err := b.rdb.XRange(ctx, b.dlq, from, "+").Result()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]brokertest.DeadLetter, len(entries))
-	for i, e := range entries {
+	b.dls = append(b.dls, entries...)
+	out := make([]brokertest.DeadLetter, len(b.dls))
+	for i, e := range b.dls {
 		im := redisstream.MessageOf(&redisstream.Message{XMessage: e})
 		out[i] = brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers}
 	}
 	return out, nil
+}
+
+// Replay replays, with redisstream.Replay, the dead letters DeadLetters
+// has read and Replay has not.
+func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for ; b.replayTo < len(b.dls); b.replayTo++ {
+		if err := redisstream.Replay(ctx, b.rdb, b.dlq, b.dls[b.replayTo]); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Start runs a consumer of the group on a client of its own, under a name

@@ -35,7 +35,8 @@
 //   - A dead letter is XADDed to Options.DeadLetterStream, with the entry's
 //     fields, idem's headers (broker.DeadLetterHeaders) and its position
 //     (Idem-Original-Stream, Idem-Original-Position: the entry id), and the
-//     original is XACKed, in one MULTI.
+//     original is XACKed, in one MULTI. Replay puts a dead letter back on
+//     its stream (without idem's fields) and deletes it, in one MULTI.
 //
 // Keep MinIdle above the longest pause a live consumer may have between
 // keep-alives (a GC pause, a slow network), or its entries are claimed by
