@@ -170,7 +170,10 @@ func (w *workers) process(eng *broker.Consumer[*message.Message], msg *message.M
 
 func (w *workers) work(j *job) {
 	for {
-		j.r = j.eng.Process(j.msg.Context(), j.msg)
+		// No stop channel: a hold ends with the message's context, which
+		// is only asked for its Done channel when a delivery is held (the
+		// channel is made on first use, a cost per message otherwise).
+		j.r = j.eng.ProcessUntil(j.msg.Context(), nil, j.msg)
 		j.done <- struct{}{}
 		if w.idle.Add(1) > w.maxIdle {
 			w.idle.Add(-1)
@@ -314,8 +317,8 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 // transport is the Watermill side of the engine. The router schedules
 // messages (a handler call each) and acks or nacks each from what the
 // middleware returns, so Ack and Retry settle nothing themselves; Retry
-// cannot delay (a nack is redelivered at once), so the engine waits the
-// back-off out before the middleware returns the error. Watermill counts
+// waits the back-off out (a nack is redelivered at once) before the
+// middleware returns the error. Watermill counts
 // no deliveries: the handler's failures are counted in the record.
 type transport struct{ m *Middleware }
 
@@ -329,10 +332,21 @@ func (transport) Delivery(*message.Message) broker.Delivery { return broker.Deli
 
 func (transport) Ack(context.Context, *message.Message) error { return nil }
 
-func (transport) Retry(context.Context, *message.Message, time.Duration) error { return nil }
-
-// RetryDelays is false: a nack is redelivered at once (broker.Delayer).
-func (transport) RetryDelays() bool { return false }
+// Retry waits out the delay (a nack is redelivered at once), or until the
+// message's context ends; the middleware then returns the error and the
+// router nacks.
+func (transport) Retry(ctx context.Context, _ *message.Message, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
 
 // SettlesInPlace: the router acks and nacks (broker.InPlace).
 func (transport) SettlesInPlace() bool { return true }
