@@ -3,8 +3,6 @@ package mqttidem_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -14,34 +12,21 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/idemgo/idem/broker/brokertest"
 	mqttidem "github.com/idemgo/idem/broker/mqtt"
 	"github.com/idemgo/idem/internal/consumetest"
-	"github.com/idemgo/idem/internal/testenv"
 )
 
-// TestConformance runs broker/brokertest on a mochi-mqtt server in this
-// process (sessions kept while disconnected): each subtest gets topics of
-// its own, its consumers share one subscription ($share/suite/...) and
-// each takes the lowest session id no running consumer holds, so a
-// consumer started after a kill resumes the killed one's session.
+// TestConformance runs broker/brokertest on the machine's Mosquitto
+// (sessions kept while disconnected): each subtest gets topics of its own,
+// its consumers share one subscription ($share/suite/...) and each takes
+// the lowest session id no running consumer holds, so a consumer started
+// after a kill resumes the killed one's session. (It ran on mochi-mqtt
+// in-process first: under -race, mochi 2.7.9's Inflight lock deadlocked
+// in publishToClient and the package hung.)
 func TestConformance(t *testing.T) {
-	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "t", Address: addr})); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	addr := mosquitto.Need(t)
 	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newSuiteBroker(t, "mqtt://"+addr) })
 }
 
@@ -117,7 +102,7 @@ func (b *suiteBroker) Features() brokertest.Features {
 	return brokertest.Features{Skip: map[string]string{
 		"Replay":                    "mqttidem has no Replay of dead letters yet",
 		"ConflictDeadLetterHeaders": "an MQTT message has no broker position (the packet id is a session slot, reused); the dead letter names its topic (Idem-Original-Topic) and idem's headers are checked by DeadLetterHeadersEveryReason",
-		"CrashBeforeSettle":         "on mochi-mqtt 2.7.9 a consumer resuming a killed consumer's session gets no SUBACK (not yet understood); the redelivery after a kill is checked on Mosquitto (TestMosquittoRedelivery)",
+		"CrashBeforeSettle":         "a consumer resuming a killed consumer's session is not yet made to pass here (on mochi-mqtt 2.7.9 it got no SUBACK); the redelivery after a kill is checked by TestMosquittoRedelivery",
 	}}
 }
 
