@@ -7,7 +7,6 @@ require (
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/brokertest v0.1.0
 	github.com/idemgo/idem/internal/consumetest v0.1.0
-	github.com/mochi-mqtt/server/v2 v2.7.9
 )
 
 require (
