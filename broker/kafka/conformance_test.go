@@ -197,6 +197,11 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 		kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.SessionTimeout(time.Second),
 		kgo.Dialer(conns.dial),
+		// A killed consumer's dead-letter produce in flight is not
+		// cancelled by its context under idempotent production (see
+		// Options.DeadLetterTimeout): the hard bound the doc advises, so a
+		// Kill cannot leave Run waiting on it (seen hanging a CI run).
+		kgo.RecordDeliveryTimeout(5*time.Second),
 	)...)...)
 	if err != nil {
 		return nil, err
