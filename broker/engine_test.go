@@ -151,6 +151,21 @@ func (f *fake) next(t testing.TB) call {
 	}
 }
 
+// nextOf takes the next n settling calls, failing t unless each is op,
+// and returns the ids they settled.
+func (f *fake) nextOf(t testing.TB, n int, op, why string) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	for range n {
+		c := f.next(t)
+		if c.op != op {
+			t.Fatalf("%s %s, want %s", c.op, c.id, why)
+		}
+		ids[c.id] = true
+	}
+	return ids
+}
+
 // none fails t if the engine settled anything so far.
 func (f *fake) none(t *testing.T, why string) {
 	t.Helper()
@@ -636,14 +651,7 @@ func TestEngineShutdownReturnsUnstarted(t *testing.T) {
 		}
 	})
 	e.cancel()
-	returned := map[string]bool{}
-	for range 2 {
-		c := f.next(t)
-		if c.op != "return" {
-			t.Fatalf("%s %s before the handler in flight finished, want return", c.op, c.id)
-		}
-		returned[c.id] = true
-	}
+	returned := f.nextOf(t, 2, "return", "return before the handler in flight finished")
 	if !returned["b"] || !returned["c"] {
 		t.Fatalf("returned %v, want b and c", returned)
 	}

@@ -36,14 +36,7 @@ func TestEngineShutdownHandlesUnstartedLast(t *testing.T) {
 		t.Fatalf("%s %s, want c returned", c.op, c.id)
 	}
 	close(release)
-	acked := map[string]bool{}
-	for range 2 {
-		c := f.next(t)
-		if c.op != "ack" {
-			t.Fatalf("%s %s, want a and b acked", c.op, c.id)
-		}
-		acked[c.id] = true
-	}
+	acked := f.nextOf(t, 2, "ack", "a and b acked")
 	if !acked["a"] || !acked["b"] {
 		t.Fatalf("acked %v, want a and b", acked)
 	}
