@@ -29,7 +29,7 @@ type Ticket struct {
 func (t *Ticket) Key() Key { return t.key }
 
 // ClaimBatch claims the keys of msgs in one round trip when the store is a
-// BatchStore (one statement, one pipeline), for consumers that poll batches.
+// storekit.BatchStore (one statement, one pipeline), for consumers that poll batches.
 // It returns one ticket per message, in order; run each with Ticket.Do in
 // the message's turn. A key that repeats an earlier message of the batch (a
 // producer retry inside one poll) is claimed when its ticket runs, after the

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// ErrDuplicateKeyInBatch means one batch (BatchStore.ClaimBatch, a store's
-// batch of markers) named a key twice. The BatchStore contract asks for
+// ErrDuplicateKeyInBatch means one batch (storekit.BatchStore's ClaimBatch, a store's
+// batch of markers) named a key twice. The batch contract asks for
 // distinct keys, and stores cannot honour a repeat the same way (one SQL
 // statement cannot upsert a row twice), so every store refuses the whole
 // batch before writing anything, with an *InvalidDataError that wraps this:
@@ -16,11 +16,9 @@ import (
 // claims a repeated key in its own turn, as the duplicate it is.
 var ErrDuplicateKeyInBatch = errors.New("idem: key repeated in one batch")
 
-// CheckBatchKeys returns an *InvalidDataError for op wrapping
-// ErrDuplicateKeyInBatch, naming the key, when two of reqs have the same
-// key; nil otherwise. Stores call it first in their batch operations so
-// that every store classifies a repeat the same way.
-func CheckBatchKeys(op string, reqs []ClaimRequest) error {
+// checkBatchKeys is storekit.CheckBatchKeys, which stores call first in
+// their batch operations, for ClaimBatch over a store without one.
+func checkBatchKeys(op string, reqs []ClaimRequest) error {
 	if len(reqs) < 2 {
 		return nil
 	}

@@ -2,7 +2,6 @@ package idem_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -79,57 +78,6 @@ func TestStoredIDsDisjoint(t *testing.T) {
 	}
 	if !strings.HasPrefix(look.StoredID(), "sha256:") || len(look.StoredID()) != 71 {
 		t.Fatalf("hashed id %q", look.StoredID())
-	}
-}
-
-func TestStoredFingerprint(t *testing.T) {
-	sum := sha256.Sum256([]byte("p"))
-	for _, fp := range []string{string(sum[:]), "a\x00b", "\xff", strings.Repeat("f", idem.MaxFingerprintLen+1)} {
-		got := idem.StoredFingerprint(fp)
-		if !strings.HasPrefix(got, "sha256:") || idem.StoredFingerprint(got) != got {
-			t.Fatalf("StoredFingerprint(%q) = %q", fp, got)
-		}
-	}
-	for _, fp := range []string{"", "abc", strings.Repeat("f", idem.MaxFingerprintLen)} {
-		if got := idem.StoredFingerprint(fp); got != fp {
-			t.Fatalf("StoredFingerprint(%q) = %q, want it unchanged", fp, got)
-		}
-	}
-	if idem.StoredFingerprint(string(sum[:])) == idem.StoredFingerprint("other") {
-		t.Fatal("different fingerprints collide")
-	}
-}
-
-func TestPrepare(t *testing.T) {
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	k := idem.Key{Scope: "s", ID: "1"}
-	req := idem.ClaimRequest{Key: k, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Second)}
-	p, err := req.Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.ExpiresAt.Equal(p.LeaseUntil) {
-		t.Fatalf("ExpiresAt %v not raised to the lease end %v", p.ExpiresAt, p.LeaseUntil)
-	}
-	if p.NewToken < 1<<32 || p.NewToken >= 1<<52 {
-		t.Fatalf("NewToken %d outside [2^32, 2^52)", p.NewToken)
-	}
-	req.ExpiresAt = time.Time{}
-	if _, err := req.Prepare(); !errors.Is(err, idem.ErrInvalidData) || !idem.IsPermanent(err) ||
-		idem.DeadLetterReason(err) != "invalid_data" {
-		t.Fatalf("zero ExpiresAt: %v", err)
-	}
-	var ide *idem.InvalidDataError
-	if _, err := (idem.CompleteRequest{Key: k, Now: now}).Prepare(); !errors.As(err, &ide) {
-		t.Fatalf("Complete with zero ExpiresAt: %v", err)
-	}
-	seen := map[int64]bool{}
-	for range 10000 {
-		tok := idem.NewToken()
-		if seen[tok] {
-			t.Fatalf("NewToken repeated %d", tok)
-		}
-		seen[tok] = true
 	}
 }
 

@@ -73,7 +73,7 @@ func (g *Guard) Key(m Message) (Key, error) {
 // Fingerprint computes the fingerprint of m.
 func (g *Guard) Fingerprint(m Message) (string, error) {
 	fp, err := g.opts.Fingerprint(m)
-	fp = StoredFingerprint(fp) // raw digest bytes and the like, as stores keep them
+	fp = storedFingerprint(fp) // raw digest bytes and the like, as stores keep them
 	if err != nil && !errors.Is(err, ErrInvalidKey) {
 		err = &KeyError{Reason: "fingerprint: " + err.Error(), Err: ErrInvalidKey}
 	}
@@ -134,7 +134,7 @@ func (g *Guard) DoKey(ctx context.Context, key Key, fingerprint string, h Handle
 		g.observe(ctx, Event{Key: key, Mode: "two-phase", Outcome: OutcomeNoKey, Err: err, Total: time.Since(start)})
 		return Result{Key: key, Outcome: OutcomeNoKey}, err
 	}
-	return g.doKey(ctx, key, StoredFingerprint(fingerprint), h, start)
+	return g.doKey(ctx, key, storedFingerprint(fingerprint), h, start)
 }
 
 // doKey is DoKey for a key that is valid and a fingerprint in its stored

@@ -20,7 +20,7 @@ import (
 //     (ClaimStale, or a retake with Retaken), never starting a new lifetime
 //     over it. A native expiry (a TTL) never removes an in-progress record.
 //     Acquiring still writes ExpiresAt no earlier than LeaseUntil
-//     (ClaimRequest.Prepare raises it), and Renew carries ExpiresAt with
+//     (storekit.PrepareClaim raises it), and Renew carries ExpiresAt with
 //     the lease it extends, so a record released late keeps its retention.
 //     A completed record that is part of a live run (a job's finished step)
 //     is kept as long as the run through Retainer, which every store of this
@@ -28,7 +28,7 @@ import (
 //   - Tokens. A token names one claim for the whole life of the key, across
 //     deletions (sweep, expiry, a cache restart without persistence): a
 //     record created where none exists starts at ClaimRequest.NewToken, a
-//     random number in [2^32, 2^52) (NewToken), and each reclaim of a
+//     random number in [2^32, 2^52) (storekit.NewToken), and each reclaim of a
 //     surviving record adds 1. A zombie's token therefore never matches a
 //     later owner's. Fencing checks equality; the increase within a
 //     lifetime is for humans.
@@ -49,7 +49,7 @@ import (
 //   - Data errors are permanent. A request the store cannot take (a request
 //     without its times, a value its column rejects) is an
 //     *InvalidDataError (errors.Is(err, ErrInvalidData)), which Decide
-//     dead-letters; stores accept any fingerprint bytes (StoredFingerprint)
+//     dead-letters; stores accept any fingerprint bytes (storekit.StoredFingerprint)
 //     and any valid key. Store failures (down, timeout, deadlock) are
 //     returned as they are and stay retryable.
 //
@@ -58,7 +58,7 @@ import (
 // failure, which callers treat as retryable.
 type Store interface {
 	// Claim takes the key or reports why not, in one atomic step. Stores
-	// call req.Prepare first (and return its error). With the record r
+	// call storekit.PrepareClaim first (and return its error). With the record r
 	// stored for req.Key (if any) and now = req.Now:
 	//
 	//   - no record, or r expired (r.Expired(now): r completed or released
@@ -82,18 +82,19 @@ type Store interface {
 
 	// Complete marks an in-progress record completed with its result and new
 	// retention, only if req.Token is the current token and the state is
-	// in_progress; otherwise ErrLeaseLost. Stores call req.Prepare first. Completing after the lease ended is
-	// allowed while nobody has taken the key over: the token still matches.
+	// in_progress; otherwise ErrLeaseLost. Stores call storekit.PrepareComplete first.
+	// Completing after the lease ended is allowed while nobody has taken the key over: the token still matches.
 	Complete(ctx context.Context, req CompleteRequest) error
 
 	// Release gives an in-progress claim back (state released, lease ended)
 	// so a redelivery can claim it with a higher token. Only the current
-	// token may release; otherwise ErrLeaseLost.
+	// token may release; otherwise ErrLeaseLost. Stores call
+	// storekit.PrepareRelease first.
 	Release(ctx context.Context, req ReleaseRequest) error
 
 	// Renew extends the lease of an in-progress claim held with the current
 	// token to req.LeaseUntil, and its ExpiresAt to at least that;
-	// otherwise ErrLeaseLost. Stores call req.Prepare first.
+	// otherwise ErrLeaseLost. Stores call storekit.PrepareRenew first.
 	Renew(ctx context.Context, req RenewRequest) error
 
 	// Get returns the record for key (expired or not), or ErrNotFound.
@@ -119,7 +120,7 @@ type ClaimRequest struct {
 
 	// NewToken is the fencing token of a record this claim creates (the
 	// key's first claim, or the first after its record was deleted).
-	// Zero: Prepare draws one with NewToken.
+	// Zero: storekit.PrepareClaim draws one.
 	NewToken int64
 }
 
@@ -186,22 +187,20 @@ type SweepRequest struct {
 	Limit int
 }
 
-// BatchStore is implemented by stores that claim many keys in one round trip
-// (one statement, one pipeline). Results are in request order. Keys in one
-// batch must be distinct: a batch that repeats one is refused whole, nothing
-// written, with CheckBatchKeys's *InvalidDataError (ErrDuplicateKeyInBatch).
-type BatchStore interface {
+// batchStore is storekit.BatchStore.
+type batchStore interface {
 	ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error)
 }
 
-// ClaimBatch claims reqs in one round trip when s is a BatchStore and one
+// ClaimBatch claims reqs in one round trip when s implements
+// storekit.BatchStore, and one
 // by one otherwise. Keys must be distinct (ErrDuplicateKeyInBatch), with
-// or without a BatchStore.
+// or without a storekit.BatchStore.
 func ClaimBatch(ctx context.Context, s Store, reqs []ClaimRequest) ([]Claim, error) {
-	if err := CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := checkBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
-	if bs, ok := s.(BatchStore); ok {
+	if bs, ok := s.(batchStore); ok {
 		return bs.ClaimBatch(ctx, reqs)
 	}
 	out := make([]Claim, len(reqs))
@@ -240,23 +239,8 @@ type TxStore[Tx any] interface {
 	SaveResult(ctx context.Context, tx Tx, key Key, result []byte) error
 }
 
-// MarkDeferrer is implemented by TxStores that can send the marker together
-// with the handler's first statement instead of ahead of it, saving DoTx a
-// round trip (store/postgres with Options.MarkWithFirstStatement). DoTx then
-// starts the handler before it knows whether the key is new.
-type MarkDeferrer[Tx any] interface {
-	// DeferMark queues the marker for req on tx, a transaction of InTx that
-	// has run no statement, and returns the claim Mark returns for a new
-	// key; deferred is false when it queued nothing (the store is not set
-	// to, or tx has begun), and then DoTx calls Mark.
-	//
-	// When the queued marker does not go in (the key is recorded, or the
-	// marker fails), tx's statement that carried it and every later one
-	// fail, nothing commits, and InTx runs its function again in a new
-	// transaction, where DeferMark reports false and Mark decides. When
-	// the function fails before any statement, InTx sends the marker anyway
-	// to learn which of the two it is: a recorded key is reported as such
-	// rather than as the function's failure.
+// markDeferrer is storekit.MarkDeferrer.
+type markDeferrer[Tx any] interface {
 	DeferMark(ctx context.Context, tx Tx, req ClaimRequest) (c Claim, deferred bool, err error)
 }
 
@@ -302,45 +286,4 @@ type ScopeStats struct {
 	Stale            int64     // in progress with the lease ended (never Expired)
 	Expired          int64     // settled, retention ended, waiting for a sweep
 	OldestInProgress time.Time // zero when none
-}
-
-// Match reports whether r passes f's filters (Scope, State, StaleAt,
-// CreatedBefore and After; not Limit). Stores that filter in Go rather than
-// in a query use it.
-func (f ListFilter) Match(r Record) bool {
-	switch {
-	case f.Scope != "" && r.Scope != f.Scope:
-		return false
-	case f.State != "" && r.State != f.State:
-		return false
-	case !f.StaleAt.IsZero() && !r.LeaseExpired(f.StaleAt):
-		return false
-	case !f.CreatedBefore.IsZero() && !r.CreatedAt.Before(f.CreatedBefore):
-		return false
-	case !f.After.Before(r):
-		return false
-	}
-	return true
-}
-
-// Add counts r, a record of st's scope, as of now. Stores that count in Go
-// rather than in a query use it.
-func (st *ScopeStats) Add(r Record, now time.Time) {
-	switch r.State {
-	case StateInProgress:
-		st.InProgress++
-		if r.LeaseExpired(now) {
-			st.Stale++
-		}
-		if st.OldestInProgress.IsZero() || r.CreatedAt.Before(st.OldestInProgress) {
-			st.OldestInProgress = r.CreatedAt
-		}
-	case StateCompleted:
-		st.Completed++
-	case StateReleased:
-		st.Released++
-	}
-	if r.Expired(now) {
-		st.Expired++
-	}
 }

@@ -29,7 +29,7 @@ type TxHandler[Tx any] func(ctx context.Context, tx Tx) ([]byte, error)
 // invalid_data), the class every store gives a result it cannot take.
 //
 // fn normally runs only once the marker is written. A store that defers
-// the marker to fn's first statement (a MarkDeferrer, such as store/postgres
+// the marker to fn's first statement (a storekit.MarkDeferrer, such as store/postgres
 // with Options.MarkWithFirstStatement) starts fn before it knows; for a key
 // already recorded that statement fails, nothing commits, and fn's
 // transaction runs again the ordinary way. DoTx's outcome and result are
@@ -73,7 +73,7 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 	ev := Event{Key: key, Mode: "tx"}
 	start := time.Now()
 	ctx = g.start(ctx, key, "tx")
-	fp = StoredFingerprint(fp)
+	fp = storedFingerprint(fp)
 	defer func() {
 		ev.Outcome, ev.Err, ev.Total = res.Outcome, err, time.Since(start)
 		g.observe(ctx, ev)
@@ -189,7 +189,7 @@ func MarkTx[Tx any](ctx context.Context, g *Guard, tx Tx, msg Message) (Result, 
 }
 
 // markTx marks key in tx. With own (DoTx, whose transaction the store runs
-// for idem) a MarkDeferrer may queue the marker to go with the handler's
+// for idem) a storekit.MarkDeferrer may queue the marker to go with the handler's
 // first statement, and the mark is bounded by StoreTimeout like every other
 // store call of the guard; MarkTx's caller needs the answer at once, and
 // its transaction and context are the caller's own.
@@ -207,7 +207,7 @@ func markTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], tx Tx, key Ke
 		sctx := g.storeCtx(ctx)
 		defer sctx.cancel(nil)
 		ctx = sctx
-		if d, ok := ts.(MarkDeferrer[Tx]); ok {
+		if d, ok := ts.(markDeferrer[Tx]); ok {
 			c, deferred, err = d.DeferMark(ctx, tx, req)
 		}
 	}

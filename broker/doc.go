@@ -96,7 +96,7 @@
 // mysql, sqlite, memory, servicebus), unless that name is the package name
 // of the client library a user imports beside it; then the name takes the
 // suffix of its role: "idem" for broker adapters (natsidem beside nats.go's
-// nats, amqpidem beside amqp091-go's amqp), "store" for stores (redisstore
+// nats, amqpidem beside amqp091-go's amqp), "store" for stores (redisidem
 // beside go-redis's redis). The import path is always the plain name
 // (github.com/idemgo/idem/broker/nats).
 package broker

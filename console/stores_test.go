@@ -19,7 +19,7 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/store/mysql"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 func randomName(t testing.TB) string {
@@ -84,7 +84,7 @@ var serverStores = []struct {
 				c.Del(ctx, keys...)
 			}
 		})
-		s, err := redisstore.New(c, redisstore.Options{Prefix: prefix})
+		s, err := redisidem.New(c, redisidem.Options{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}

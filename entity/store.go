@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Store is an idem.TxStore[*sql.Tx] with no bookkeeping, for entity mode
@@ -48,20 +49,20 @@ type NoRecords[Tx any] struct{}
 
 // Mark writes nothing and acquires: the handler's business insert, in the
 // same transaction, is the record and decides. The request is checked and
-// completed with idem.ClaimRequest.Prepare first, and its error (an
+// completed with storekit.PrepareClaim first, and its error (an
 // *idem.InvalidDataError for a request without its times) is returned as
 // it is. The reported record is the marker a record-keeping store would
-// write for an absent key (idem.ApplyMark): completed, with the prepared
+// write for an absent key (storekit.ApplyMark): completed, with the prepared
 // request's NewToken, a fresh random token, never a fixed one.
 func (NoRecords[Tx]) Mark(ctx context.Context, _ Tx, req idem.ClaimRequest) (idem.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Claim{}, err
 	}
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	c, _ := idem.ApplyMark(nil, req) // no stored record: a new marker
+	c, _ := storekit.ApplyMark(nil, req) // no stored record: a new marker
 	return c, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
 	"github.com/idemgo/idem/entity/internal/inboxcheck"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // entity.Store is a TxStore for *sql.Tx, so idem.NewInbox and idem.DoTx take it.
@@ -132,7 +133,7 @@ func TestMarkPreparesTheRequest(t *testing.T) {
 		if !errors.As(err, &ide) || !errors.Is(err, idem.ErrInvalidData) {
 			t.Fatalf("Mark with %s = %v, want *idem.InvalidDataError", name, err)
 		}
-		if _, perr := r.Prepare(); err.Error() != perr.Error() {
+		if _, perr := storekit.PrepareClaim(r); err.Error() != perr.Error() {
 			t.Fatalf("Mark with %s: error %q is not Prepare's %q", name, err, perr)
 		}
 	}
@@ -151,7 +152,7 @@ func TestMarkPreparesTheRequest(t *testing.T) {
 			t.Fatalf("token %d: not a fresh random token (seen before: %v)", r.Token, seen[r.Token])
 		}
 		seen[r.Token] = true
-		if r.Fingerprint != idem.StoredFingerprint(req.Fingerprint) || r.ExpiresAt.Before(r.LeaseUntil) ||
+		if r.Fingerprint != storekit.StoredFingerprint(req.Fingerprint) || r.ExpiresAt.Before(r.LeaseUntil) ||
 			!r.LeaseUntil.Equal(req.LeaseUntil) || r.Scope != "orders" || r.ID != "o-1" || r.Attempts != 1 {
 			t.Fatalf("record %+v is not the prepared request's", r)
 		}

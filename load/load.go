@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Defaults for Options.
@@ -312,7 +313,7 @@ func (l *Loader[Tx]) prepare(rows []Row) (*prepared, error) {
 		if err := (idem.Key{Scope: l.opts.Scope, ID: r.Key}).Validate(); err != nil {
 			return nil, &RowError{Row: r.N, Line: r.Line, Err: err}
 		}
-		r.Fingerprint = idem.StoredFingerprint(r.Fingerprint)
+		r.Fingerprint = storekit.StoredFingerprint(r.Fingerprint)
 	}
 	order := make([]int32, len(rows))
 	for i := range order {

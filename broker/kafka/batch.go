@@ -9,10 +9,11 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Batch claims. With a store that claims many keys in one round trip (an
-// idem.BatchStore) and a two-phase handler, a partition claims its queued
+// storekit.BatchStore) and a two-phase handler, a partition claims its queued
 // records together, from the head on (idem.Guard.ClaimBatch), and each
 // record then runs under its ticket (broker.Handler.RunTicket): one round
 // trip per batch instead of one per record. A transactional handler marks
@@ -32,7 +33,7 @@ type ahead struct {
 // tickets (a Handle handler; not HandleTx, nor HandleCheckpoint, whose
 // transactions hold no claims).
 func claimsAhead(g *idem.Guard, h Handler, maxBatch int) (bool, error) {
-	if _, ok := g.Store().(idem.BatchStore); !ok || maxBatch <= 1 || h.cp != nil {
+	if _, ok := g.Store().(storekit.BatchStore); !ok || maxBatch <= 1 || h.cp != nil {
 		return false, nil
 	}
 	return runsTickets(g, h)

@@ -248,7 +248,7 @@
 // # Batch claims
 //
 // With a store that claims many keys in one round trip (an
-// idem.BatchStore: the memory, PostgreSQL, MySQL, Redis and SQLite stores)
+// storekit.BatchStore: the memory, PostgreSQL, MySQL, Redis and SQLite stores)
 // and a [Handle] handler, Run claims a partition's queued records
 // together, from the head of its queue on and up to [Options.MaxClaimBatch]
 // (default MaxPollRecords): one round trip per partition batch instead of

@@ -32,7 +32,7 @@ type Handler struct {
 // retrying it. Handle(nil) is refused by NewConsumer.
 //
 // With a store that claims many keys in one round trip (an
-// idem.BatchStore), the consumer claims a partition's queued records
+// storekit.BatchStore), the consumer claims a partition's queued records
 // together (Options.MaxClaimBatch); fn still runs for one record at a
 // time, in offset order.
 func Handle(fn func(ctx context.Context, rec *kgo.Record) ([]byte, error)) Handler {

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // claimLog is a store that notes every claim the consumer's guard makes:
@@ -29,14 +30,14 @@ type loggedClaim struct {
 	claim idem.Claim
 }
 
-// batchClaimLog is a claimLog over an idem.BatchStore that is one too, so
+// batchClaimLog is a claimLog over an storekit.BatchStore that is one too, so
 // that Run claims records in batches.
 type batchClaimLog struct {
 	*claimLog
-	bs idem.BatchStore
+	bs storekit.BatchStore
 }
 
-// newClaimLog wraps st; with batch, the result is an idem.BatchStore.
+// newClaimLog wraps st; with batch, the result is an storekit.BatchStore.
 func newClaimLog(st *memory.Store, batch bool) (*claimLog, idem.Store) {
 	l := &claimLog{Store: st, claims: make(map[string][]loggedClaim)}
 	if batch {

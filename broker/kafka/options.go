@@ -110,7 +110,7 @@ type Options struct {
 
 	// MaxClaimBatch bounds how many queued records of a partition Run
 	// claims in one round trip when the guard's store is an
-	// idem.BatchStore: the record at the head and those queued behind it
+	// storekit.BatchStore: the record at the head and those queued behind it
 	// are claimed together, then run one by one in offset order. Default
 	// MaxPollRecords. Claiming ahead starts the leases of the records that
 	// wait behind the head: for the records before them in the batch, and,

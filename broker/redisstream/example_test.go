@@ -12,7 +12,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/redisstream"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // A billing service reads the orders stream in the billing group and
@@ -26,7 +26,7 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 
-	store, err := redisstore.New(rdb, redisstore.Options{})
+	store, err := redisidem.New(rdb, redisidem.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

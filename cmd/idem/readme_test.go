@@ -17,7 +17,7 @@ import (
 	"github.com/idemgo/idem/store/memory"
 	"github.com/idemgo/idem/store/mysql"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/sqlite"
 )
 
@@ -94,7 +94,7 @@ func readmeRedis(ctx context.Context) error {
 	// README: redis
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // any redis.UniversalClient
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.Options{}) // no schema: nothing to migrate
+	store, err := redisidem.New(rdb, redisidem.Options{}) // no schema: nothing to migrate
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ import (
 
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 type config struct {
@@ -89,7 +89,7 @@ func run(ctx context.Context, cfg config, handled func(id string) error) error {
 
 	// Entity mode: the order document is the only record. Without a
 	// transaction the insert must be the handler's one write, as it is.
-	inbox, err := mongostore.NewEntityInbox(db, mongostore.EntityInboxOptions{NoTransaction: true})
+	inbox, err := mongoidem.NewEntityInbox(db, mongoidem.EntityInboxOptions{NoTransaction: true})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func run(ctx context.Context, cfg config, handled func(id string) error) error {
 	if err != nil {
 		return err
 	}
-	orders := &mongostore.Entities{Collection: db.Collection("orders"), FingerprintField: "request_hash", Scope: "orders"}
+	orders := &mongoidem.Entities{Collection: db.Collection("orders"), FingerprintField: "request_hash", Scope: "orders"}
 	h := natsidem.HandleTx(func(ctx context.Context, _ *mongo.Session, msg jetstream.Msg) ([]byte, error) {
 		var o order
 		if err := json.Unmarshal(msg.Data(), &o); err != nil || o.ID == "" {

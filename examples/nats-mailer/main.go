@@ -27,7 +27,7 @@ import (
 	"github.com/idemgo/idem"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/idemhttp"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 type config struct {
@@ -84,7 +84,7 @@ func run(ctx context.Context, cfg config) error {
 
 	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.Options{Prefix: cfg.RedisPrefix})
+	store, err := redisidem.New(rdb, redisidem.Options{Prefix: cfg.RedisPrefix})
 	if err != nil {
 		return err
 	}

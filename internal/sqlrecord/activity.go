@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // ActivitySQL is the grouped scan of idem.ActivityCounter over table, for
@@ -17,7 +18,7 @@ func ActivitySQL(table, div string, scoped bool) string {
 	if scoped {
 		scope = " AND scope = ?"
 	}
-	return `SELECT scope, '` + string(idem.ActivityByCreation) + `', (created_at - ?) ` + div + ` ?, 0, COUNT(*) FROM ` + table + `
+	return `SELECT scope, '` + string(storekit.ByCreation) + `', (created_at - ?) ` + div + ` ?, 0, COUNT(*) FROM ` + table + `
 	WHERE created_at >= ? AND created_at < ?` + scope + ` GROUP BY scope, (created_at - ?) ` + div + ` ?
 UNION ALL
 SELECT scope, state, (updated_at - ?) ` + div + ` ?, attempts > 1, COUNT(*) FROM ` + table + `
@@ -40,7 +41,7 @@ func ActivityArgs(q idem.ActivityQuery) []any {
 
 // Activity runs ActivitySQL on db and tallies its rows.
 func Activity(ctx context.Context, db *sql.DB, table, div string, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
-	q, err := q.Prepare()
+	q, err := storekit.PrepareActivity(q)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,7 @@ func Activity(ctx context.Context, db *sql.DB, table, div string, q idem.Activit
 		return nil, err
 	}
 	defer rows.Close()
-	t := idem.NewActivityTally(q)
+	t := storekit.NewActivityTally(q)
 	for rows.Next() {
 		var (
 			scope, state string

@@ -4,20 +4,21 @@ import (
 	"context"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.ActivityCounter = (*Store)(nil)
 
 // Activity implements idem.ActivityCounter by reading every record.
 func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
-	q, err := q.Prepare()
+	q, err := storekit.PrepareActivity(q)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	t := idem.NewActivityTally(q)
+	t := storekit.NewActivityTally(q)
 	s.mu.Lock()
 	for _, r := range s.recs {
 		t.Record(*r)

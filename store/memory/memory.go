@@ -2,8 +2,8 @@
 // single-process programs that accept losing their dedup state on restart.
 //
 // Records live in a map behind one mutex; every operation is atomic. It
-// implements idem.Store, idem.BatchStore and idem.Inspector, with the record
-// rules of the idem.Store contract (idem.ApplyClaim): every time comes from
+// implements idem.Store, storekit.BatchStore and idem.Inspector, with the record
+// rules of the idem.Store contract (storekit.ApplyClaim): every time comes from
 // the request (the store reads no clock); a key's first record takes the
 // request's random NewToken, so a token from a swept lifetime never matches a
 // later owner's; a released record keeps its fingerprint; Renew carries the
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 type rkey struct{ scope, id string }
@@ -31,9 +32,9 @@ type Store struct {
 }
 
 var (
-	_ idem.Store      = (*Store)(nil)
-	_ idem.BatchStore = (*Store)(nil)
-	_ idem.Inspector  = (*Store)(nil)
+	_ idem.Store          = (*Store)(nil)
+	_ storekit.BatchStore = (*Store)(nil)
+	_ idem.Inspector      = (*Store)(nil)
 )
 
 // New returns an empty store.
@@ -48,7 +49,7 @@ func clone(r idem.Record) idem.Record {
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -62,7 +63,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 
 func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 	k := keyOf(req.Key)
-	c, write := idem.ApplyClaim(s.recs[k], req)
+	c, write := storekit.ApplyClaim(s.recs[k], req)
 	if write {
 		r := clone(c.Record)
 		s.recs[k] = &r
@@ -71,16 +72,16 @@ func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 	return c
 }
 
-// ClaimBatch implements idem.BatchStore: the whole batch under one lock.
+// ClaimBatch implements storekit.BatchStore: the whole batch under one lock.
 // Every request is prepared first, so a rejected one (or a repeated key,
 // idem.ErrDuplicateKeyInBatch) writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
-		p, err := r.Prepare()
+		p, err := storekit.PrepareClaim(r)
 		if err != nil {
 			return nil, err
 		}
@@ -109,7 +110,7 @@ func (s *Store) owned(k idem.Key, token int64) *idem.Record {
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, err := req.Prepare(); err != nil {
+	if _, err := storekit.PrepareRelease(req); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -148,7 +149,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // (never earlier than it was), so a renewed in-progress record outlives its
 // retention for as long as its owner keeps renewing.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	if r == nil {
 		return idem.ErrLeaseLost
 	}
-	r.LeaseUntil, r.ExpiresAt, r.UpdatedAt = req.LeaseUntil, idem.Later(r.ExpiresAt, req.LeaseUntil), req.Now
+	r.LeaseUntil, r.ExpiresAt, r.UpdatedAt = req.LeaseUntil, storekit.Later(r.ExpiresAt, req.LeaseUntil), req.Now
 	return nil
 }
 
@@ -219,7 +220,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	s.mu.Lock()
 	var out []idem.Record
 	for _, r := range s.recs {
-		if f.Match(*r) {
+		if storekit.Match(f, *r) {
 			out = append(out, clone(*r))
 		}
 	}
@@ -249,7 +250,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 			st = &idem.ScopeStats{Scope: r.Scope}
 			by[r.Scope] = st
 		}
-		st.Add(*r, now)
+		storekit.AddStats(st, *r, now)
 	}
 	s.mu.Unlock()
 	out := make([]idem.ScopeStats, 0, len(by))

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -11,7 +12,7 @@ var _ idem.Retainer = (*Store)(nil)
 // Retain implements idem.Retainer: it keeps a completed record until at
 // least req.ExpiresAt.
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
@@ -20,6 +21,6 @@ func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, err = idem.ApplyRetain(s.recs[keyOf(req.Key)], req)
+	_, err = storekit.ApplyRetain(s.recs[keyOf(req.Key)], req)
 	return err
 }

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.ActivityCounter = (*Store)(nil)
@@ -16,7 +17,7 @@ var _ idem.ActivityCounter = (*Store)(nil)
 // counted as they stream: $dateTrunc and friends are not on every server
 // (FerretDB), and a find is.
 func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
-	q, err := q.Prepare()
+	q, err := storekit.PrepareActivity(q)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.Scop
 		return nil, wrap("activity", err)
 	}
 	defer cur.Close(ctx)
-	t := idem.NewActivityTally(q)
+	t := storekit.NewActivityTally(q)
 	for cur.Next(ctx) {
 		var d recordDoc
 		if err := cur.Decode(&d); err != nil {

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -10,21 +10,22 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
-// ClaimBatch implements idem.BatchStore. Every request is Prepare'd first
+// ClaimBatch implements storekit.BatchStore. Every request is Prepare'd first
 // (one that fails refuses the batch, nothing sent). The fresh records go in
 // one unordered insertMany, each its own atomic insert; the keys that exist
 // are read in one find and then claimed one by one as Claim does (a
 // conditional replace where a write is due), so the new keys of a poll cost
 // one round trip and its redeliveries one more.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
-		p, err := r.Prepare()
+		p, err := storekit.PrepareClaim(r)
 		if err != nil {
 			return nil, err
 		}

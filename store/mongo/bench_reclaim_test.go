@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // BenchmarkMongoReclaim measures the claim of a key that exists, the path
@@ -21,7 +21,7 @@ import (
 func BenchmarkMongoReclaim(b *testing.B) {
 	c := newClient(b)
 	ctx := context.Background()
-	s := newStore(b, c, mongostore.Options{})
+	s := newStore(b, c, mongoidem.Options{})
 	const round = 500
 	req := func(i int) idem.ClaimRequest {
 		now := time.Now()

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // benchWorkers is the concurrency of the benchmark, for the raw writes and
@@ -78,7 +78,7 @@ func BenchmarkMongoRatio(b *testing.B) {
 	raw := testDB(c).Collection(uniqueCollection())
 	raw2 := testDB(c).Collection(uniqueCollection())
 	b.Cleanup(func() { raw.Drop(context.Background()); raw2.Drop(context.Background()) })
-	s := newStore(b, c, mongostore.Options{})
+	s := newStore(b, c, mongoidem.Options{})
 	// Create the collections (on their first write) and warm the connections.
 	for _, coll := range []*mongo.Collection{raw, raw2, s.Collection()} {
 		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "warm"}}); err != nil {

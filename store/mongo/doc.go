@@ -1,19 +1,19 @@
-// Package mongostore is an idem store on the MongoDB API
+// Package mongoidem is an idem store on the MongoDB API
 // (go.mongodb.org/mongo-driver/v2): MongoDB, Azure Cosmos DB for MongoDB,
 // Amazon DocumentDB, FerretDB. Two-phase records with leases and fencing
 // tokens, one document per key; a transactional inbox on session
 // transactions where the server has them; entity mode on documents
 // (Entities, Versioned, EntityInbox), the pattern of Azure's Cosmos DB
 // example; and the Inspector. Store implements idem.Store,
-// idem.BatchStore, idem.Inspector and idem.TxStore[*mongo.Session].
+// storekit.BatchStore, idem.Inspector and idem.TxStore[*mongo.Session].
 //
-// The package lives in store/mongo but is named mongostore, so that it can
+// The package lives in store/mongo but is named mongoidem, so that it can
 // be imported next to the driver's package mongo without an alias:
 //
 //	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:27017/"))
 //	...
-//	store, err := mongostore.New(client.Database("shop"), mongostore.Options{Collection: "idem_records"})
-//	if err != nil { ... }                             // a bad name: mongostore.ErrInvalidName
+//	store, err := mongoidem.New(client.Database("shop"), mongoidem.Options{Collection: "idem_records"})
+//	if err != nil { ... }                             // a bad name: mongoidem.ErrInvalidName
 //	if err := store.Migrate(ctx); err != nil { ... } // the indexes; idempotent, safe from every instance
 //	g, err := idem.New(store, idem.Options{Scope: "mailer"})
 //	res, err := g.Do(ctx, msg, sendMail)             // two-phase: side effects outside the database
@@ -50,7 +50,7 @@
 //
 //   - Claim inserts the fresh in-progress record (insertOne). When the key
 //     exists (duplicate key, code 11000) it reads the record, decides with
-//     idem.ApplyClaim, and when a write is due (the record expired, was
+//     storekit.ApplyClaim, and when a write is due (the record expired, was
 //     released, or a stale lease is taken over) replaces the record with
 //     a filter on the token, state, lease end and expiry it read: if any
 //     changed meanwhile (another claim, a completion, release or
@@ -99,7 +99,7 @@
 // # Record rules
 //
 // Claim, ClaimBatch (each request), Mark, Complete, Renew and Release call
-// idem's Prepare first: a request without its times is an
+// storekit's Prepare functions first: a request without its times is an
 // *idem.InvalidDataError and nothing is sent; fingerprints that are not
 // short text (raw digest bytes, NUL bytes, invalid UTF-8) are stored as
 // their "sha256:" digest; ExpiresAt is raised to LeaseUntil.
@@ -168,7 +168,7 @@
 // Mark is an upsert that sets the marker's fields only on insert
 // ($setOnInsert), so a key that exists is matched and left alone instead
 // of failing with a duplicate key (which aborts a MongoDB transaction); an
-// existing record is read in the transaction and idem.ApplyMark decides.
+// existing record is read in the transaction and storekit.ApplyMark decides.
 // Two transactions marking one key meet a write conflict, and the driver
 // runs the later one again after the first ends, when it sees the marker
 // (idem.DoTx may run the handler's function more than once).
@@ -196,9 +196,9 @@
 // with or without transactions; its Mark always acquires and writes
 // nothing, so the insert decides:
 //
-//	inbox, _ := mongostore.NewEntityInbox(db, mongostore.EntityInboxOptions{NoTransaction: true})
+//	inbox, _ := mongoidem.NewEntityInbox(db, mongoidem.EntityInboxOptions{NoTransaction: true})
 //	g, _ := idem.NewInbox(inbox, idem.Options{Scope: "orders"})
-//	orders := &mongostore.Entities{Collection: db.Collection("orders"), Scope: "orders"}
+//	orders := &mongoidem.Entities{Collection: db.Collection("orders"), Scope: "orders"}
 //	idem.DoTx(ctx, g, msg, func(ctx context.Context, _ *mongo.Session) ([]byte, error) {
 //		return nil, orders.Insert(ctx, orderID, fingerprint, order)
 //	})
@@ -248,4 +248,4 @@
 //
 // BENCH.md in this directory has the figure and the command:
 // claim+complete against a raw insertOne on the same server, in one run.
-package mongostore
+package mongoidem

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -31,7 +31,7 @@ func TestServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Disconnect(context.Background())
-	s, err := mongostore.New(c.Database("app"), mongostore.Options{})
+	s, err := mongoidem.New(c.Database("app"), mongoidem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestServerDown(t *testing.T) {
 // sent; the record stays in progress. (FerretDB v1 would store it.)
 func TestResultOverLimit(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	k := idem.Key{Scope: "s", ID: "big"}
 	cl, err := s.Claim(ctx, claimReq(k, storetest.T0))
@@ -112,7 +112,7 @@ func TestResultOverLimit(t *testing.T) {
 // TestTimesBeyondBSON: a time a BSON date cannot hold is invalid data.
 func TestTimesBeyondBSON(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	far := time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC)
 	req := claimReq(idem.Key{Scope: "s", ID: "far"}, storetest.T0)
 	req.ExpiresAt = far
@@ -125,7 +125,7 @@ func TestTimesBeyondBSON(t *testing.T) {
 // invalid data for every operation, and is never claimed over or swept.
 func TestForeignDocument(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	k := idem.Key{Scope: "s", ID: "foreign"}
 	id := k.Scope + "\x00" + k.ID
@@ -154,7 +154,7 @@ func TestForeignDocument(t *testing.T) {
 // time in ttl_hold, a renewal carries it, and the release makes it ttl_at.
 func TestTTLAtFromServerClock(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	for i, callerNow := range []time.Time{time.Now().Add(-time.Hour), time.Now().Add(time.Hour), storetest.T0} {
 		k := idem.Key{Scope: "s", ID: fmt.Sprintf("ttl-%d", i)}
@@ -207,17 +207,17 @@ func TestTTLAtFromServerClock(t *testing.T) {
 func TestMigrateTTL(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	present, reason := s.TTL()
 	t.Logf("TTL index present: %v (%s)", present, reason)
-	strict := newStore(t, c, mongostore.Options{TTLIndex: mongostore.TTLNone})
+	strict := newStore(t, c, mongoidem.Options{TTLIndex: mongoidem.TTLNone})
 	if p, r := strict.TTL(); p || r == "" {
 		t.Fatalf("TTLNone: TTL() = %v %q", p, r)
 	}
-	req, err := mongostore.New(testDB(c), mongostore.Options{Collection: uniqueCollection(), TTLIndex: mongostore.TTLRequired})
+	req, err := mongoidem.New(testDB(c), mongoidem.Options{Collection: uniqueCollection(), TTLIndex: mongoidem.TTLRequired})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestMigrateTTL(t *testing.T) {
 // locks.
 func TestConcurrentCompletesAndRetakes(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	const keys = 40
 	var wg sync.WaitGroup

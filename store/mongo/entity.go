@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // DefaultFingerprintField is the field Entities keeps a message's
@@ -57,12 +58,12 @@ func (e *Entities) field() string {
 // (a document over its size limit) is an *idem.InvalidDataError.
 func (e *Entities) Insert(ctx context.Context, key, fingerprint string, doc any) error {
 	if e.Collection == nil {
-		return fmt.Errorf("%w: mongostore: Entities without a Collection", idem.ErrInvalidOptions)
+		return fmt.Errorf("%w: mongoidem: Entities without a Collection", idem.ErrInvalidOptions)
 	}
 	if key == "" {
 		return &idem.KeyError{Reason: "entity key is empty", Err: idem.ErrNoKey}
 	}
-	fingerprint = idem.StoredFingerprint(fingerprint)
+	fingerprint = storekit.StoredFingerprint(fingerprint)
 	d, err := toD(doc)
 	if err != nil {
 		return &idem.InvalidDataError{Op: "insert", Err: err}
@@ -75,7 +76,7 @@ func (e *Entities) Insert(ctx context.Context, key, fingerprint string, doc any)
 	for _, el := range d {
 		if el.Key == "_id" || el.Key == e.field() {
 			return &idem.InvalidDataError{Op: "insert",
-				Err: fmt.Errorf("mongostore: the document sets %s, which Insert sets itself (to the key and the fingerprint)", el.Key)}
+				Err: fmt.Errorf("mongoidem: the document sets %s, which Insert sets itself (to the key and the fingerprint)", el.Key)}
 		}
 		full = append(full, el)
 	}
@@ -97,7 +98,7 @@ func (e *Entities) Insert(ctx context.Context, key, fingerprint string, doc any)
 		options.FindOne().SetProjection(bson.D{{Key: e.field(), Value: 1}})).Decode(&stored)
 	k := idem.Key{Scope: e.Scope, ID: key}
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return fmt.Errorf("mongostore: insert of %s met a document that is gone; retry", k)
+		return fmt.Errorf("mongoidem: insert of %s met a document that is gone; retry", k)
 	}
 	if err != nil {
 		return wrap("insert", err)
@@ -137,7 +138,7 @@ func (v *Versioned) field() string {
 // stored (ack and skip).
 func (v *Versioned) Apply(ctx context.Context, id any, version int64, set any) error {
 	if v.Collection == nil {
-		return fmt.Errorf("%w: mongostore: Versioned without a Collection", idem.ErrInvalidOptions)
+		return fmt.Errorf("%w: mongoidem: Versioned without a Collection", idem.ErrInvalidOptions)
 	}
 	if err := checkIDValue("apply", id); err != nil {
 		return err
@@ -152,7 +153,7 @@ func (v *Versioned) Apply(ctx context.Context, id any, version int64, set any) e
 	fields := make(bson.D, 0, len(d)+1)
 	for _, el := range d {
 		if el.Key == "_id" || el.Key == v.field() {
-			return &idem.InvalidDataError{Op: "apply", Err: fmt.Errorf("mongostore: the update sets %s, which Apply sets itself", el.Key)}
+			return &idem.InvalidDataError{Op: "apply", Err: fmt.Errorf("mongoidem: the update sets %s, which Apply sets itself", el.Key)}
 		}
 		fields = append(fields, el)
 	}
@@ -204,7 +205,7 @@ func (v *Versioned) applySerial(ctx context.Context, id any, version int64, fiel
 		_, err = v.Collection.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
 		return wrap("apply", err)
 	}
-	return fmt.Errorf("mongostore: apply of %v: the document kept changing; retry", id)
+	return fmt.Errorf("mongoidem: apply of %v: the document kept changing; retry", id)
 }
 
 // asInt64 is a stored version as an int64.
@@ -283,7 +284,7 @@ var _ idem.TxStore[*mongo.Session] = (*EntityInbox)(nil)
 // server has transactions.
 func NewEntityInbox(db *mongo.Database, opts EntityInboxOptions) (*EntityInbox, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: mongostore: nil database", idem.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: mongoidem: nil database", idem.ErrInvalidOptions)
 	}
 	return &EntityInbox{
 		txs:    txRunner{client: db.Client(), probe: db.Collection("idem_txprobe")},
@@ -302,7 +303,7 @@ func (e *EntityInbox) InTx(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	sess, err := e.client.StartSession()
 	if err != nil {
-		return fmt.Errorf("mongostore: start session: %w", err)
+		return fmt.Errorf("mongoidem: start session: %w", err)
 	}
 	defer sess.EndSession(context.WithoutCancel(ctx))
 	return fn(mongo.NewSessionContext(ctx, sess), sess)

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // entityColl returns a fresh collection, dropped at the end of the test.
@@ -38,7 +38,7 @@ func count(t *testing.T, coll *mongo.Collection) int64 {
 // conflict carrying the stored fingerprint.
 func TestEntityInsert(t *testing.T) {
 	c := newClient(t)
-	orders := &mongostore.Entities{Collection: entityColl(t, c), Scope: "orders"}
+	orders := &mongoidem.Entities{Collection: entityColl(t, c), Scope: "orders"}
 	ctx := context.Background()
 	const goroutines = 24
 	for k := range 5 {
@@ -99,7 +99,7 @@ func TestEntityInsert(t *testing.T) {
 
 func TestEntityBadInput(t *testing.T) {
 	c := newClient(t)
-	orders := &mongostore.Entities{Collection: entityColl(t, c), Scope: "orders"}
+	orders := &mongoidem.Entities{Collection: entityColl(t, c), Scope: "orders"}
 	ctx := context.Background()
 	if err := orders.Insert(ctx, "", "fp", nil); !errors.Is(err, idem.ErrNoKey) {
 		t.Fatalf("empty key = %v", err)
@@ -113,7 +113,7 @@ func TestEntityBadInput(t *testing.T) {
 	if n := count(t, orders.Collection); n != 0 {
 		t.Fatalf("%d documents after refused inserts", n)
 	}
-	if err := (&mongostore.Entities{}).Insert(ctx, "k", "", nil); !errors.Is(err, idem.ErrInvalidOptions) {
+	if err := (&mongoidem.Entities{}).Insert(ctx, "k", "", nil); !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Fatalf("no collection = %v", err)
 	}
 }
@@ -124,11 +124,11 @@ func TestEntityBadInput(t *testing.T) {
 func TestEntityThroughGuard(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	inbox, err := mongostore.NewEntityInbox(testDB(c), mongostore.EntityInboxOptions{NoTransaction: noTransactions(t, c)})
+	inbox, err := mongoidem.NewEntityInbox(testDB(c), mongoidem.EntityInboxOptions{NoTransaction: noTransactions(t, c)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	payments := &mongostore.Entities{Collection: entityColl(t, c), Scope: "payments"}
+	payments := &mongoidem.Entities{Collection: entityColl(t, c), Scope: "payments"}
 	var counter idem.Counter
 	g, err := idem.NewInbox(inbox, idem.Options{Scope: "payments", Observer: &counter})
 	if err != nil {
@@ -197,7 +197,7 @@ func TestEntityInboxWithoutTransactions(t *testing.T) {
 	if !noTransactions(t, c) {
 		t.Skip("the server has transactions")
 	}
-	inbox, err := mongostore.NewEntityInbox(testDB(c), mongostore.EntityInboxOptions{})
+	inbox, err := mongoidem.NewEntityInbox(testDB(c), mongoidem.EntityInboxOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestEntityInboxWithoutTransactions(t *testing.T) {
 		t.Fatal("ran without a transaction")
 		return nil
 	})
-	var nte *mongostore.NoTransactionsError
+	var nte *mongoidem.NoTransactionsError
 	if !errors.As(err, &nte) || !idem.IsPermanent(err) {
 		t.Fatalf("InTx = %v; want a *NoTransactionsError", err)
 	}
@@ -214,12 +214,12 @@ func TestEntityInboxWithoutTransactions(t *testing.T) {
 // noTransactions reports whether the test server lacks transactions.
 func noTransactions(t *testing.T, c *mongo.Client) bool {
 	t.Helper()
-	s, err := mongostore.New(testDB(c), mongostore.Options{Collection: "idem_txprobe"})
+	s, err := mongoidem.New(testDB(c), mongoidem.Options{Collection: "idem_txprobe"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = s.SupportsTransactions(context.Background())
-	var nte *mongostore.NoTransactionsError
+	var nte *mongoidem.NoTransactionsError
 	if err != nil && !errors.As(err, &nte) {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func noTransactions(t *testing.T, c *mongo.Client) bool {
 // order end at the newest; an equal version is superseded.
 func TestVersionGuard(t *testing.T) {
 	c := newClient(t)
-	ships := &mongostore.Versioned{Collection: entityColl(t, c)}
+	ships := &mongoidem.Versioned{Collection: entityColl(t, c)}
 	ctx := context.Background()
 	const versions = 40
 	var (

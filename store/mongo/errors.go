@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"errors"
@@ -40,7 +40,7 @@ func wrap(op string, err error) error {
 	if isDataError(err) {
 		return &idem.InvalidDataError{Op: op, Err: err}
 	}
-	return fmt.Errorf("mongostore: %s: %w", op, err)
+	return fmt.Errorf("mongoidem: %s: %w", op, err)
 }
 
 func isDataError(err error) bool {
@@ -71,7 +71,7 @@ type tooLargeError struct {
 }
 
 func (e *tooLargeError) Error() string {
-	return fmt.Sprintf("mongostore: document of %d bytes is over the server's limit of %d", e.Size, e.Limit)
+	return fmt.Sprintf("mongoidem: document of %d bytes is over the server's limit of %d", e.Size, e.Limit)
 }
 
 // hasCode reports whether err is a server error with one of codes.

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // A consumer that sends one e-mail per event, whatever the broker
@@ -23,7 +23,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer client.Disconnect(ctx)
-	store, err := mongostore.New(client.Database("mailer"), mongostore.Options{})
+	store, err := mongoidem.New(client.Database("mailer"), mongoidem.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func ExampleEntities() {
 	}
 	defer client.Disconnect(ctx)
 	db := client.Database("shop")
-	inbox, err := mongostore.NewEntityInbox(db, mongostore.EntityInboxOptions{NoTransaction: true})
+	inbox, err := mongoidem.NewEntityInbox(db, mongoidem.EntityInboxOptions{NoTransaction: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func ExampleEntities() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	orders := &mongostore.Entities{Collection: db.Collection("orders"), Scope: "orders"}
+	orders := &mongoidem.Entities{Collection: db.Collection("orders"), Scope: "orders"}
 	msg := idem.Message{ID: "order-1042", Payload: []byte(`{"total":42}`)}
 	fp, _ := idem.PayloadFingerprint(msg)
 	res, err := idem.DoTx(ctx, g, msg, func(ctx context.Context, _ *mongo.Session) ([]byte, error) {

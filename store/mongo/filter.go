@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 // message's JSON into any), a regular expression or an array where an _id
 // goes. It is wrapped in an *idem.InvalidDataError (permanent: the same
 // value is refused on every retry).
-var ErrOperatorValue = errors.New("mongostore: the value would be read as a query operator")
+var ErrOperatorValue = errors.New("mongoidem: the value would be read as a query operator")
 
 // checkIDValue refuses an _id value from the caller that a filter
 // {_id: v} would not match by equality. Documents whose keys begin with

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"net"

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // operatorIDs are ids a message could carry that a filter {_id: id} would
@@ -53,14 +53,14 @@ func operatorIDs(t *testing.T) map[string]any {
 func TestVersionedOperatorIDs(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	v := &mongostore.Versioned{Collection: entityColl(t, c)}
+	v := &mongoidem.Versioned{Collection: entityColl(t, c)}
 	if err := v.Apply(ctx, "victim", 1, bson.D{{Key: "owner", Value: "alice"}}); err != nil {
 		t.Fatal(err)
 	}
 	for name, id := range operatorIDs(t) {
 		err := v.Apply(ctx, id, 99, bson.D{{Key: "owner", Value: "mallory"}})
 		var ide *idem.InvalidDataError
-		if !errors.As(err, &ide) || !errors.Is(err, idem.ErrInvalidData) || !errors.Is(err, mongostore.ErrOperatorValue) {
+		if !errors.As(err, &ide) || !errors.Is(err, idem.ErrInvalidData) || !errors.Is(err, mongoidem.ErrOperatorValue) {
 			t.Errorf("%s: Apply = %v; want an *idem.InvalidDataError wrapping ErrOperatorValue", name, err)
 		}
 		if a := idem.Decide(idem.Result{}, err); a != idem.ActionDeadLetter {
@@ -69,7 +69,7 @@ func TestVersionedOperatorIDs(t *testing.T) {
 	}
 	// Operator-shaped field names in the update are refused the same way.
 	for _, set := range []any{bson.D{{Key: "$inc", Value: bson.D{{Key: "version", Value: 1}}}}, bson.M{"$set": bson.M{"owner": "mallory"}}} {
-		if err := v.Apply(ctx, "victim", 99, set); !errors.Is(err, mongostore.ErrOperatorValue) || !errors.Is(err, idem.ErrInvalidData) {
+		if err := v.Apply(ctx, "victim", 99, set); !errors.Is(err, mongoidem.ErrOperatorValue) || !errors.Is(err, idem.ErrInvalidData) {
 			t.Errorf("set %v: Apply = %v; want ErrOperatorValue", set, err)
 		}
 	}
@@ -105,7 +105,7 @@ func TestVersionedOperatorIDs(t *testing.T) {
 func TestEntityOperatorKeys(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	orders := &mongostore.Entities{Collection: entityColl(t, c), Scope: "orders"}
+	orders := &mongoidem.Entities{Collection: entityColl(t, c), Scope: "orders"}
 	if err := orders.Insert(ctx, "victim", "fp-victim", bson.D{{Key: "owner", Value: "alice"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestEntityOperatorKeys(t *testing.T) {
 		}
 	}
 	for _, doc := range []any{bson.D{{Key: "$set", Value: bson.D{{Key: "owner", Value: "mallory"}}}}, bson.M{"$inc": 1}} {
-		if err := orders.Insert(ctx, "k-doc", "fp", doc); !errors.Is(err, mongostore.ErrOperatorValue) || !errors.Is(err, idem.ErrInvalidData) {
+		if err := orders.Insert(ctx, "k-doc", "fp", doc); !errors.Is(err, mongoidem.ErrOperatorValue) || !errors.Is(err, idem.ErrInvalidData) {
 			t.Errorf("doc %v: %v; want ErrOperatorValue", doc, err)
 		}
 	}
@@ -127,7 +127,7 @@ func TestEntityOperatorKeys(t *testing.T) {
 	if err := orders.Collection.FindOne(ctx, bson.D{{Key: "_id", Value: "victim"}}).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	if got["owner"] != "alice" || got[mongostore.DefaultFingerprintField] != "fp-victim" {
+	if got["owner"] != "alice" || got[mongoidem.DefaultFingerprintField] != "fp-victim" {
 		t.Fatalf("victim = %v", got)
 	}
 	if n := count(t, orders.Collection); n != 5 {
@@ -143,7 +143,7 @@ func TestEntityOperatorKeys(t *testing.T) {
 func TestStoreOperatorKeys(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	now := time.Now().Truncate(time.Millisecond)
 	claim := func(k idem.Key) idem.ClaimRequest {
 		return idem.ClaimRequest{Key: k, Fingerprint: "fp-" + k.ID, Now: now,

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"

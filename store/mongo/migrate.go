@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		Keys:    bson.D{{Key: fExpiresAt, Value: 1}},
 		Options: options.Index().SetName(ExpiresIndex),
 	}); err != nil {
-		return fmt.Errorf("mongostore: migrate %s: index %s: %w", s.opts.Collection, ExpiresIndex, err)
+		return fmt.Errorf("mongoidem: migrate %s: index %s: %w", s.opts.Collection, ExpiresIndex, err)
 	}
 	s.ttlState.mu.Lock()
 	defer s.ttlState.mu.Unlock()
@@ -63,7 +63,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		s.ttlState.reason = "the server refused it: " + err.Error()
 		return nil
 	}
-	return fmt.Errorf("mongostore: migrate %s: TTL index %s: %w (set Options.TTLIndex to TTLNone and run an idem.Sweeper where the server has no TTL indexes)",
+	return fmt.Errorf("mongoidem: migrate %s: TTL index %s: %w (set Options.TTLIndex to TTLNone and run an idem.Sweeper where the server has no TTL indexes)",
 		s.opts.Collection, TTLIndexName, err)
 }
 
@@ -82,13 +82,13 @@ func (s *Store) TTL() (present bool, reason string) {
 // record in them. For tests and the idem command's cleanup.
 func (s *Store) Drop(ctx context.Context) error {
 	if err := s.coll.Drop(ctx); err != nil {
-		return fmt.Errorf("mongostore: drop %s: %w", s.opts.Collection, err)
+		return fmt.Errorf("mongoidem: drop %s: %w", s.opts.Collection, err)
 	}
 	if err := s.locks.Drop(ctx); err != nil {
-		return fmt.Errorf("mongostore: drop %s.locks: %w", s.opts.Collection, err)
+		return fmt.Errorf("mongoidem: drop %s.locks: %w", s.opts.Collection, err)
 	}
 	if err := s.turns.Drop(ctx); err != nil {
-		return fmt.Errorf("mongostore: drop %s.turns: %w", s.opts.Collection, err)
+		return fmt.Errorf("mongoidem: drop %s.turns: %w", s.opts.Collection, err)
 	}
 	return nil
 }

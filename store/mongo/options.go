@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ const DefaultCollection = "idem_records"
 
 // ErrInvalidName reports a database or collection name the store does not
 // take. It wraps idem.ErrInvalidOptions.
-var ErrInvalidName = fmt.Errorf("%w: mongostore: invalid name", idem.ErrInvalidOptions)
+var ErrInvalidName = fmt.Errorf("%w: mongoidem: invalid name", idem.ErrInvalidOptions)
 
 // TTLIndex says whether Migrate creates the TTL index that lets the server
 // delete expired records itself (see the package doc, Expiry).
@@ -69,7 +69,7 @@ func (o Options) validate(database string) error {
 		return fmt.Errorf("%w: collection %q: names starting with \"system.\" are the server's", ErrInvalidName, o.Collection)
 	}
 	if o.TTLIndex < TTLIfSupported || o.TTLIndex > TTLNone {
-		return fmt.Errorf("%w: mongostore: unknown TTLIndex %d", idem.ErrInvalidOptions, o.TTLIndex)
+		return fmt.Errorf("%w: mongoidem: unknown TTLIndex %d", idem.ErrInvalidOptions, o.TTLIndex)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // raceChildEnv makes the test binary a racer of TestTwoProcessRace: it
@@ -63,7 +63,7 @@ func TestTwoProcessRace(t *testing.T) {
 	}
 	c := newClient(t)
 	ctx := context.Background()
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	now := time.Now().Truncate(time.Millisecond)
 	past := now.Add(-time.Hour)
 	const perKind = 64
@@ -219,7 +219,7 @@ func TestTwoProcessRaceChild(t *testing.T) {
 	}
 	c := newClient(t)
 	ctx := context.Background()
-	s, err := mongostore.New(c.Database(plan.Database), mongostore.Options{Collection: plan.Collection})
+	s, err := mongoidem.New(c.Database(plan.Database), mongoidem.Options{Collection: plan.Collection})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestTwoProcessRaceChild(t *testing.T) {
 }
 
 // raceOne claims k as a racer does and reports what happened.
-func raceOne(ctx context.Context, s *mongostore.Store, plan racePlan, k raceKey) raceResult {
+func raceOne(ctx context.Context, s *mongoidem.Store, plan racePlan, k raceKey) raceResult {
 	key := idem.Key{Scope: "race", ID: k.ID}
 	res := raceResult{ID: k.ID}
 	cl, err := s.Claim(ctx, idem.ClaimRequest{Key: key, Fingerprint: "fp", Now: plan.Now,

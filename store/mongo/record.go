@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"fmt"
@@ -96,11 +96,11 @@ func (d recordDoc) record() (idem.Record, error) {
 	case idem.StateInProgress, idem.StateCompleted, idem.StateReleased:
 	default:
 		return idem.Record{}, &idem.InvalidDataError{Op: "read",
-			Err: fmt.Errorf("mongostore: document %q is not a record (state %q)", d.ID, d.State)}
+			Err: fmt.Errorf("mongoidem: document %q is not a record (state %q)", d.ID, d.State)}
 	}
 	if d.ID != recordID(d.Scope, d.KeyID) {
 		return idem.Record{}, &idem.InvalidDataError{Op: "read",
-			Err: fmt.Errorf("mongostore: document %q is not a record (scope %q, id %q)", d.ID, d.Scope, d.KeyID)}
+			Err: fmt.Errorf("mongoidem: document %q is not a record (scope %q, id %q)", d.ID, d.Scope, d.KeyID)}
 	}
 	r := idem.Record{
 		Scope:       d.Scope,
@@ -149,7 +149,7 @@ const maxYear = 290_000_000
 func checkTimes(op string, ts ...time.Time) error {
 	for _, t := range ts {
 		if y := t.Year(); y > maxYear || y < -maxYear {
-			return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("mongostore: time %v is beyond a BSON date's range", t)}
+			return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("mongoidem: time %v is beyond a BSON date's range", t)}
 		}
 	}
 	return nil

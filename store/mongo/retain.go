@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -30,9 +31,9 @@ func retainable(token int64, now, until time.Time) cond {
 // Retain implements idem.Retainer: one conditional update of expires_at,
 // and of ttl_at (the TTL index's deletion time, on the server's clock) to
 // at least the new retention end; when it matches nothing, the record read
-// after it says why (idem.RetainByUpdate).
+// after it says why (storekit.RetainByUpdate).
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
 		update = append(update, bson.E{Key: "$max", Value: bson.D{{Key: fTTLAt, Value: *ttl}}})
 	}
 	c := retainable(req.Token, req.Now, req.ExpiresAt)
-	return idem.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
+	return storekit.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
 		ok, err := s.writeIf(ctx, idOf(req.Key), c, nil, time.Time{}, func(ctx context.Context, filter bson.D, rev string) (int64, error) {
 			res, err := s.coll.UpdateOne(ctx, filter, setRev(update, rev))
 			if err != nil {

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/idemgo/idem"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -18,7 +18,7 @@ import (
 // never removes a step its run still keeps.
 func TestRetainMovesTTLAt(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	now := storetest.T0
 	k := idem.Key{Scope: "s", ID: "step-a"}

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -30,11 +30,11 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	switch {
 	case hasCode(err, codeNamespaceNotFound):
 	case err != nil:
-		return fmt.Errorf("mongostore: check schema of %s: %w", s.opts.Collection, err)
+		return fmt.Errorf("mongoidem: check schema of %s: %w", s.opts.Collection, err)
 	default:
 		var idx []bson.M
 		if err := cur.All(ctx, &idx); err != nil {
-			return fmt.Errorf("mongostore: check schema of %s: %w", s.opts.Collection, err)
+			return fmt.Errorf("mongoidem: check schema of %s: %w", s.opts.Collection, err)
 		}
 		for _, ix := range idx {
 			if name, ok := ix["name"].(string); ok {

@@ -1,10 +1,10 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
 	"testing"
 
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -12,7 +12,7 @@ import (
 // sweep index, and Migrate, which keeps no bookkeeping, makes it again.
 func TestMigrateRecreatesDroppedIndexes(t *testing.T) {
 	c := newClient(t)
-	s := newStore(t, c, mongostore.Options{TTLIndex: mongostore.TTLNone})
+	s := newStore(t, c, mongoidem.Options{TTLIndex: mongoidem.TTLNone})
 	ctx := context.Background()
 	if err := s.CheckSchema(ctx); err != nil {
 		t.Fatalf("CheckSchema after Migrate: %v", err)
@@ -20,7 +20,7 @@ func TestMigrateRecreatesDroppedIndexes(t *testing.T) {
 	if err := s.Drop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	storetest.WantSchemaError(t, "CheckSchema after the drop", s.CheckSchema(ctx), mongostore.ExpiresIndex)
+	storetest.WantSchemaError(t, "CheckSchema after the drop", s.CheckSchema(ctx), mongoidem.ExpiresIndex)
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate after the drop: %v", err)
 	}

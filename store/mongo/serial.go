@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -178,5 +178,5 @@ func (s *Store) writeIf(ctx context.Context, id string, c cond, seen *recordDoc,
 			return false, err
 		}
 	}
-	return false, fmt.Errorf("mongostore: other writers held the record %q's turn %d times in a row; retry", id, maxTurnRounds)
+	return false, fmt.Errorf("mongoidem: other writers held the record %q's turn %d times in a row; retry", id, maxTurnRounds)
 }

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Store is an idem.Store on a MongoDB-API server. It is safe for concurrent
@@ -28,7 +29,7 @@ type Store struct {
 
 var (
 	_ idem.Store                   = (*Store)(nil)
-	_ idem.BatchStore              = (*Store)(nil)
+	_ storekit.BatchStore          = (*Store)(nil)
 	_ idem.Inspector               = (*Store)(nil)
 	_ idem.TxStore[*mongo.Session] = (*Store)(nil)
 )
@@ -38,7 +39,7 @@ var (
 // call Migrate once (from any number of instances) to create the indexes.
 func New(db *mongo.Database, opts Options) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: mongostore: nil database", idem.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: mongoidem: nil database", idem.ErrInvalidOptions)
 	}
 	opts = opts.withDefaults()
 	if err := opts.validate(db.Name()); err != nil {
@@ -84,13 +85,13 @@ const maxClaimRounds = 64
 
 // Claim implements idem.Store. A new key is one insert of the fresh
 // in-progress record. When the key exists (duplicate key, code 11000), the
-// claim reads the record, decides with idem.ApplyClaim, and when that
+// claim reads the record, decides with storekit.ApplyClaim, and when that
 // calls for a write (expired, released, stale retake) replaces the record
 // only if the token, state, lease end and expiry it read are still there:
 // one conditional write, atomic at the server. If another writer came in
 // between, the replace matches nothing and the claim reads again.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -115,7 +116,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 
 // freshClaim is the claim of req for an absent key and its document.
 func (s *Store) freshClaim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, recordDoc, error) {
-	c, _ := idem.ApplyClaim(nil, req)
+	c, _ := storekit.ApplyClaim(nil, req)
 	c.Record = withMS(c.Record)
 	ttl, err := s.ttl(ctx, req.Now, c.Record.ExpiresAt)
 	if err != nil {
@@ -154,7 +155,7 @@ func (s *Store) claimExisting(ctx context.Context, req idem.ClaimRequest, fresh 
 		if err != nil {
 			return idem.Claim{}, err
 		}
-		c, write := idem.ApplyClaim(&rec, req)
+		c, write := storekit.ApplyClaim(&rec, req)
 		if !write {
 			return c, nil
 		}
@@ -231,7 +232,7 @@ func (s *Store) ResultLimit(ctx context.Context) (int, error) {
 
 // Complete implements idem.Store: one update fenced by token and state.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -270,7 +271,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 // token, fingerprint and expiry stay. The record, settled, takes the TTL
 // its claim and renewals held for it (ttl_hold becomes ttl_at).
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRelease(req)
 	if err != nil {
 		return err
 	}
@@ -295,7 +296,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // update. The record, in progress, carries no ttl_at (one written by an
 // older version is removed), so the TTL index never deletes it.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package mongostore_test
+package mongoidem_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -64,12 +64,12 @@ func uniqueCollection() string {
 
 // newStore returns a migrated store on a fresh collection, dropped at the
 // end of the test.
-func newStore(t testing.TB, c *mongo.Client, opts mongostore.Options) *mongostore.Store {
+func newStore(t testing.TB, c *mongo.Client, opts mongoidem.Options) *mongoidem.Store {
 	t.Helper()
 	if opts.Collection == "" {
 		opts.Collection = uniqueCollection()
 	}
-	s, err := mongostore.New(testDB(c), opts)
+	s, err := mongoidem.New(testDB(c), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,17 +87,17 @@ func newStore(t testing.TB, c *mongo.Client, opts mongostore.Options) *mongostor
 
 func TestConformance(t *testing.T) {
 	c := newClient(t)
-	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, mongostore.Options{}) })
+	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, mongoidem.Options{}) })
 }
 
 func TestConformanceWithoutTTL(t *testing.T) {
 	c := newClient(t)
-	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, mongostore.Options{TTLIndex: mongostore.TTLNone}) })
+	storetest.Run(t, func(t *testing.T) idem.Store { return newStore(t, c, mongoidem.Options{TTLIndex: mongoidem.TTLNone}) })
 }
 
 func TestConformanceInspector(t *testing.T) {
 	c := newClient(t)
-	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, c, mongostore.Options{}) })
+	storetest.RunInspector(t, func(t *testing.T) storetest.InspectorStore { return newStore(t, c, mongoidem.Options{}) })
 }
 
 // TestTransactionalInbox runs the inbox suite where the server has
@@ -106,19 +106,19 @@ func TestConformanceInspector(t *testing.T) {
 // first use, nothing run, nothing written.
 func TestTransactionalInbox(t *testing.T) {
 	c := newClient(t)
-	probe := newStore(t, c, mongostore.Options{})
+	probe := newStore(t, c, mongoidem.Options{})
 	ctx := context.Background()
 	err := probe.SupportsTransactions(ctx)
 	if err == nil {
-		storetest.RunTx(t, func(t *testing.T) storetest.TxStore[*mongo.Session] { return newStore(t, c, mongostore.Options{}) })
+		storetest.RunTx(t, func(t *testing.T) storetest.TxStore[*mongo.Session] { return newStore(t, c, mongoidem.Options{}) })
 		return
 	}
-	var nte *mongostore.NoTransactionsError
+	var nte *mongoidem.NoTransactionsError
 	if !errors.As(err, &nte) {
 		t.Fatalf("SupportsTransactions: %v; want nil or a *NoTransactionsError", err)
 	}
 	t.Logf("no transactions on this server (%s): the inbox suite does not run; checking the typed error", nte.Server)
-	s := newStore(t, c, mongostore.Options{})
+	s := newStore(t, c, mongoidem.Options{})
 	g, err := idem.New(s, idem.Options{Scope: "inbox"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestTransactionalInbox(t *testing.T) {
 	if ran {
 		t.Fatal("DoTx ran the handler on a server without transactions")
 	}
-	if !errors.Is(err, mongostore.ErrNoTransactions) || !errors.Is(err, idem.ErrNoTx) || !errors.As(err, &nte) {
+	if !errors.Is(err, mongoidem.ErrNoTransactions) || !errors.Is(err, idem.ErrNoTx) || !errors.As(err, &nte) {
 		t.Fatalf("DoTx = %v, %v; want a *NoTransactionsError (ErrNoTransactions, idem.ErrNoTx)", res.Outcome, err)
 	}
 	if a := idem.Decide(res, err); a != idem.ActionDeadLetter {
@@ -152,29 +152,29 @@ func TestNewValidatesNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Disconnect(context.Background())
-	s, err := mongostore.New(c.Database("app"), mongostore.Options{})
-	if err != nil || s.Collection().Name() != mongostore.DefaultCollection {
+	s, err := mongoidem.New(c.Database("app"), mongoidem.Options{})
+	if err != nil || s.Collection().Name() != mongoidem.DefaultCollection {
 		t.Fatalf("zero Options: %v", err)
 	}
 	for _, name := range []string{"a b", "a$b", "a/b", "system.x", ".x", "x.", "a..b", "a\x00b", string(make([]byte, 101))} {
-		if _, err := mongostore.New(c.Database("app"), mongostore.Options{Collection: name}); !errors.Is(err, mongostore.ErrInvalidName) || !errors.Is(err, idem.ErrInvalidOptions) {
+		if _, err := mongoidem.New(c.Database("app"), mongoidem.Options{Collection: name}); !errors.Is(err, mongoidem.ErrInvalidName) || !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("collection %q: %v; want ErrInvalidName", name, err)
 		}
 	}
 	for _, name := range []string{"a.b", "a/b", "a b", "", "a$", string(make([]byte, 64))} {
-		if _, err := mongostore.New(c.Database(name), mongostore.Options{}); !errors.Is(err, mongostore.ErrInvalidName) {
+		if _, err := mongoidem.New(c.Database(name), mongoidem.Options{}); !errors.Is(err, mongoidem.ErrInvalidName) {
 			t.Errorf("database %q: %v; want ErrInvalidName", name, err)
 		}
 	}
 	for _, name := range []string{"idem_records", "billing.inbox", "app-v2_x"} {
-		if _, err := mongostore.New(c.Database("app"), mongostore.Options{Collection: name}); err != nil {
+		if _, err := mongoidem.New(c.Database("app"), mongoidem.Options{Collection: name}); err != nil {
 			t.Errorf("collection %q: %v", name, err)
 		}
 	}
-	if _, err := mongostore.New(nil, mongostore.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
+	if _, err := mongoidem.New(nil, mongoidem.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Errorf("nil database: %v", err)
 	}
-	if _, err := mongostore.New(c.Database("app"), mongostore.Options{TTLIndex: 7}); !errors.Is(err, idem.ErrInvalidOptions) {
+	if _, err := mongoidem.New(c.Database("app"), mongoidem.Options{TTLIndex: 7}); !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Errorf("TTLIndex 7: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func newRev() string {
 
 // errTurnAbandoned: the writer took too long between reading the record
 // and writing it; another writer may already have skipped its turn.
-var errTurnAbandoned = errors.New("mongostore: the write took too long after its read; retry")
+var errTurnAbandoned = errors.New("mongoidem: the write took too long after its read; retry")
 
 // takeTurn takes the turn to write over revision rev of the record with
 // _id id, read at readAt. It reports false when another writer holds it
@@ -113,7 +113,7 @@ func (s *Store) takeTurn(ctx context.Context, id, rev string, readAt time.Time) 
 		}
 		// A dead writer's turn: take the next one of this revision.
 	}
-	return false, fmt.Errorf("mongostore: %d stale turns on one revision of %q", maxTurnSkips, id)
+	return false, fmt.Errorf("mongoidem: %d stale turns on one revision of %q", maxTurnSkips, id)
 }
 
 // sweepTurns deletes the turns older than turnRetention (by this process's

@@ -1,4 +1,4 @@
-package mongostore
+package mongoidem
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // ErrNoTransactions means the server has no multi-document transactions
 // (a standalone MongoDB, FerretDB v1), so there is no transactional inbox
 // on it. See NoTransactionsError.
-var ErrNoTransactions = errors.New("mongostore: the server has no multi-document transactions")
+var ErrNoTransactions = errors.New("mongoidem: the server has no multi-document transactions")
 
 // NoTransactionsError is the answer of InTx (and so idem.DoTx, MarkTx and
 // the broker integrations' transactional handlers) on a server without
@@ -33,7 +34,7 @@ type NoTransactionsError struct {
 
 // Error says what to use instead.
 func (e *NoTransactionsError) Error() string {
-	return fmt.Sprintf("mongostore: %s has no multi-document transactions, so no transactional inbox: "+
+	return fmt.Sprintf("mongoidem: %s has no multi-document transactions, so no transactional inbox: "+
 		"use entity mode (EntityInbox with NoTransaction, the business document keyed by the message) "+
 		"or two-phase records (idem.Guard.Do), or a MongoDB replica set [%v]", e.Server, e.Err)
 }
@@ -77,11 +78,11 @@ func (r *txRunner) check(ctx context.Context) error {
 	}
 	sess, err := r.client.StartSession()
 	if err != nil {
-		return fmt.Errorf("mongostore: start session: %w", err)
+		return fmt.Errorf("mongoidem: start session: %w", err)
 	}
 	defer sess.EndSession(ctx)
 	if err := sess.StartTransaction(); err != nil {
-		return fmt.Errorf("mongostore: start transaction: %w", err)
+		return fmt.Errorf("mongoidem: start transaction: %w", err)
 	}
 	sctx := mongo.NewSessionContext(ctx, sess)
 	// A read and a commit: FerretDB v1 ignores the transaction fields of
@@ -102,7 +103,7 @@ func (r *txRunner) check(ctx context.Context) error {
 		r.noTx = &NoTransactionsError{Server: serverName(ctx, r.client), Err: err}
 		return r.noTx
 	}
-	return fmt.Errorf("mongostore: transaction probe: %w", err)
+	return fmt.Errorf("mongoidem: transaction probe: %w", err)
 }
 
 // serverName is what buildInfo says the server is, for messages.
@@ -136,7 +137,7 @@ func (r *txRunner) run(ctx context.Context, fn func(ctx context.Context, sess *m
 	}
 	sess, err := r.client.StartSession()
 	if err != nil {
-		return fmt.Errorf("mongostore: start session: %w", err)
+		return fmt.Errorf("mongoidem: start session: %w", err)
 	}
 	defer sess.EndSession(context.WithoutCancel(ctx))
 	_, err = sess.WithTransaction(ctx, func(sctx context.Context) (any, error) {
@@ -167,13 +168,13 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *mongo
 // upsert that only sets fields on insert ($setOnInsert), so a key that
 // exists is matched and left as it is: no duplicate-key error, which would
 // abort the transaction. A new key costs that one statement. For an
-// existing key the record is read in the transaction and idem.ApplyMark
+// existing key the record is read in the transaction and storekit.ApplyMark
 // decides; a write (expired or released record) replaces it conditionally,
 // as Claim does. A concurrent transaction marking the same key meets a
 // write conflict, and the driver runs it again after this one ends, when it
 // sees the marker.
 func (s *Store) Mark(ctx context.Context, tx *mongo.Session, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -184,7 +185,7 @@ func (s *Store) Mark(ctx context.Context, tx *mongo.Session, req idem.ClaimReque
 		return idem.Claim{}, err
 	}
 	sctx := mongo.NewSessionContext(ctx, tx)
-	c, _ := idem.ApplyMark(nil, req)
+	c, _ := storekit.ApplyMark(nil, req)
 	c.Record = withMS(c.Record)
 	ttl, err := s.ttl(ctx, req.Now, c.Record.ExpiresAt)
 	if err != nil {
@@ -211,7 +212,7 @@ func (s *Store) Mark(ctx context.Context, tx *mongo.Session, req idem.ClaimReque
 	if err != nil {
 		return idem.Claim{}, wrap("mark", err)
 	}
-	c, write := idem.ApplyMark(&rec, req)
+	c, write := storekit.ApplyMark(&rec, req)
 	if !write {
 		return c, nil
 	}
@@ -224,7 +225,7 @@ func (s *Store) Mark(ctx context.Context, tx *mongo.Session, req idem.ClaimReque
 		return idem.Claim{}, wrap("mark", err)
 	}
 	if rr.MatchedCount != 1 {
-		return idem.Claim{}, fmt.Errorf("mongostore: mark: the record of %s changed inside the transaction; retry", req.Key)
+		return idem.Claim{}, fmt.Errorf("mongoidem: mark: the record of %s changed inside the transaction; retry", req.Key)
 	}
 	return c, nil
 }

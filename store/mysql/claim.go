@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // errVanished: the record existed when the insert ran and was gone (swept)
@@ -42,15 +43,15 @@ func (s *Store) insertIfAbsent(ctx context.Context, e execer, r idem.Record) (bo
 // The common case, an unseen key, is one autocommit statement: an insert that
 // does nothing when the key exists. When it exists, a READ COMMITTED
 // transaction locks that one record (SELECT .. FOR UPDATE on the primary key),
-// applies idem.ApplyClaim and writes the result back. Concurrent claimers of a
+// applies storekit.ApplyClaim and writes the result back. Concurrent claimers of a
 // key queue on its record lock and each sees its predecessor's outcome; they
 // never lock a gap, so claims of other keys never wait for them.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	fresh, _ := idem.ApplyClaim(nil, req)
+	fresh, _ := storekit.ApplyClaim(nil, req)
 	var out idem.Claim
 	err = retry(ctx, func() error {
 		inserted, err := s.insertIfAbsent(ctx, s.db, fresh.Record)
@@ -69,7 +70,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 			if err != nil {
 				return err
 			}
-			c, write := idem.ApplyClaim(&cur, req)
+			c, write := storekit.ApplyClaim(&cur, req)
 			if write {
 				if _, err := tx.ExecContext(ctx, s.q.update, updateArgs(c.Record)...); err != nil {
 					return err
@@ -89,7 +90,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 // size); larger batches run as several transactions of maxBatch keys.
 const maxBatch = 1000
 
-// ClaimBatch implements idem.BatchStore. Each chunk of up to 1000 keys is one
+// ClaimBatch implements storekit.BatchStore. Each chunk of up to 1000 keys is one
 // READ COMMITTED transaction whose first statement does the locking, in one
 // pass in primary-key order: a multi-row INSERT .. ON DUPLICATE KEY UPDATE
 // token = -token inserts the absent keys and marks the existing records by
@@ -99,7 +100,7 @@ const maxBatch = 1000
 // only smaller keys. Inserted rows count 1 and changed rows 2 in the affected
 // rows whatever clientFoundRows says, so when the count equals the number of
 // keys every key was new and the batch is done in that one statement.
-// Otherwise one read fetches the marked records, idem.ApplyClaim decides each,
+// Otherwise one read fetches the marked records, storekit.ApplyClaim decides each,
 // and one multi-row statement writes them back (taken, or restored as they
 // were). Every request is Prepare'd first, so each fresh record takes its own
 // request's NewToken, the fast path included.
@@ -108,12 +109,12 @@ const maxBatch = 1000
 // keys of the earlier ones stay claimed in progress and are retaken once
 // their lease ends, like those of a consumer that crashed.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
-		r, err := r.Prepare()
+		r, err := storekit.PrepareClaim(r)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +152,7 @@ func (s *Store) claimChunk(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimReq
 	})
 	fresh := make([]idem.Record, len(order))
 	for j, i := range order {
-		c, _ := idem.ApplyClaim(nil, reqs[i])
+		c, _ := storekit.ApplyClaim(nil, reqs[i])
 		out[i], fresh[j] = c, c.Record
 	}
 	res, err := tx.ExecContext(ctx, s.multiRow(len(fresh), "token = -token"), multiArgs(fresh)...)
@@ -177,7 +178,7 @@ func (s *Store) claimChunk(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimReq
 	for _, cur := range existing {
 		cur.Token = -cur.Token
 		i := index[rkey{cur.Scope, cur.ID}]
-		c, write := idem.ApplyClaim(&cur, reqs[i])
+		c, write := storekit.ApplyClaim(&cur, reqs[i])
 		out[i] = c
 		if write {
 			back = append(back, c.Record)

@@ -1,6 +1,6 @@
 // Package mysql is an idem store on MariaDB and MySQL (InnoDB) through
 // database/sql and github.com/go-sql-driver/mysql. It implements idem.Store
-// (two-phase records: leased, fenced claims), idem.BatchStore,
+// (two-phase records: leased, fenced claims), storekit.BatchStore,
 // idem.Inspector and idem.TxStore[*sql.Tx] (the transactional inbox: the
 // dedup marker is written in the caller's business transaction).
 //
@@ -52,7 +52,7 @@
 //     stored fingerprint (taking the request's only when none is stored),
 //     and Release leaves it alone; only an expired record takes new content.
 //   - Any fingerprint. Prepare stores fingerprints that are long or not text
-//     (raw digest bytes) as "sha256:" + hex (idem.StoredFingerprint), on every
+//     (raw digest bytes) as "sha256:" + hex (storekit.StoredFingerprint), on every
 //     path, batches included; the column keeps up to idem.MaxFingerprintLen
 //     bytes.
 //   - Data errors are permanent. A value the server refuses (SQLSTATE class
@@ -92,7 +92,7 @@
 //     as the insert id (which tells the two apart whatever clientFoundRows
 //     does to the affected-rows count).
 //   - Claim of an existing key is a READ COMMITTED transaction: SELECT .. FOR
-//     UPDATE on the primary key (one record lock), idem.ApplyClaim, UPDATE.
+//     UPDATE on the primary key (one record lock), storekit.ApplyClaim, UPDATE.
 //     READ COMMITTED because under REPEATABLE READ a locking read that finds
 //     nothing (the record was swept meanwhile) would lock the gap around the
 //     key. Claimers of one key queue on its record lock, each taking one lock,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/mysql"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // The record rules of the Store contract (store/storetest's edge cases) at
@@ -219,7 +220,7 @@ func TestRawFingerprintEveryPath(t *testing.T) {
 		s := newStore(t, db)
 		sum := sha256.Sum256([]byte("payload"))
 		raw := string(sum[:])
-		stored := idem.StoredFingerprint(raw)
+		stored := storekit.StoredFingerprint(raw)
 		k := func(id string) idem.Key { return idem.Key{Scope: "raw", ID: id} }
 		r := func(id string, now time.Time) idem.ClaimRequest { return withFP(req(k(id), now), raw) }
 		mustClaim(t, s, r("claim", t0), idem.ClaimAcquired)

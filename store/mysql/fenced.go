@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Complete implements idem.Store with one fenced UPDATE: the row changes only
@@ -15,7 +16,7 @@ import (
 // connection's clientFoundRows setting. A result the server cannot take is an
 // *idem.InvalidDataError.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -30,7 +31,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 // lease ended at req.Now). The fingerprint stays: released means "may be
 // retried", and the next claim keeps the content the key was claimed with.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	if _, err := req.Prepare(); err != nil {
+	if _, err := storekit.PrepareRelease(req); err != nil {
 		return err
 	}
 	err := s.fenced(ctx, s.q.release, req.Key, req.Token, false, sqlrecord.MS(req.Now), sqlrecord.MS(req.Now))
@@ -42,7 +43,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // a record whose handler outlives its retention never expires while its lease
 // is live.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}

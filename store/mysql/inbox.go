@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // InTx implements idem.TxStore: it begins a transaction at the server's
@@ -42,7 +43,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // ids of your own inserts from sql.Result.LastInsertId, not from a later
 // SELECT LAST_INSERT_ID().
 func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -51,7 +52,7 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 }
 
 func (s *Store) mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (idem.Claim, error) {
-	fresh, _ := idem.ApplyMark(nil, req)
+	fresh, _ := storekit.ApplyMark(nil, req)
 	inserted, err := s.insertIfAbsent(ctx, tx, fresh.Record)
 	if err != nil {
 		return idem.Claim{}, err
@@ -64,7 +65,7 @@ func (s *Store) mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 		// The insert locked the record, so it cannot have gone.
 		return idem.Claim{}, err
 	}
-	c, write := idem.ApplyMark(&cur, req)
+	c, write := storekit.ApplyMark(&cur, req)
 	if write {
 		if _, err := tx.ExecContext(ctx, s.q.update, updateArgs(c.Record)...); err != nil {
 			return idem.Claim{}, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -21,15 +22,15 @@ func (s *Store) retainSQL() string {
 }
 
 // Retain implements idem.Retainer with one conditional UPDATE; when it
-// changes no row, the record read after it says why (idem.RetainByUpdate).
+// changes no row, the record read after it says why (storekit.RetainByUpdate).
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
 	req.Now, req.ExpiresAt = req.Now.Truncate(time.Millisecond), req.ExpiresAt.Truncate(time.Millisecond)
 	query, exp := s.retainSQL(), sqlrecord.MS(req.ExpiresAt)
-	return idem.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
+	return storekit.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
 		res, err := s.db.ExecContext(ctx, query, exp, req.Key.Scope, req.Key.StoredID(), req.Token, sqlrecord.MS(req.Now), exp)
 		if err != nil {
 			return false, dataErr("retain", err)

@@ -13,6 +13,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // DefaultTable is the table used when Options.Table is empty.
@@ -27,7 +28,7 @@ const MaxTableLen = 64 - len(migrationsSuffix)
 //
 // Deprecated: the store takes any fingerprint: Prepare stores longer ones,
 // and ones that are not text, as "sha256:" + their hex digest (see
-// idem.StoredFingerprint). This is idem.MaxFingerprintLen, kept so code that
+// storekit.StoredFingerprint). This is idem.MaxFingerprintLen, kept so code that
 // names it still builds.
 const MaxFingerprintLen = idem.MaxFingerprintLen
 
@@ -68,7 +69,7 @@ func validateTable(name string) error {
 }
 
 // Store is an idem.Store on MariaDB or MySQL (InnoDB). It also implements
-// idem.BatchStore, idem.Inspector and idem.TxStore[*sql.Tx]. It is safe for
+// storekit.BatchStore, idem.Inspector and idem.TxStore[*sql.Tx]. It is safe for
 // concurrent use by many goroutines and many processes.
 type Store struct {
 	db    *sql.DB
@@ -81,7 +82,7 @@ type Store struct {
 
 var (
 	_ idem.Store            = (*Store)(nil)
-	_ idem.BatchStore       = (*Store)(nil)
+	_ storekit.BatchStore   = (*Store)(nil)
 	_ idem.Inspector        = (*Store)(nil)
 	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
 )

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/mysql"
+	"github.com/idemgo/idem/store/storekit"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -120,7 +121,7 @@ func TestValidation(t *testing.T) {
 	ctx := context.Background()
 	r := req(idem.Key{Scope: "s", ID: "long-fp"}, t0)
 	r.Fingerprint = strings.Repeat("f", mysql.MaxFingerprintLen+1)
-	if c, err := s.Claim(ctx, r); err != nil || c.Record.Fingerprint != idem.StoredFingerprint(r.Fingerprint) {
+	if c, err := s.Claim(ctx, r); err != nil || c.Record.Fingerprint != storekit.StoredFingerprint(r.Fingerprint) {
 		t.Fatalf("Claim with an oversized fingerprint = %q, %v; want it stored hashed", c.Record.Fingerprint, err)
 	}
 	if _, err := s.Claim(ctx, req(idem.Key{Scope: strings.Repeat("s", idem.MaxScopeLen+1), ID: "x"}, t0)); !errors.Is(err, idem.ErrInvalidKey) {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.ActivityCounter = (*Store)(nil)
@@ -31,7 +32,7 @@ SELECT scope, state, ` + bucket("updated_at") + `, attempts > 1, count(*) FROM `
 // table (created_at and updated_at are not indexed: the console counts now
 // and then, in the background).
 func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
-	q, err := q.Prepare()
+	q, err := storekit.PrepareActivity(q)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +45,7 @@ func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.Scop
 		return nil, wrapErr("activity", err)
 	}
 	defer rows.Close()
-	t := idem.NewActivityTally(q)
+	t := storekit.NewActivityTally(q)
 	for rows.Next() {
 		var (
 			scope     string
@@ -55,7 +56,7 @@ func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.Scop
 		if err := rows.Scan(&scope, &code, &bucket, &retried, &n); err != nil {
 			return nil, wrapErr("activity", err)
 		}
-		state := idem.ActivityByCreation
+		state := storekit.ByCreation
 		if code != 0 {
 			state = stateName(code)
 		}

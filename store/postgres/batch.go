@@ -11,17 +11,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // ErrDuplicateKeyInBatch is idem.ErrDuplicateKeyInBatch: one batch named a
 // key twice (PostgreSQL cannot upsert one row twice in a statement, and the
-// idem.BatchStore contract asks for distinct keys). The batch is refused
+// storekit.BatchStore contract asks for distinct keys). The batch is refused
 // whole with an *idem.InvalidDataError, permanent like on every store.
 //
 // Deprecated: use idem.ErrDuplicateKeyInBatch; this is the same value.
 var ErrDuplicateKeyInBatch = idem.ErrDuplicateKeyInBatch
 
-// ClaimBatch implements idem.BatchStore: every key in one statement (arrays
+// ClaimBatch implements storekit.BatchStore: every key in one statement (arrays
 // unnested into one statement). Results are in request order; keys must be
 // distinct (ErrDuplicateKeyInBatch).
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
@@ -41,7 +42,7 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if err := idem.CheckBatchKeys(op, reqs); err != nil {
+	if err := storekit.CheckBatchKeys(op, reqs); err != nil {
 		return nil, err
 	}
 	index := make(map[rkey]int, len(reqs))
@@ -114,7 +115,7 @@ func (s *Store) batch(ctx context.Context, q querier, reqs []idem.ClaimRequest, 
 // batchNew runs the insert-only statement for every request, with args
 // from insertArgs. It returns the
 // keys of the rows it inserted; their claims are the fresh records the
-// requests describe (idem.ApplyClaim on an absent record), built here rather
+// requests describe (storekit.ApplyClaim on an absent record), built here rather
 // than read back. It returns the requests whose keys exist already.
 //
 // A batch whose requests share their scope and times (a poll claimed at one
@@ -137,9 +138,9 @@ func (s *Store) batchNew(ctx context.Context, q querier, reqs []idem.ClaimReques
 		return nil, err
 	}
 	defer rows.Close()
-	apply := idem.ApplyClaim
+	apply := storekit.ApplyClaim
 	if mark {
-		apply = idem.ApplyMark
+		apply = storekit.ApplyMark
 	}
 	done := make([]bool, len(reqs))
 	k := rkey{scope: reqs[0].Key.Scope}
@@ -191,7 +192,7 @@ func (s *Store) batchPlain(ctx context.Context, q querier, reqs []idem.ClaimRequ
 		return false, fmt.Errorf("plain batch insert wrote %d rows for %d keys", n, len(reqs))
 	}
 	for i := range reqs {
-		out[i], _ = idem.ApplyClaim(nil, reqs[i])
+		out[i], _ = storekit.ApplyClaim(nil, reqs[i])
 	}
 	return true, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/memory"
 	"github.com/idemgo/idem/store/postgres"
+	"github.com/idemgo/idem/store/storekit"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -114,7 +115,7 @@ func TestClaimBatchMatchesReference(t *testing.T) {
 	}
 }
 
-// MarkBatch over every kind of record answers as idem.ApplyMark says, with
+// MarkBatch over every kind of record answers as storekit.ApplyMark says, with
 // new and existing keys mixed (the fast insert and the full statement).
 func TestMarkBatchMatchesRules(t *testing.T) {
 	s := newStore(t, postgres.Options{})
@@ -140,7 +141,7 @@ func TestMarkBatchMatchesRules(t *testing.T) {
 		if rec, err := ref.Get(ctx, r.Key); err == nil {
 			cur = &rec
 		}
-		w, _ := idem.ApplyMark(cur, r)
+		w, _ := storekit.ApplyMark(cur, r)
 		g := got[i]
 		if g.Outcome != w.Outcome || g.Record.Token != w.Record.Token || g.Record.Attempts != w.Record.Attempts ||
 			g.Record.State != w.Record.State || g.Record.Fingerprint != w.Record.Fingerprint {

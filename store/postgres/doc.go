@@ -1,7 +1,7 @@
 // Package postgres is an idem store on PostgreSQL (pgx/v5): two-phase
 // records with leases and fencing tokens, a transactional inbox on pgx.Tx,
 // batch claims in one statement, and a sweeper safe to run from every
-// instance. It implements idem.Store, idem.BatchStore, idem.Inspector and
+// instance. It implements idem.Store, storekit.BatchStore, idem.Inspector and
 // idem.TxStore[pgx.Tx].
 //
 // # Usage
@@ -64,7 +64,7 @@
 //
 // # Record rules
 //
-// Every request goes through idem's Prepare first (Claim, ClaimBatch and
+// Every request goes through storekit's Prepare functions first (Claim, ClaimBatch and
 // MarkBatch for each request, Mark, DeferMark, Complete, Renew): a request
 // without its times is an *idem.InvalidDataError and nothing is sent (no
 // record is written with a zero expiry), a fingerprint that is not short

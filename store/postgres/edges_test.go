@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/postgres"
+	"github.com/idemgo/idem/store/storekit"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -333,7 +334,7 @@ func testEdgeRawFingerprints(t *testing.T, s *postgres.Store) {
 	stored := func(path string, ids ...string) {
 		t.Helper()
 		for _, id := range ids {
-			if r := get(t, s, id); r.Fingerprint != idem.StoredFingerprint(raw(id)) {
+			if r := get(t, s, id); r.Fingerprint != storekit.StoredFingerprint(raw(id)) {
 				t.Fatalf("%s %.20s: stored fingerprint %q", path, id, r.Fingerprint)
 			}
 		}
@@ -350,14 +351,14 @@ func testEdgeRawFingerprints(t *testing.T, s *postgres.Store) {
 	}
 	// Again: duplicates of the same content, through the full statement.
 	cs, err := s.ClaimBatch(ctx, []idem.ClaimRequest{req("s-1"), req("s-3")})
-	if err != nil || cs[0].Outcome != idem.ClaimInProgress || cs[0].Record.Fingerprint != idem.StoredFingerprint(raw("s-1")) {
+	if err != nil || cs[0].Outcome != idem.ClaimInProgress || cs[0].Record.Fingerprint != storekit.StoredFingerprint(raw("s-1")) {
 		t.Fatalf("ClaimBatch again: %+v, %v", cs, err)
 	}
 	markIn(t, s, req("m"))
 	markIn(t, s, req("mb-1"), req("mb-2"))
 	markIn(t, s, req("mb-3"), req(long+"m"))
 	stored("Mark", "m", "mb-1", "mb-2", "mb-3", long+"m")
-	if c := markIn(t, s, req("m"))[0]; c.Outcome != idem.ClaimDuplicate || c.Record.Fingerprint != idem.StoredFingerprint(raw("m")) {
+	if c := markIn(t, s, req("m"))[0]; c.Outcome != idem.ClaimDuplicate || c.Record.Fingerprint != storekit.StoredFingerprint(raw("m")) {
 		t.Fatalf("Mark again: %+v", c)
 	}
 	// The guard with a FingerprintFunc returning raw bytes, through DoTx.

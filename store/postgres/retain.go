@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -22,15 +23,15 @@ func (s *Store) retainSQL() string {
 }
 
 // Retain implements idem.Retainer with one conditional UPDATE; when it
-// changes no row, the record read after it says why (idem.RetainByUpdate).
+// changes no row, the record read after it says why (storekit.RetainByUpdate).
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
 	req.Now, req.ExpiresAt = micro(req.Now), micro(req.ExpiresAt)
 	query := s.retainSQL()
-	return idem.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
+	return storekit.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
 		err := s.fenced(ctx, "retain", query, req.Key.Scope, req.Key.StoredID(), req.Token,
 			req.ExpiresAt, sweepAt(req.ExpiresAt), req.Now)
 		if errors.Is(err, idem.ErrLeaseLost) { // no row changed

@@ -56,7 +56,7 @@ func expired(t, now string) string {
 	return fmt.Sprintf(`(%[1]sstate <> %[3]d AND %[1]sexpires_at <= %[2]s)`, t, now, stInProgress)
 }
 
-// acquire is the acquire rule of the Store contract (idem.ApplyClaim) as an
+// acquire is the acquire rule of the Store contract (storekit.ApplyClaim) as an
 // UPDATE of an existing row t with the request's values (r: now, scope, ...,
 // take_over): the row is taken when its retention ended, it was released, or
 // (with take_over) its lease ended. Otherwise the UPDATE matches nothing and

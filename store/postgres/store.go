@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/countdown"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Store is an idem.Store on a PostgreSQL table. It is safe for concurrent
@@ -32,11 +33,11 @@ type Store struct {
 
 var (
 	_ idem.Store           = (*Store)(nil)
-	_ idem.BatchStore      = (*Store)(nil)
+	_ storekit.BatchStore  = (*Store)(nil)
 	_ idem.Inspector       = (*Store)(nil)
 	_ idem.TxStore[pgx.Tx] = (*Store)(nil)
 
-	_ idem.MarkDeferrer[pgx.Tx] = (*Store)(nil)
+	_ storekit.MarkDeferrer[pgx.Tx] = (*Store)(nil)
 )
 
 // New returns a store over pool. It validates opts (errors wrap
@@ -71,7 +72,7 @@ type querier interface {
 const maxAttempts = 16
 
 // micro truncates to PostgreSQL's precision so that the rules applied in Go
-// (idem.ApplyClaim on a row read back) agree with the comparisons made in SQL.
+// (storekit.ApplyClaim on a row read back) agree with the comparisons made in SQL.
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
 // sweepGranule is the rounding of the indexed sweep_at column; see sweepAt.
@@ -121,13 +122,13 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	return s.claimOne(ctx, s.pool, s.sql.claim, n, false)
 }
 
-// prepare is idem.ClaimRequest.Prepare (the times checked, the fingerprint
+// prepare is storekit.PrepareClaim (the times checked, the fingerprint
 // as stored, ExpiresAt raised to LeaseUntil, NewToken drawn), then the times
 // truncated to PostgreSQL's microseconds. Every path that writes a record
 // takes its request from here, the batch fast paths and the deferred marker
 // included. Its errors are Prepare's, as they are.
 func prepare(req idem.ClaimRequest) (idem.ClaimRequest, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return req, err
 	}
@@ -198,9 +199,9 @@ func resolve(acquired bool, r idem.Record, retaken bool, req idem.ClaimRequest, 
 	if acquired {
 		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r, Retaken: retaken}, true
 	}
-	apply := idem.ApplyClaim
+	apply := storekit.ApplyClaim
 	if mark {
-		apply = idem.ApplyMark
+		apply = storekit.ApplyMark
 	}
 	c, write := apply(&r, req)
 	if write {
@@ -211,9 +212,9 @@ func resolve(acquired bool, r idem.Record, retaken bool, req idem.ClaimRequest, 
 
 // Complete implements idem.Store: a fenced update; no row means the token is
 // no longer current (idem.ErrLeaseLost). A request without its times is
-// rejected by idem.CompleteRequest.Prepare.
+// rejected by storekit.PrepareComplete.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	if _, err := req.Prepare(); err != nil {
+	if _, err := storekit.PrepareRelease(req); err != nil {
 		return err
 	}
 	return s.fenced(ctx, "release", s.sql.release, req.Key.Scope, req.Key.StoredID(), req.Token, micro(req.Now))
@@ -234,7 +235,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // max(ExpiresAt, req.LeaseUntil), so a lease renewed past the retention
 // carries the expiry with it.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/pgxtx"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // InTx implements idem.TxStore: it runs fn in a READ COMMITTED transaction
@@ -68,7 +69,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		// The row just inserted is the fresh record the request describes:
 		// build it here rather than read it back (RETURNING the record
 		// cost the server about 12 µs of a 50 µs marker, see BENCH.md).
-		c, _ := idem.ApplyMark(nil, n)
+		c, _ := storekit.ApplyMark(nil, n)
 		return c, nil
 	}
 	return s.claimOne(ctx, tx, s.sql.mark, n, true)
@@ -95,7 +96,7 @@ func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimReque
 // failures may want to leave this one out.
 var ErrRerun = pgxtx.ErrRerun
 
-// DeferMark implements idem.MarkDeferrer: with
+// DeferMark implements storekit.MarkDeferrer: with
 // Options.MarkWithFirstStatement, it queues the marker of a new key (the
 // INSERT .. ON CONFLICT DO NOTHING that Mark runs first) on a transaction
 // of InTx that has not begun, to go out with its first statement.
@@ -116,7 +117,7 @@ func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest)
 	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, recordArgs(n)...) {
 		return idem.Claim{}, false, nil
 	}
-	c, _ := idem.ApplyMark(nil, n)
+	c, _ := storekit.ApplyMark(nil, n)
 	return c, true, nil
 }
 

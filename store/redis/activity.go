@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.ActivityCounter = (*Store)(nil)
@@ -17,14 +18,14 @@ var _ idem.ActivityCounter = (*Store)(nil)
 // header. Like Stats, a key SCAN returns twice while Redis rehashes is
 // counted twice.
 func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.ScopeActivity, error) {
-	q, err := q.Prepare()
+	q, err := storekit.PrepareActivity(q)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	t := idem.NewActivityTally(q)
+	t := storekit.NewActivityTally(q)
 	err = s.scanHeaders(ctx, recordPattern(s.prefix, q.Scope), func(key, scope string, h header) error {
 		r := idem.Record{Scope: scope, State: idem.State(h.fields[1])}
 		var err error

@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // benchWorkers is the concurrency of every benchmark below, so the raw
@@ -195,8 +195,8 @@ func BenchmarkRedisRatio(b *testing.B) {
 	b.ReportMetric(rate[4]/rate[0], "floor/raw")
 }
 
-func benchStore(b *testing.B, c *goredis.Client) *redisstore.Store {
-	s, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(b, c)})
+func benchStore(b *testing.B, c *goredis.Client) *redisidem.Store {
+	s, err := redisidem.New(c, redisidem.Options{Prefix: uniquePrefix(b, c)})
 	if err != nil {
 		b.Fatal(err)
 	}

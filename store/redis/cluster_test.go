@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"

@@ -1,15 +1,15 @@
-// Package redisstore is an idem.Store on Redis (go-redis/v9), for teams whose
+// Package redisidem is an idem.Store on Redis (go-redis/v9), for teams whose
 // dedup state lives in Redis. It works with any redis.UniversalClient:
 // a single node, a sentinel failover client, a cluster or a ring (its tests
 // run on a single node and on a Redis Cluster of three masters with a
 // replica each, which they start themselves; see Failover). It implements
-// idem.Store, idem.BatchStore and idem.Inspector.
+// idem.Store, storekit.BatchStore and idem.Inspector.
 //
-// The package lives in store/redis but is named redisstore, so it can be
+// The package lives in store/redis but is named redisidem, so it can be
 // imported next to go-redis (package redis) without an alias:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	store, err := redisstore.New(rdb, redisstore.Options{Prefix: "idem"})
+//	store, err := redisidem.New(rdb, redisidem.Options{Prefix: "idem"})
 //	if err != nil {
 //		return err
 //	}
@@ -31,12 +31,12 @@
 // store's next 64 claims add GET to their SET: it then returns the current
 // record, and when that record calls for no write (a duplicate, a live
 // owner, a stale record the caller will not take over) the answer is read
-// from it with idem.ApplyClaim, so a run of redeliveries costs one round
+// from it with storekit.ApplyClaim, so a run of redeliveries costs one round
 // trip each. (Without GET a new key's reply is OK rather than a nil, which
 // costs go-redis less: see BENCH.md.) Claims that rewrite
 // a record (a retake after the lease ended, a reclaim after a release or
 // after the retention ended) run a Lua script (EVALSHA, falling back to EVAL
-// when Redis has not seen it) that applies the rules of idem.ApplyClaim
+// when Redis has not seen it) that applies the rules of storekit.ApplyClaim
 // again, atomically. Complete, Release and Renew are each one script that
 // succeeds only while the record is in progress under the caller's fencing
 // token, and return idem.ErrLeaseLost otherwise. Lease and retention
@@ -265,7 +265,7 @@
 // format: the scripts refuse to overwrite it), a token that would reach
 // 2^53, times beyond about 285,000 years from 1970 (unix milliseconds past
 // 2^53), a Lua runtime error in a script, and a number Redis refuses; and,
-// from idem's Prepare, a request without its times. Any fingerprint bytes
+// from storekit's Prepare functions, a request without its times. Any fingerprint bytes
 // are accepted (Prepare stores non-text ones as "sha256:<hex>").
 //
 // # Inspection and sweeping cost
@@ -285,4 +285,4 @@
 // the client's CPU per command decides (a script-fenced design cannot pass
 // 0.50 there); pipelined batch claims 0.56-0.79 of raw pipelined SET NX.
 // BENCH.md in this directory has the figures and the command.
-package redisstore
+package redisidem

@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 func wrap(op string, err error) error {
 	if strings.Contains(err.Error(), "syntax error") {
 		// SET with NX and GET together is Redis 7.0+.
-		return fmt.Errorf("redisstore: %s (Redis 7.0 or later is required): %w", op, err)
+		return fmt.Errorf("redisidem: %s (Redis 7.0 or later is required): %w", op, err)
 	}
-	err = fmt.Errorf("redisstore: %s: %w", op, err)
+	err = fmt.Errorf("redisidem: %s: %w", op, err)
 	if isDataError(err) {
 		return &idem.InvalidDataError{Op: op, Err: err}
 	}
@@ -93,7 +93,7 @@ var (
 
 // invalid is a request the store refuses: permanent.
 func invalid(op, format string, args ...any) error {
-	return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("redisstore: "+format, args...)}
+	return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("redisidem: "+format, args...)}
 }
 
 // checkTimes refuses times the scripts cannot count exactly (beyond about

@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // A consumer that sends one e-mail per event, whatever the broker
@@ -18,7 +18,7 @@ import (
 func Example() {
 	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, redisstore.Options{Prefix: "idem"})
+	store, err := redisidem.New(rdb, redisidem.Options{Prefix: "idem"})
 	if err != nil {
 		log.Fatal(err)
 	}

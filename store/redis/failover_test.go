@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // attempt is one claim and completion of a fresh key by a failover worker.
@@ -139,7 +140,7 @@ func TestClusterFailover(t *testing.T) {
 					return
 				default:
 				}
-				a := &attempt{key: idem.Key{Scope: "failover", ID: fmt.Sprintf("w%d-%d", w, n)}, token: idem.NewToken()}
+				a := &attempt{key: idem.Key{Scope: "failover", ID: fmt.Sprintf("w%d-%d", w, n)}, token: storekit.NewToken()}
 				if run(a); !a.failedAt.IsZero() {
 					time.Sleep(20 * time.Millisecond) // not a tight loop against a down node
 				}
@@ -152,7 +153,7 @@ func TestClusterFailover(t *testing.T) {
 	// Probe keys on the victim, chosen beforehand.
 	var probes []*attempt
 	for i := 0; len(probes) < 20 && i < 1000; i++ {
-		a := &attempt{key: idem.Key{Scope: "failover", ID: fmt.Sprintf("probe-%d", i)}, token: idem.NewToken(), probe: true}
+		a := &attempt{key: idem.Key{Scope: "failover", ID: fmt.Sprintf("probe-%d", i)}, token: storekit.NewToken(), probe: true}
 		if m, err := c.MasterForKey(bg, s.Key(a.key)); err == nil && m.Options().Addr == victimAddr {
 			probes = append(probes, a)
 		}
@@ -327,7 +328,7 @@ func mustWorkAgain(t *testing.T, s interface {
 	for try := 0; try < 100; try++ {
 		for i := range reqs { // new keys each try: a failed batch may have claimed some
 			reqs[i] = idem.ClaimRequest{Key: idem.Key{Scope: "after", ID: fmt.Sprintf("%d-%d", try, i)}, Now: now,
-				LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), NewToken: idem.NewToken()}
+				LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), NewToken: storekit.NewToken()}
 		}
 		if cls, err = idem.ClaimBatch(ctx, s, reqs); err == nil {
 			for i, cl := range cls {

@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func (f *flights) run(client goredis.UniversalClient, c *fencedCall) (int64, err
 		if p := recover(); p != nil {
 			for _, o := range c.batch {
 				if o != c {
-					o.err = fmt.Errorf("redisstore: panic in a shared pipeline: %v", p)
+					o.err = fmt.Errorf("redisidem: panic in a shared pipeline: %v", p)
 					o.turn <- false
 				}
 			}

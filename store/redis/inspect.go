@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Redis has no secondary indexes here, so List and Stats SCAN every record
@@ -55,7 +56,7 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 			return err
 		}
 		for _, r := range recs {
-			if f.Match(r) {
+			if storekit.Match(f, r) {
 				out = append(out, r)
 			}
 		}
@@ -141,5 +142,5 @@ func count(by map[string]*idem.ScopeStats, r idem.Record, now time.Time) {
 		st = &idem.ScopeStats{Scope: r.Scope}
 		by[r.Scope] = st
 	}
-	st.Add(r, now)
+	storekit.AddStats(st, r, now)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package redisstore_test
+package redisidem_test
 
 import (
 	"errors"

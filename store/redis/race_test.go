@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -9,21 +9,21 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/storetest"
 )
 
 // twoStores returns two stores on one prefix through two separate clients
 // (two connection pools), as two consumer processes would have.
-func twoStores(t *testing.T, on backend) (a, b *redisstore.Store) {
+func twoStores(t *testing.T, on backend) (a, b *redisidem.Store) {
 	t.Helper()
 	ca, cb := on.client(t), on.client(t)
 	p := uniquePrefix(t, ca)
 	var err error
-	if a, err = redisstore.New(ca, redisstore.Options{Prefix: p}); err != nil {
+	if a, err = redisidem.New(ca, redisidem.Options{Prefix: p}); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = redisstore.New(cb, redisstore.Options{Prefix: p}); err != nil {
+	if b, err = redisidem.New(cb, redisidem.Options{Prefix: p}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b

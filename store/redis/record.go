@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"errors"
@@ -34,7 +34,7 @@ const headerFields = 12
 // prefix of the value.
 const maxHeaderLen = 256
 
-var errMalformed = errors.New("redisstore: malformed record value")
+var errMalformed = errors.New("redisidem: malformed record value")
 
 // msArg encodes a stored time as unix milliseconds; the zero time is "" so
 // that "no expiry" stays distinct from 1970.

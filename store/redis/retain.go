@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -44,7 +45,7 @@ return 1
 // Redis expiry becomes ExpiresAt - Now (from the caller's clock), as
 // Complete sets it.
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
@@ -67,5 +68,5 @@ func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
 	case 2:
 		return idem.ErrLeaseLost
 	}
-	return s.fail("retain", fmt.Errorf("redisstore: unexpected retain reply %d", n))
+	return s.fail("retain", fmt.Errorf("redisidem: unexpected retain reply %d", n))
 }

@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import goredis "github.com/redis/go-redis/v9"
 
@@ -94,7 +94,7 @@ const (
 	replyStale      = 4
 )
 
-// claimScript is idem.ApplyClaim in one step, for keys that hold a record
+// claimScript is storekit.ApplyClaim in one step, for keys that hold a record
 // (absent keys are claimed by SET NX, with or without GET, without a
 // script).
 //

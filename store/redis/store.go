@@ -1,4 +1,4 @@
-package redisstore
+package redisidem
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/countdown"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // DefaultPrefix is the key prefix when Options.Prefix is empty.
@@ -38,14 +39,14 @@ func (o Options) withDefaults() Options {
 
 func (o Options) validate() error {
 	if len(o.Prefix) > maxPrefixLen {
-		return fmt.Errorf("%w: redisstore: prefix longer than %d bytes", idem.ErrInvalidOptions, maxPrefixLen)
+		return fmt.Errorf("%w: redisidem: prefix longer than %d bytes", idem.ErrInvalidOptions, maxPrefixLen)
 	}
 	for i := 0; i < len(o.Prefix); i++ {
 		c := o.Prefix[i]
 		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 			c == '.' || c == '_' || c == '-' || c == ':' || c == '/'
 		if !ok {
-			return fmt.Errorf("%w: redisstore: prefix %q has %q (allowed: letters, digits, . _ - : /)",
+			return fmt.Errorf("%w: redisidem: prefix %q has %q (allowed: letters, digits, . _ - : /)",
 				idem.ErrInvalidOptions, o.Prefix, c)
 		}
 	}
@@ -67,16 +68,16 @@ type Store struct {
 }
 
 var (
-	_ idem.Store      = (*Store)(nil)
-	_ idem.BatchStore = (*Store)(nil)
-	_ idem.Inspector  = (*Store)(nil)
+	_ idem.Store          = (*Store)(nil)
+	_ storekit.BatchStore = (*Store)(nil)
+	_ idem.Inspector      = (*Store)(nil)
 )
 
 // New returns a store on client (a *redis.Client, *redis.ClusterClient,
 // sentinel failover client or *redis.Ring). It does not contact Redis.
 func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redisstore: nil client", idem.ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: redisidem: nil client", idem.ErrInvalidOptions)
 	}
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -117,7 +118,7 @@ func (s *Store) Key(k idem.Key) string { return keyOf(s.prefix, k) }
 // to ExpiresAt - Now (at least 1 ms): a duration from the caller's clock,
 // never an absolute time.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -202,7 +203,7 @@ func decodeSetNXGet(req idem.ClaimRequest, fresh idem.Record, cmd *goredis.Cmd) 
 	if err != nil {
 		return idem.Claim{}, true, err
 	}
-	c, write := idem.ApplyClaim(&cur, req)
+	c, write := storekit.ApplyClaim(&cur, req)
 	return c, !write, nil
 }
 
@@ -219,7 +220,7 @@ func claimArgs(req idem.ClaimRequest, fresh string) []any {
 func decodeClaim(reply any) (idem.Claim, string, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) != 3 {
-		return idem.Claim{}, "", fmt.Errorf("redisstore: unexpected claim reply %v", reply)
+		return idem.Claim{}, "", fmt.Errorf("redisidem: unexpected claim reply %v", reply)
 	}
 	code, _ := arr[0].(int64)
 	v, _ := arr[1].(string)
@@ -239,7 +240,7 @@ func decodeClaim(reply any) (idem.Claim, string, error) {
 	case replyStale:
 		c.Outcome = idem.ClaimStale
 	default:
-		return idem.Claim{}, "", fmt.Errorf("redisstore: unexpected claim reply code %v", arr[0])
+		return idem.Claim{}, "", fmt.Errorf("redisidem: unexpected claim reply code %v", arr[0])
 	}
 	return c, v, nil
 }
@@ -276,7 +277,7 @@ func (s *Store) fenced(ctx context.Context, op string, script *goredis.Script, k
 // Complete implements idem.Store: fenced by token and state, and moves the
 // key's Redis expiry to the new retention end (ExpiresAt - Now from now).
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -294,7 +295,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 // retention end (the key's Redis expiry is set again from req.Now). A zero
 // Now is an *idem.InvalidDataError, as for the other transitions.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	if _, err := req.Prepare(); err != nil {
+	if _, err := storekit.PrepareRelease(req); err != nil {
 		return err
 	}
 	if err := checkTimes("release", req.Now); err != nil {
@@ -312,7 +313,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // no Redis expiry (the record is in progress), so it never vanishes,
 // however long its handler runs.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}
@@ -323,7 +324,7 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	r, held, err := s.fenced(ctx, "renew", renewScript, req.Key, req.Token, req.Now, func(r *idem.Record) {
 		r.LeaseUntil, r.UpdatedAt = lease, roundMs(req.Now)
 		if !r.ExpiresAt.IsZero() {
-			r.ExpiresAt = idem.Later(r.ExpiresAt, lease)
+			r.ExpiresAt = storekit.Later(r.ExpiresAt, lease)
 		}
 	}, msArg(lease), nowArg(req.Now))
 	if err == nil && held {
@@ -352,7 +353,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	return r, nil
 }
 
-// ClaimBatch implements idem.BatchStore: one pipeline of SET NX GET, one
+// ClaimBatch implements storekit.BatchStore: one pipeline of SET NX GET, one
 // round trip (per cluster node), plus a second pipeline of claim scripts for
 // the keys whose records need a rewrite (retake, reclaim). Each claim is atomic on its own; the batch
 // is not a transaction. Every request is Prepare'd first (its own fresh
@@ -361,12 +362,12 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 // before the failure stay in progress until their lease ends, then are
 // retaken.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
 	for i, r := range reqs {
-		r, err := r.Prepare()
+		r, err := storekit.PrepareClaim(r)
 		if err != nil {
 			return nil, err
 		}

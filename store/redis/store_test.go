@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testenv"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -106,9 +106,9 @@ func deleteOnNode(t testing.TB, c goredis.UniversalClient, prefix string, oneByO
 	}
 }
 
-func newStore(t testing.TB, c goredis.UniversalClient) *redisstore.Store {
+func newStore(t testing.TB, c goredis.UniversalClient) *redisidem.Store {
 	t.Helper()
-	s, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t, c)})
+	s, err := redisidem.New(c, redisidem.Options{Prefix: uniquePrefix(t, c)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,21 +125,21 @@ func testConformance(t *testing.T, on backend) {
 func TestNewValidatesOptions(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.Options{})
-	if err != nil || s.Prefix() != redisstore.DefaultPrefix {
+	s, err := redisidem.New(c, redisidem.Options{})
+	if err != nil || s.Prefix() != redisidem.DefaultPrefix {
 		t.Fatalf("zero Options: %v, prefix %q", err, s.Prefix())
 	}
 	for _, p := range []string{"a{b}", "a}b", "idem*", "x?", "sp ace", "[x]", `back\slash`, string(make([]byte, 65))} {
-		if _, err := redisstore.New(c, redisstore.Options{Prefix: p}); !errors.Is(err, idem.ErrInvalidOptions) {
+		if _, err := redisidem.New(c, redisidem.Options{Prefix: p}); !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("prefix %q: err = %v, want ErrInvalidOptions", p, err)
 		}
 	}
 	for _, p := range []string{"idem", "app:idem", "team/app.v2_x-y"} {
-		if _, err := redisstore.New(c, redisstore.Options{Prefix: p}); err != nil {
+		if _, err := redisidem.New(c, redisidem.Options{Prefix: p}); err != nil {
 			t.Errorf("prefix %q: %v", p, err)
 		}
 	}
-	if _, err := redisstore.New(nil, redisstore.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
+	if _, err := redisidem.New(nil, redisidem.Options{}); !errors.Is(err, idem.ErrInvalidOptions) {
 		t.Errorf("nil client: %v", err)
 	}
 }
@@ -162,7 +162,7 @@ func TestRedisDown(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: closedAddr(t), MaxRetries: -1, DialTimeout: time.Second,
 		DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	defer c.Close()
-	s, err := redisstore.New(c, redisstore.Options{})
+	s, err := redisidem.New(c, redisidem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package redisstore_test
+package redisidem_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/storetest"
 )
 
@@ -143,7 +143,7 @@ func testSweepSparesReclaimed(t *testing.T, on backend) {
 		acquired = make([]bool, len(old))
 		errs     = make(chan error, 3)
 	)
-	for _, s := range []*redisstore.Store{a, b} {
+	for _, s := range []*redisidem.Store{a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -8,13 +8,14 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // batchRows bounds the rows of one multi-row insert (12 parameters a row,
 // far below SQLite's limit on bound parameters).
 const batchRows = 500
 
-// ClaimBatch implements idem.BatchStore: every claim in one write
+// ClaimBatch implements storekit.BatchStore: every claim in one write
 // transaction (one commit, one sync). New keys, the common case of a poll,
 // are inserted with multi-row conflict-free inserts that return the keys
 // they wrote; only keys that exist already go through the read, apply and
@@ -24,7 +25,7 @@ const batchRows = 500
 // as stored): a rejected request, or a repeated key
 // (idem.ErrDuplicateKeyInBatch), fails the batch before anything is written.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := idem.CheckBatchKeys("claim batch", reqs); err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
 	}
 	prepared := make([]idem.ClaimRequest, len(reqs))
@@ -63,7 +64,7 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 }
 
 // insertNew inserts fresh records for reqs[lo:hi] whose keys are absent and
-// marks them done with the claim idem.ApplyClaim gives on an absent record.
+// marks them done with the claim storekit.ApplyClaim gives on an absent record.
 func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequest, lo, hi int, out []idem.Claim, done []bool) error {
 	type rk struct{ scope, id string }
 	fresh := make(map[rk]int, hi-lo)
@@ -77,7 +78,7 @@ func (s *Store) insertNew(ctx context.Context, tx *sql.Tx, reqs []idem.ClaimRequ
 		if _, dup := fresh[k]; dup {
 			continue // a repeated key is claimed singly, after its first
 		}
-		c, _ := idem.ApplyClaim(nil, reqs[i])
+		c, _ := storekit.ApplyClaim(nil, reqs[i])
 		fresh[k] = i
 		out[i] = c
 		if len(args) > 0 {

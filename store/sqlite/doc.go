@@ -1,6 +1,6 @@
 // Package sqlite is idem's embedded default store: an idem.Store on SQLite
 // through database/sql and the pure-Go driver modernc.org/sqlite (no cgo).
-// It implements idem.Store (two-phase records), idem.BatchStore,
+// It implements idem.Store (two-phase records), storekit.BatchStore,
 // idem.Inspector and idem.TxStore[*sql.Tx] (the transactional inbox).
 //
 // # Opening
@@ -64,13 +64,13 @@
 // # Records
 //
 // The store holds the record rules of the idem.Store contract, in its own SQL
-// for the marker and the sweep and through idem.ApplyClaim for claims:
+// for the marker and the sweep and through storekit.ApplyClaim for claims:
 //
 //   - Every time comes from the request (the caller's clock); no statement
 //     reads SQLite's clock.
 //   - A request goes through its Prepare first: one without its times is an
 //     *idem.InvalidDataError, and any fingerprint bytes are stored (as
-//     idem.StoredFingerprint keeps them).
+//     storekit.StoredFingerprint keeps them).
 //   - A key's first record takes the request's random NewToken; a record that
 //     still exists (expired, released, retaken) counts on from its own token.
 //     A zombie from a swept lifetime therefore never matches a later owner.

@@ -29,7 +29,7 @@ func buildQueries(table string) queries {
 		"{expired1}", expired("?1"), "{expired7}", expired("?7"))
 	return queries{
 		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = ? AND id = ?`),
-		// put writes a whole record computed by idem.ApplyClaim inside a write
+		// put writes a whole record computed by storekit.ApplyClaim inside a write
 		// transaction.
 		put: r.Replace(`INSERT INTO {t} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (scope, id) DO UPDATE SET
@@ -39,7 +39,7 @@ func buildQueries(table string) queries {
 				created_at = excluded.created_at, updated_at = excluded.updated_at`),
 		// mark is the transactional-inbox marker: a conflict-free insert
 		// that also takes over released and expired records (the rules of
-		// idem.ApplyMark), and leaves every other record alone. SET
+		// storekit.ApplyMark), and leaves every other record alone. SET
 		// expressions read the row's old values. A new row takes the
 		// request's random token; a row that survived counts on from its
 		// own. An expired row starts a new lifetime (the request's

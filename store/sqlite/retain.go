@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 var _ idem.Retainer = (*Store)(nil)
@@ -20,15 +21,15 @@ const retainSQL = `UPDATE {t} SET expires_at = ?1
 	WHERE scope = ?2 AND id = ?3 AND token = ?4 AND state = 'completed' AND expires_at > ?5 AND expires_at < ?1`
 
 // Retain implements idem.Retainer with one conditional UPDATE; when it
-// changes no row, the record read after it says why (idem.RetainByUpdate).
+// changes no row, the record read after it says why (storekit.RetainByUpdate).
 func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRetain(req)
 	if err != nil {
 		return err
 	}
 	req.Now, req.ExpiresAt = req.Now.Truncate(time.Millisecond), req.ExpiresAt.Truncate(time.Millisecond)
 	query := replaceTable(retainSQL, s.opts.Table)
-	return idem.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
+	return storekit.RetainByUpdate(ctx, req, func(ctx context.Context) (bool, error) {
 		n, err := s.exec(ctx, query, sqlrecord.MS(req.ExpiresAt), req.Key.Scope, req.Key.StoredID(), req.Token, sqlrecord.MS(req.Now))
 		if err != nil {
 			return false, dataErr("retain", fmt.Errorf("sqlite: retain %s: %w", req.Key, err))

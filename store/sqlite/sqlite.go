@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 
 	// The pure-Go SQLite driver, registered as "sqlite".
 	_ "modernc.org/sqlite"
@@ -114,7 +115,7 @@ func (o *Options) validate() error {
 	return err
 }
 
-// Store is an idem.Store on SQLite. It also implements idem.BatchStore,
+// Store is an idem.Store on SQLite. It also implements storekit.BatchStore,
 // idem.Inspector and idem.TxStore[*sql.Tx]. It is safe for concurrent use.
 type Store struct {
 	db   *sql.DB
@@ -137,7 +138,7 @@ type Store struct {
 
 var (
 	_ idem.Store            = (*Store)(nil)
-	_ idem.BatchStore       = (*Store)(nil)
+	_ storekit.BatchStore   = (*Store)(nil)
 	_ idem.Inspector        = (*Store)(nil)
 	_ idem.TxStore[*sql.Tx] = (*Store)(nil)
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // lock takes the store's in-process writer lock, waiting at most
@@ -119,7 +120,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) 
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	c, write := idem.ApplyClaim(cur, req)
+	c, write := storekit.ApplyClaim(cur, req)
 	if write {
 		if _, err := s.execStmt(ctx, tx, s.q.put, recordArgs(c.Record)...); err != nil {
 			return idem.Claim{}, err
@@ -146,7 +147,7 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 		return claimErr(req.Key, err)
 	}
 	if cur != nil {
-		if c, write := idem.ApplyClaim(cur, req); !write {
+		if c, write := storekit.ApplyClaim(cur, req); !write {
 			return c, nil
 		}
 	}
@@ -167,11 +168,11 @@ func claimErr(k idem.Key, err error) (idem.Claim, error) {
 	return idem.Claim{}, dataErr("claim", fmt.Errorf("sqlite: claim %s: %w", k, err))
 }
 
-// prepare is idem.ClaimRequest.Prepare with the times truncated to the
+// prepare is storekit.PrepareClaim with the times truncated to the
 // milliseconds the table keeps, so a claim decided in Go equals the record
 // read back later, and Go's comparisons agree with the SQL ones.
 func prepare(req idem.ClaimRequest) (idem.ClaimRequest, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return req, err
 	}
@@ -196,7 +197,7 @@ func (s *Store) owned(ctx context.Context, op string, key idem.Key, query string
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareComplete(req)
 	if err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
-	if _, err := req.Prepare(); err != nil {
+	if _, err := storekit.PrepareRelease(req); err != nil {
 		return err
 	}
 	return s.owned(ctx, "release", req.Key, s.q.release,
@@ -217,7 +218,7 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 // record's expiry with it (expires_at never ends before the lease), so a
 // handler that outlives the retention keeps its key while it renews.
 func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareRenew(req)
 	if err != nil {
 		return err
 	}

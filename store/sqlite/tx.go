@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/sqlrecord"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // InTx implements idem.TxStore[*sql.Tx]: it begins a write transaction that
@@ -57,7 +58,7 @@ func (s *Store) Mark(ctx context.Context, tx *sql.Tx, req idem.ClaimRequest) (id
 	if err != nil {
 		return markErr(k, err)
 	}
-	c, write := idem.ApplyMark(cur, req)
+	c, write := storekit.ApplyMark(cur, req)
 	if write {
 		// The upsert declined a record the rules would take over: the
 		// transaction does not see a consistent row (a bug, or a caller's

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // The error classes: one input gives one class of error on every store and
@@ -71,7 +72,7 @@ func testClassDuplicateKeyInBatch(t *testing.T, s idem.Store) {
 			}
 		}
 	}
-	if bs, ok := s.(idem.BatchStore); ok {
+	if bs, ok := s.(storekit.BatchStore); ok {
 		_, err := bs.ClaimBatch(ctx, reqs)
 		check("BatchStore.ClaimBatch", err)
 	}

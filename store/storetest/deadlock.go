@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // Sizes of testContendedSweep: dense enough that lock-order faults show up
@@ -31,7 +32,7 @@ const (
 func testContendedSweep(t *testing.T, s idem.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, batches := s.(idem.BatchStore)
+	_, batches := s.(storekit.BatchStore)
 	seed := rand.Uint64()
 	var (
 		mu   sync.Mutex

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // The edge cases: the record rules of the Store contract at the edges a
@@ -336,7 +337,7 @@ func testFingerprintBytes(t *testing.T, s idem.Store) {
 		}
 		mustComplete(t, s, k, c.Record.Token, nil, T0)
 		d := mustClaim(t, s, claimReq(k, fp, T0.Add(time.Second)), idem.ClaimDuplicate)
-		want := idem.StoredFingerprint(fp)
+		want := storekit.StoredFingerprint(fp)
 		if d.Record.Fingerprint != want || mustGet(t, s, k).Fingerprint != want {
 			t.Fatalf("%s fingerprint stored as %q, want %q", name, d.Record.Fingerprint, want)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/store/memory"
+	"github.com/idemgo/idem/store/storekit"
 	"github.com/idemgo/idem/store/storetest/lincheck"
 )
 
@@ -36,7 +37,7 @@ type brokenStore struct {
 }
 
 func (s *brokenStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
-	req, err := req.Prepare()
+	req, err := storekit.PrepareClaim(req)
 	if err != nil {
 		return idem.Claim{}, err
 	}
@@ -59,7 +60,7 @@ func (s *brokenStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Cl
 	if s.flaw == leaseIgnored && ok && cur.State == idem.StateInProgress {
 		req.TakeOverStale, req.Now = true, cur.LeaseUntil
 	}
-	c, write := idem.ApplyClaim(p, req)
+	c, write := storekit.ApplyClaim(p, req)
 	switch {
 	case s.flaw == tokenKept && c.Retaken:
 		c.Record.Token--
@@ -98,7 +99,7 @@ func (s *brokenStore) Release(ctx context.Context, req idem.ReleaseRequest) erro
 
 func (s *brokenStore) Renew(ctx context.Context, req idem.RenewRequest) error {
 	return s.finish(req.Key, req.Token, func(r *idem.Record) {
-		r.LeaseUntil, r.ExpiresAt = req.LeaseUntil, idem.Later(r.ExpiresAt, req.LeaseUntil)
+		r.LeaseUntil, r.ExpiresAt = req.LeaseUntil, storekit.Later(r.ExpiresAt, req.LeaseUntil)
 	})
 }
 

@@ -4,7 +4,7 @@
 //
 // Where store/storetest tests the contract case by case, lincheck lets
 // eight goroutines call Claim (alone, or in a ClaimBatch when the store is
-// an idem.BatchStore), Complete, Release, Renew, Get and Sweep on four
+// an storekit.BatchStore), Complete, Release, Renew, Get and Sweep on four
 // shared keys at random: with the token they hold, with stale ones (zombies), with the
 // current owner's stolen from a record, and with tokens one off. Each call
 // is recorded with its real call and return times, its request and the

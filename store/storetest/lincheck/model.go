@@ -104,7 +104,7 @@ func deletable(p record, in input, out output) bool {
 // apply is one operation of the sequential specification on the key's
 // record p: the answer the store must give and the record after it. The
 // rules are the idem.Store contract's, written out again here rather than
-// taken from idem.ApplyClaim, so the memory store (which uses it) is checked
+// taken from storekit.ApplyClaim, so the memory store (which uses it) is checked
 // against an independent reading of the contract.
 func apply(p record, in input) (output, record) {
 	switch in.kind {

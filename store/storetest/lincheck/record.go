@@ -21,6 +21,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // OpsEnv names the environment variable that sets the number of operations
@@ -144,7 +145,7 @@ type History struct {
 }
 
 // Record drives s with opts.Clients goroutines making opts.Ops calls of
-// Claim (one by one or in a ClaimBatch when s is an idem.BatchStore),
+// Claim (one by one or in a ClaimBatch when s is an storekit.BatchStore),
 // Complete, Release, Renew, Get and Sweep over opts.Keys keys, with fresh,
 // stale, stolen and guessed tokens, and returns the history. It fails only when
 // opts is invalid; store errors are part of the history.
@@ -163,7 +164,7 @@ func Record(ctx context.Context, s idem.Store, opts Options) (*History, error) {
 		h.keys = append(h.keys, idem.Key{Scope: scope, ID: "k" + strconv.Itoa(i)})
 	}
 	r := &recorder{h: h, s: s, clk: &clock{start: time.Now()}, budget: int64(n)}
-	r.batch, _ = s.(idem.BatchStore)
+	r.batch, _ = s.(storekit.BatchStore)
 	var wg sync.WaitGroup
 	for c := range opts.Clients {
 		wg.Add(1)
@@ -181,7 +182,7 @@ func Record(ctx context.Context, s idem.Store, opts Options) (*History, error) {
 type recorder struct {
 	h      *History
 	s      idem.Store
-	batch  idem.BatchStore
+	batch  storekit.BatchStore
 	clk    *clock
 	budget int64
 	mu     sync.Mutex // guards h's slices and counts
@@ -209,7 +210,7 @@ func (r *recorder) client(ctx context.Context, id int, rng *mrand.Rand) {
 	}
 	zombie := func(k int) int64 {
 		if len(seen[k]) == 0 {
-			return idem.NewToken()
+			return storekit.NewToken()
 		}
 		// Mostly a token seen (perhaps still the owner's), sometimes one
 		// next to it, as a counter off by one would send.
@@ -320,7 +321,7 @@ func (r *recorder) claimInput(k int, rng *mrand.Rand) input {
 	return input{
 		kind: opClaim, key: k, now: now, lease: lease, expires: lease + 60 + rng.Int64N(200),
 		fp: fingerprints[rng.IntN(len(fingerprints))], takeOver: rng.IntN(3) > 0,
-		newToken: idem.NewToken(),
+		newToken: storekit.NewToken(),
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // baseline is the same write as idem's claim, without idem.
@@ -35,7 +35,7 @@ func newBaseline(ctx context.Context, h *dsn.Handle, runID string) (*baseline, e
 	case h.Scheme == "memory":
 		return memBaseline(), nil
 	}
-	if ms, ok := h.Native.(*mongostore.Store); ok {
+	if ms, ok := h.Native.(*mongoidem.Store); ok {
 		return mongoBaseline(ms, runID), nil
 	}
 	return nil, fmt.Errorf("%w: no baseline for the %s store", ErrMode, h.Scheme)

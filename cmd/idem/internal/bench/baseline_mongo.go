@@ -8,12 +8,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 // mongoBaseline inserts small documents with a string _id into a collection
 // of its own beside the records, and drops it at the end.
-func mongoBaseline(s *mongostore.Store, runID string) *baseline {
+func mongoBaseline(s *mongoidem.Store, runID string) *baseline {
 	coll := s.Database().Collection("idem_bench_baseline_" + runID)
 	id := func(w, i, j int) string { return fmt.Sprintf("%d-%d-%d", w, i, j) }
 	return &baseline{

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+	"github.com/idemgo/idem/store/storekit"
 )
 
 // PrefillScope is the scope prefilled records live in, apart from the
@@ -218,7 +219,7 @@ func newLoader(h *dsn.Handle) (loader, error) {
 	case h.SQL != nil && tabled != nil && h.Scheme == "sqlite":
 		return &sqlLoader{db: h.SQL, table: `"` + tabled.Table() + `"`, dialect: "sqlite", par: 1}, nil
 	}
-	if _, ok := h.Store.(idem.BatchStore); ok {
+	if _, ok := h.Store.(storekit.BatchStore); ok {
 		return &storeLoader{s: h.Store}, nil
 	}
 	return nil, fmt.Errorf("%w: the %s store has no way to prefill", ErrPrefill, h.Scheme)
@@ -262,7 +263,7 @@ func (l *storeLoader) load(ctx context.Context, a, b int64, p Prefill, lay layou
 	if p.Expired > 0 {
 		return fmt.Errorf("%w: this store's records can only be prefilled live (--prefill-expired 0)", ErrPrefill)
 	}
-	bs := l.s.(idem.BatchStore)
+	bs := l.s.(storekit.BatchStore)
 	const batch = 1000
 	for lo := a; lo < b; lo += batch {
 		hi := min(lo+batch, b)

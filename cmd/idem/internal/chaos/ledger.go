@@ -17,7 +17,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // ledger is a consumer's side of the store: the connections, idem's store
@@ -81,7 +81,7 @@ func openLedger(ctx context.Context, cfg childConfig, kill *killer) (*ledger, er
 		}
 		l.rdb = goredis.NewClient(opt)
 		if !cfg.Naive {
-			l.store, err = redisstore.New(l.rdb, redisstore.Options{Prefix: cfg.Prefix})
+			l.store, err = redisidem.New(l.rdb, redisidem.Options{Prefix: cfg.Prefix})
 		}
 	default:
 		return nil, fmt.Errorf("unknown store %q", cfg.Store)

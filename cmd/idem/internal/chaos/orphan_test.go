@@ -10,7 +10,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // orphan leaves a claim in progress whose lease has ended, as a consumer
@@ -32,7 +32,7 @@ func orphan(ctx context.Context, kind, url string, t tables, prefix string) erro
 		}
 		rdb := goredis.NewClient(opt)
 		defer rdb.Close()
-		if s, err = redisstore.New(rdb, redisstore.Options{Prefix: prefix}); err != nil {
+		if s, err = redisidem.New(rdb, redisidem.Options{Prefix: prefix}); err != nil {
 			return err
 		}
 	default:

@@ -16,7 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 // setupStore makes one pass's tables afresh (the SQL stores) or empties the
@@ -368,7 +368,7 @@ func staleInProgress(ctx context.Context, cfg Config, e *env, t tables, prefix s
 		}
 		rdb := goredis.NewClient(opt)
 		defer rdb.Close()
-		s, err := redisstore.New(rdb, redisstore.Options{Prefix: prefix})
+		s, err := redisidem.New(rdb, redisidem.Options{Prefix: prefix})
 		if err != nil {
 			return 0, err
 		}

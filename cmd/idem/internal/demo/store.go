@@ -16,10 +16,10 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/memory"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/mysql"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/sqlite"
 )
 
@@ -119,9 +119,9 @@ func (s *demoStore) removeRecords(ctx context.Context, scope string) (int64, err
 	case *postgres.Store:
 		tag, err := s.h.PG.Exec(ctx, `DELETE FROM `+st.Table()+` WHERE scope = $1`, scope)
 		return tag.RowsAffected(), err
-	case *redisstore.Store:
+	case *redisidem.Store:
 		return removeRedisRecords(ctx, st, s.h.Redis, scope)
-	case *mongostore.Store:
+	case *mongoidem.Store:
 		res, err := st.Collection().DeleteMany(ctx, bson.D{{Key: "scope", Value: scope}})
 		if err != nil {
 			return 0, err
@@ -143,7 +143,7 @@ func execCount(res sql.Result, err error) (int64, error) {
 // removeRedisRecords lists the scope's records a page at a time and deletes
 // their keys, one command each (the keys of one scope hash to many cluster
 // slots).
-func removeRedisRecords(ctx context.Context, st *redisstore.Store, c goredis.UniversalClient, scope string) (int64, error) {
+func removeRedisRecords(ctx context.Context, st *redisidem.Store, c goredis.UniversalClient, scope string) (int64, error) {
 	var n int64
 	f := idem.ListFilter{Scope: scope, Limit: 500}
 	for {

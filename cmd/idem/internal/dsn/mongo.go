@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
 func init() {
@@ -31,13 +31,13 @@ const mongoDefaultDatabase = "idem"
 // string (replicaSet, authSource, tls, ...).
 func openMongo(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	q := u.Query()
-	opts := mongostore.Options{Collection: q.Get("collection")}
+	opts := mongoidem.Options{Collection: q.Get("collection")}
 	switch ttl := q.Get("ttl"); ttl {
 	case "", "auto":
 	case "none":
-		opts.TTLIndex = mongostore.TTLNone
+		opts.TTLIndex = mongoidem.TTLNone
 	case "required":
-		opts.TTLIndex = mongostore.TTLRequired
+		opts.TTLIndex = mongoidem.TTLRequired
 	default:
 		return nil, fmt.Errorf("%w: %s: ttl=%q (want none, required or auto)", ErrBadDSN, Redact(raw), ttl)
 	}
@@ -66,7 +66,7 @@ func openMongo(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 		defer cancel()
 		return c.Disconnect(ctx)
 	}
-	s, err := mongostore.New(c.Database(db), opts)
+	s, err := mongoidem.New(c.Database(db), opts)
 	if err != nil {
 		closeClient()
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)

@@ -8,7 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 )
 
 func init() { register("redis", openRedis) }
@@ -35,7 +35,7 @@ func openRedis(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 	}
 	silenceRedis.Do(func() { goredis.SetLogger(quietRedis{}) })
 	c := goredis.NewClient(o)
-	s, err := redisstore.New(c, redisstore.Options{Prefix: prefix})
+	s, err := redisidem.New(c, redisidem.Options{Prefix: prefix})
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadDSN, Redact(raw), err)

@@ -19,10 +19,10 @@ import (
 	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/store/memory"
-	mongostore "github.com/idemgo/idem/store/mongo"
+	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/mysql"
 	"github.com/idemgo/idem/store/postgres"
-	redisstore "github.com/idemgo/idem/store/redis"
+	redisidem "github.com/idemgo/idem/store/redis"
 	"github.com/idemgo/idem/store/sqlite"
 	"github.com/idemgo/idem/store/storetest/lincheck"
 )
@@ -83,7 +83,7 @@ func TestRedis(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		// Every record of the run carries a Redis TTL under a second (a
 		// retention of the fake clock), so the prefix empties itself.
-		return must(redisstore.New(c, redisstore.Options{Prefix: "idemlincheck:" + randomHex(t)}))(t)
+		return must(redisidem.New(c, redisidem.Options{Prefix: "idemlincheck:" + randomHex(t)}))(t)
 	})
 }
 
@@ -97,7 +97,7 @@ func TestMongo(t *testing.T) {
 				t.Errorf("drop database: %v", err)
 			}
 		})
-		s := must(mongostore.New(db, mongostore.Options{}))(t)
+		s := must(mongoidem.New(db, mongoidem.Options{}))(t)
 		migrate(t, s.Migrate)
 		return s
 	})

@@ -1,4 +1,6 @@
-package idem
+package storekit
+
+import "github.com/idemgo/idem"
 
 // ApplyClaim computes the claim transition of the Store contract on the record
 // currently stored for req.Key (nil when absent). It returns the claim to
@@ -7,15 +9,15 @@ package idem
 // WATCH transaction) use it so the rules live in one place; stores that
 // claim in one statement or script encode the same rules and run the
 // conformance suite to prove it. req is expected to be Prepare'd.
-func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
+func ApplyClaim(cur *idem.Record, req idem.ClaimRequest) (claim idem.Claim, write bool) {
 	now := req.Now
 	req.ExpiresAt = Later(req.ExpiresAt, req.LeaseUntil)
-	acquire := func(r Record) Claim {
-		r.State = StateInProgress
+	acquire := func(r idem.Record) idem.Claim {
+		r.State = idem.StateInProgress
 		r.LeaseUntil = req.LeaseUntil
 		r.ExpiresAt = req.ExpiresAt
 		r.UpdatedAt = now
-		return Claim{Outcome: ClaimAcquired, Record: r}
+		return idem.Claim{Outcome: idem.ClaimAcquired, Record: r}
 	}
 	if cur == nil || cur.Expired(now) {
 		// A new lifetime, only over nothing or a settled record whose
@@ -28,14 +30,14 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 		} else if token == 0 {
 			token = NewToken()
 		}
-		return acquire(Record{
+		return acquire(idem.Record{
 			Scope: req.Key.Scope, ID: req.Key.StoredID(), DisplayID: req.Key.DisplayID(),
 			Fingerprint: req.Fingerprint, Token: token, Attempts: 1, CreatedAt: now,
 		}), true
 	}
 	r := *cur
 	switch {
-	case r.State == StateReleased:
+	case r.State == idem.StateReleased:
 		// Released means "may be retried", not "content forgotten": the
 		// first claim's fingerprint stays until the record expires.
 		r.Token++
@@ -45,14 +47,14 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 		}
 		r.Result = nil
 		return acquire(r), true
-	case r.State == StateCompleted:
-		return Claim{Outcome: ClaimDuplicate, Record: r}, false
+	case r.State == idem.StateCompleted:
+		return idem.Claim{Outcome: idem.ClaimDuplicate, Record: r}, false
 	case now.Before(r.LeaseUntil):
-		return Claim{Outcome: ClaimInProgress, Record: r}, false
+		return idem.Claim{Outcome: idem.ClaimInProgress, Record: r}, false
 	case !req.TakeOverStale:
 		// Stale however long ago its lease ended, and past its ExpiresAt
 		// too: the Stale policy decides, never a fresh lifetime.
-		return Claim{Outcome: ClaimStale, Record: r}, false
+		return idem.Claim{Outcome: idem.ClaimStale, Record: r}, false
 	default:
 		r.Token++
 		r.Attempts++
@@ -65,11 +67,11 @@ func ApplyClaim(cur *Record, req ClaimRequest) (claim Claim, write bool) {
 // ApplyMark computes the transactional-inbox marker transition (TxStore.Mark)
 // on the current record: like ApplyClaim, except that an acquired marker is
 // written completed, and stale in-progress records are never taken over.
-func ApplyMark(cur *Record, req ClaimRequest) (claim Claim, write bool) {
+func ApplyMark(cur *idem.Record, req idem.ClaimRequest) (claim idem.Claim, write bool) {
 	req.TakeOverStale = false
 	c, write := ApplyClaim(cur, req)
-	if c.Outcome == ClaimAcquired {
-		c.Record.State = StateCompleted
+	if c.Outcome == idem.ClaimAcquired {
+		c.Record.State = idem.StateCompleted
 	}
 	return c, write
 }

@@ -1,0 +1,56 @@
+package storekit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemgo/idem"
+)
+
+// BatchStore is implemented by stores that claim many keys in one round trip
+// (one statement, one pipeline); idem.ClaimBatch and the guard's batch claims
+// use it when the store has it. Results are in request order. Keys in one
+// batch must be distinct: a batch that repeats one is refused whole, nothing
+// written, with CheckBatchKeys's *idem.InvalidDataError
+// (idem.ErrDuplicateKeyInBatch). Wrappers around a store forward it.
+type BatchStore interface {
+	ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error)
+}
+
+// CheckBatchKeys returns an *idem.InvalidDataError for op wrapping
+// idem.ErrDuplicateKeyInBatch, naming the key, when two of reqs have the same
+// key; nil otherwise. Stores call it first in their batch operations so
+// that every store classifies a repeat the same way.
+func CheckBatchKeys(op string, reqs []idem.ClaimRequest) error {
+	if len(reqs) < 2 {
+		return nil
+	}
+	seen := make(map[idem.Key]int, len(reqs))
+	for i, r := range reqs {
+		if j, dup := seen[r.Key]; dup {
+			return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("%w: %s at positions %d and %d", idem.ErrDuplicateKeyInBatch, r.Key, j, i)}
+		}
+		seen[r.Key] = i
+	}
+	return nil
+}
+
+// MarkDeferrer is implemented by idem.TxStores that can send the marker
+// together with the handler's first statement instead of ahead of it, saving
+// idem.DoTx a round trip (store/postgres with Options.MarkWithFirstStatement).
+// DoTx then starts the handler before it knows whether the key is new.
+type MarkDeferrer[Tx any] interface {
+	// DeferMark queues the marker for req on tx, a transaction of InTx that
+	// has run no statement, and returns the claim Mark returns for a new
+	// key; deferred is false when it queued nothing (the store is not set
+	// to, or tx has begun), and then DoTx calls Mark.
+	//
+	// When the queued marker does not go in (the key is recorded, or the
+	// marker fails), tx's statement that carried it and every later one
+	// fail, nothing commits, and InTx runs its function again in a new
+	// transaction, where DeferMark reports false and Mark decides. When
+	// the function fails before any statement, InTx sends the marker anyway
+	// to learn which of the two it is: a recorded key is reported as such
+	// rather than as the function's failure.
+	DeferMark(ctx context.Context, tx Tx, req idem.ClaimRequest) (c idem.Claim, deferred bool, err error)
+}
