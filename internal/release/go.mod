@@ -3,3 +3,8 @@ module github.com/idemgo/idem/internal/release
 go 1.26.0
 
 require golang.org/x/mod v0.43.0
+
+require (
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/tools v0.52.0
+)
