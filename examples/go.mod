@@ -3,6 +3,7 @@ module github.com/idemgo/idem/examples
 go 1.26.0
 
 require (
+	github.com/idemgo/idem/internal/ferretdbtest v0.1.0
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
@@ -30,6 +31,7 @@ require (
 )
 
 require (
+	github.com/idemgo/idem/internal/ferretdbtest v0.1.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect

@@ -13,8 +13,7 @@ import (
 )
 
 // mosquitto is the machine's broker; IDEM_MQTT_ADDR overrides its address.
-var mosquitto = testenv.Service{Name: "Mosquitto", Env: "IDEM_MQTT_ADDR", Default: "127.0.0.1:1883",
-	Start: "mosquitto -d -c /etc/mosquitto/mosquitto.conf"}
+var mosquitto = testenv.MQTT
 
 // TestMosquittoRedelivery: on Mosquitto, a consumer killed while handling
 // a message leaves it unacked in its session; the next consumer on the

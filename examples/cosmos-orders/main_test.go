@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/idemgo/idem/internal/ferretdbtest"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -28,7 +30,7 @@ import (
 // dead-letter stream.
 func TestOrdersOnce(t *testing.T) {
 	natsURL := testenv.NATS.Need(t)
-	mongoURL := testenv.Mongo.Need(t)
+	mongoURL := ferretdbtest.URI(t)
 	tag := fmt.Sprintf("%d%d", time.Now().UnixNano(), rand.Uint32()%1000)
 	cfg := config{
 		NATSURL: natsURL, MongoURL: mongoURL, Database: "cosmos_orders_" + tag,
@@ -147,4 +149,12 @@ func TestOrdersOnce(t *testing.T) {
 	if len(crashed) != orders/5 {
 		t.Fatalf("%d crashes after the write, want %d", len(crashed), orders/5)
 	}
+}
+
+// TestMain stops the embedded MongoDB-API server (ferretdbtest) if a test
+// started one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ferretdbtest.Stop()
+	os.Exit(code)
 }

@@ -35,7 +35,13 @@ var (
 		"rabbitmq-server -detached"}
 	NATS = Service{"NATS JetStream", "IDEM_NATS_URL", "nats://127.0.0.1:4222",
 		"nats-server -a 127.0.0.1 -p 4222 -js"}
+	MQTT = Service{"Mosquitto", "IDEM_MQTT_ADDR", "127.0.0.1:1883",
+		"mosquitto -d -c /etc/mosquitto/mosquitto.conf"}
 )
+
+// All is every service, in the README's order (a test keeps the README's
+// table of test servers in step with it).
+var All = []Service{Postgres, MySQL, Redis, RabbitMQ, NATS, MQTT, Mongo}
 
 // Required reports whether CI demands every service (IDEM_REQUIRE_SERVICES=1).
 func Required() bool { return os.Getenv("IDEM_REQUIRE_SERVICES") == "1" }

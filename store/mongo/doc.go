@@ -89,7 +89,7 @@
 // write gives up with a retryable error, and a turn whose writer died is
 // skipped after a minute (safe unless the server holds a write that long
 // before applying it). Shown on FerretDB v1.24.2 over SQLite by
-// TestTwoProcessRace (two OS processes, 64 stale, released, expired and new
+// TestTwoProcessRace (store/mongo/internal/integration; two OS processes, 64 stale, released, expired and new
 // keys: one winner each). Not shown: FerretDB's PostgreSQL handler (it
 // refuses the NUL byte of the _id: jsonb holds no \u0000) and MongoDB,
 // whose own conditional writes are atomic and get one filter, no turn.

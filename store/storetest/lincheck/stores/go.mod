@@ -3,6 +3,7 @@ module github.com/idemgo/idem/store/storetest/lincheck/stores
 go 1.26.0
 
 require (
+	github.com/idemgo/idem/internal/ferretdbtest v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/internal/pgtest v0.1.0
@@ -19,6 +20,7 @@ require (
 require github.com/anishathalye/porcupine v1.3.1 // indirect
 
 require (
+	github.com/idemgo/idem/internal/ferretdbtest v0.1.0
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/ferretdbtest"
 	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/store/memory"
@@ -89,7 +91,7 @@ func TestRedis(t *testing.T) {
 
 func TestMongo(t *testing.T) {
 	linearizable(t, func(t *testing.T) idem.Store {
-		c := must(mongo.Connect(options.Client().ApplyURI(testenv.Mongo.Need(t)).SetMaxPoolSize(16)))(t)
+		c := must(mongo.Connect(options.Client().ApplyURI(ferretdbtest.URI(t)).SetMaxPoolSize(16)))(t)
 		t.Cleanup(func() { c.Disconnect(context.Background()) })
 		db := c.Database("idemlincheck_" + randomHex(t))
 		t.Cleanup(func() {
@@ -136,4 +138,12 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// TestMain stops the embedded MongoDB-API server (ferretdbtest) if a test
+// started one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ferretdbtest.Stop()
+	os.Exit(code)
 }

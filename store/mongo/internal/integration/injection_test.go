@@ -1,4 +1,4 @@
-package mongoidem_test
+package integration_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package mongoidem_test
+package integration_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/ferretdbtest"
 	"github.com/idemgo/idem/internal/testenv"
 	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/storetest"
@@ -32,7 +33,7 @@ var collSeq atomic.Int64
 // end of the test.
 func newClient(t testing.TB) *mongo.Client {
 	t.Helper()
-	uri := testenv.Mongo.Need(t)
+	uri := ferretdbtest.URI(t)
 	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetMaxPoolSize(64))
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +49,15 @@ func testDB(c *mongo.Client) *mongo.Database { return c.Database("idemtest_" + r
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if c, err := mongo.Connect(options.Client().ApplyURI(testenv.Mongo.Addr()).SetServerSelectionTimeout(2 * time.Second)); err == nil {
+	// The embedded server's files go with it; a server of IDEM_MONGO_URL
+	// keeps them, so the run's database is dropped.
+	if c, err := mongo.Connect(options.Client().ApplyURI(testenv.Mongo.Addr()).SetServerSelectionTimeout(2 * time.Second)); err == nil && !ferretdbtest.Embedded() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = testDB(c).Drop(ctx)
 		_ = c.Disconnect(ctx)
 		cancel()
 	}
+	ferretdbtest.Stop()
 	os.Exit(code)
 }
 
