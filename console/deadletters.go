@@ -295,6 +295,11 @@ func (c *Console) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reason, confirmed := r.PostFormValue("reason"), r.PostFormValue("confirm") == "yes"
+	name := ref.q.Name()
+	who, ok := c.authorize(w, r, Action{Op: OpDeadLetterReplay, Queue: name, IDs: ids, Reason: reason})
+	if !ok {
+		return
+	}
 	bad := func(msg string) {
 		c.render(w, r, http.StatusBadRequest, "message.html", &page{Title: "Replay", Nav: "deadletters", Error: msg})
 	}
@@ -304,11 +309,6 @@ func (c *Console) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(ids) > c.opts.DeadLetterLimit:
 		bad(fmt.Sprintf("%d dead letters chosen: at most %d at once", len(ids), c.opts.DeadLetterLimit))
-		return
-	}
-	name := ref.q.Name()
-	who, ok := c.authorize(w, r, Action{Op: OpDeadLetterReplay, Queue: name, IDs: ids, Reason: reason})
-	if !ok {
 		return
 	}
 	ctx, cancel := c.queryCtx(r)
