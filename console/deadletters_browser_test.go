@@ -56,6 +56,17 @@ func TestBrowserDeadLetters(t *testing.T) {
 		t.Errorf("the hostile dead letter is shown as %q", shown)
 	}
 
+	// On a phone nothing is wider than the screen but the tables, which
+	// scroll in their own boxes.
+	do(t, ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	for _, p := range []string{f.base + "deadletters", dlPage(f, "1"), dlPage(f, xssDLID)} {
+		do(t, ctx, chromedp.Navigate(p))
+		if over := eval[[]int](t, ctx, `[document.documentElement.scrollWidth, window.innerWidth]`); over[0] > over[1] {
+			t.Errorf("%s on a phone: the page is %dpx wide on a %dpx screen", p, over[0], over[1])
+		}
+	}
+	do(t, ctx, chromedp.ResetViewport())
+
 	// A selection, confirmed.
 	do(t, ctx,
 		chromedp.Navigate(f.base+"deadletters"),
