@@ -289,7 +289,7 @@ func (c *Console) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	var ids []string
 	seen := map[string]bool{}
 	for _, id := range r.PostForm["id"] {
-		if id = strings.TrimSpace(id); id != "" && !seen[id] {
+		if id != "" && !seen[id] { // as the queue names it: a RabbitMQ consumer tag may hold spaces
 			seen[id] = true
 			ids = append(ids, id)
 		}
