@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -322,11 +323,14 @@ func (c *Console) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		attrs = append(attrs, slog.String("chosen_by_reason", reason))
 	}
 	var (
+		mu       sync.Mutex // a queue may report from several goroutines
 		replayed int
 		failed   []string
 		met      = map[string]bool{}
 	)
 	err := ref.q.Replay(ctx, ids, func(dl BrokerDeadLetter, err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		met[dl.ID] = true
 		a := append(attrs[:len(attrs):len(attrs)], slog.String("id", dl.ID), slog.String("reason", dl.Reason), slog.String("key", dl.Key))
 		if err != nil {
@@ -345,8 +349,7 @@ func (c *Console) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := fmt.Sprintf("Replayed %d of %d dead letter%s from %s (%s).", replayed, len(ids), plural(len(ids)), name, who)
 	if err == nil && len(failed) == 0 && len(gone) == 0 {
-		back := url.Values{"queue": {strconv.Itoa(ref.n)}}
-		http.Redirect(w, r, "deadletters?"+back.Encode()+"&"+c.flash(msg), http.StatusSeeOther)
+		http.Redirect(w, r, deadLettersURL(ref.n, "")+"&"+c.flash(msg), http.StatusSeeOther)
 		return
 	}
 	var problems []string
