@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/idemgo/idem"
 )
@@ -31,8 +32,11 @@ func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (w
 	}
 	who, err := c.opts.Authorize(r, a)
 	if err != nil {
-		c.refuse(w, r, who, "not authorised: "+err.Error(), http.StatusForbidden,
-			slog.String("op", a.Op), slog.String("scope", a.Key.Scope), slog.String("key", a.Key.ID))
+		attrs := []slog.Attr{slog.String("op", a.Op), slog.String("scope", a.Key.Scope), slog.String("key", a.Key.ID)}
+		if a.Queue != "" {
+			attrs = append(attrs, slog.String("queue", a.Queue), slog.String("ids", strings.Join(a.IDs, ",")), slog.String("chosen_by_reason", a.Reason))
+		}
+		c.refuse(w, r, who, "not authorised: "+err.Error(), http.StatusForbidden, attrs...)
 		return "", false
 	}
 	return who, true

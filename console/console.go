@@ -37,9 +37,15 @@ const (
 // Action is what an operator asks the console to do, passed to
 // Options.Authorize before it is done.
 type Action struct {
-	Op   string   // OpComplete, OpRelease, OpSweep, OpOutboxRetry or OpView
-	Key  idem.Key // the record; zero for OpSweep and OpOutboxRetry
+	Op   string   // OpComplete, OpRelease, OpSweep, OpOutboxRetry, OpDeadLetterReplay or OpView
+	Key  idem.Key // the record; zero for OpSweep, OpOutboxRetry and OpDeadLetterReplay
 	Seqs []int64  // OpOutboxRetry: the messages; empty for every parked one
+
+	// OpDeadLetterReplay: the queue's Name, the dead letters' ids, and the
+	// reason they were chosen by ("" when ticked one by one).
+	Queue  string
+	IDs    []string
+	Reason string
 }
 
 // Options configure a Console. The zero value is a read-only console.
@@ -77,6 +83,17 @@ type Options struct {
 	// Outbox, when set, adds the outbox's page: its pending and parked
 	// messages, the relay's lease and lag, and retrying parked messages.
 	Outbox outbox.Inspector
+
+	// DeadLetters are brokers' dead-letter queues, shown on the Dead
+	// letters page: each one's dead letters with their reason and age, one
+	// with idem's headers beside the stored record of its key, and replay
+	// of one, a selection or all of a reason, each confirmed on a page of
+	// its own, authorised (OpDeadLetterReplay) and logged with who.
+	DeadLetters []DeadLetters
+
+	// DeadLetterLimit is how many dead letters of a queue a page reads,
+	// oldest first, and so the most one replay takes. Default 500.
+	DeadLetterLimit int
 
 	// Recorder feeds the charts of this process's own guards and the
 	// recent conflicts, parked keys and dead letters. Nil: the console
@@ -190,6 +207,9 @@ func New(s Store, opts Options) *Console {
 	if opts.SweepBatch <= 0 {
 		opts.SweepBatch = 1000
 	}
+	if opts.DeadLetterLimit <= 0 {
+		opts.DeadLetterLimit = 500
+	}
 	base, stop := context.WithCancel(context.Background())
 	c := &Console{st: s, opts: opts, log: opts.Logger, clock: opts.Clock, csrf: newCSRF(opts.Secret), stop: stop,
 		hosts:  newHostList(opts.AllowedHosts),
@@ -293,17 +313,20 @@ type route struct {
 }
 
 var routes = map[string]route{
-	"":             {false, (*Console).overview},
-	"records":      {false, (*Console).records},
-	"inprogress":   {false, (*Console).inProgress},
-	"parked":       {false, (*Console).parked},
-	"conflicts":    {false, (*Console).conflicts},
-	"record":       {false, (*Console).record},
-	"outbox":       {false, (*Console).outboxPage},
-	"entities":     {false, (*Console).entities},
-	"resolve":      {true, (*Console).resolve},
-	"sweep":        {true, (*Console).sweep},
-	"outbox-retry": {true, (*Console).outboxRetry},
+	"":                   {false, (*Console).overview},
+	"records":            {false, (*Console).records},
+	"inprogress":         {false, (*Console).inProgress},
+	"parked":             {false, (*Console).parked},
+	"conflicts":          {false, (*Console).conflicts},
+	"record":             {false, (*Console).record},
+	"outbox":             {false, (*Console).outboxPage},
+	"entities":           {false, (*Console).entities},
+	"deadletters":        {false, (*Console).deadLettersPage},
+	"deadletter":         {false, (*Console).deadLetterPage},
+	"resolve":            {true, (*Console).resolve},
+	"sweep":              {true, (*Console).sweep},
+	"outbox-retry":       {true, (*Console).outboxRetry},
+	"deadletters-replay": {true, (*Console).replayDeadLetters},
 }
 
 func (c *Console) static(w http.ResponseWriter, r *http.Request, name string) {
@@ -331,6 +354,7 @@ type page struct {
 	Actions bool   // actions are offered (Options.Authorize is set)
 	Outbox  bool   // the outbox page exists
 	Entity  bool   // the entities page exists
+	DLQ     bool   // the dead-letters page exists
 	CSRF    string
 	Flash   string // the outcome of the action just taken
 	Error   string
@@ -343,6 +367,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	p.Actions = c.actions()
 	p.Outbox = c.opts.Outbox != nil
 	p.Entity = len(c.opts.Entities) > 0
+	p.DLQ = len(c.opts.DeadLetters) > 0
 	if p.Actions {
 		p.CSRF = c.csrf.token(w, r)
 	}

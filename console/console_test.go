@@ -65,14 +65,21 @@ func newFixture(t testing.TB, st console.Store, authorize func(*http.Request, co
 	return newFixtureWith(t, st, authorize, rec, true)
 }
 
-func newFixtureWith(t testing.TB, st console.Store, authorize func(*http.Request, console.Action) (string, error), rec *console.Recorder, hostile bool) *fixture {
+// newFixtureWith seeds st (with the hostile records or without them) and
+// serves its console; more changes the console's options.
+func newFixtureWith(t testing.TB, st console.Store, authorize func(*http.Request, console.Action) (string, error), rec *console.Recorder, hostile bool,
+	more ...func(*console.Options)) *fixture {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Second)
 	f := &fixture{st: st, sd: seedWith(t, st, now, hostile), logs: &logBuffer{}, ob: seedOutbox(t, now)}
-	f.c = console.New(st, console.Options{
+	opts := console.Options{
 		Authorize: authorize, Recorder: rec, Clock: func() time.Time { return now }, Outbox: f.ob,
 		Logger: slog.New(slog.NewJSONHandler(f.logs, nil)), CountsMaxAge: -1, PageSize: 5,
-	})
+	}
+	for _, m := range more {
+		m(&opts)
+	}
+	f.c = console.New(st, opts)
 	t.Cleanup(func() { f.c.Close() })
 	mux := http.NewServeMux()
 	mux.Handle("/ops/idem/", f.c)

@@ -34,6 +34,22 @@
 // in-process ring of the last hour), this process's own charts of
 // outcomes and of claim and handler latency percentiles.
 //
+// With Options.DeadLetters (one console.DeadLetters per broker queue: a
+// NATS dead-letter stream, a RabbitMQ dead-letter queue, a Kafka
+// dead-letter topic, a Service Bus $DeadLetterQueue), a Dead letters page
+// lists each queue's dead letters with their reason and age, filtered by
+// reason; one dead letter's page puts idem's headers (Idem-Fingerprint,
+// Idem-Stored-*) beside the stored record of its key, read from the store,
+// and says which content holds the key and so what a replay does (a
+// duplicate, a conflict again, processed). The console imports no broker:
+// the application adapts its brokers' dead letters to the interface, and
+// `idem console --broker URL` gives it the queues `idem dlq` reads.
+//
+//	console.New(store, console.Options{
+//		Authorize:   authorize,
+//		DeadLetters: []console.DeadLetters{ordersDLQ}, // Name, List, Replay
+//	})
+//
 // With Options.Entities, an Entities page shows entity-mode inboxes
 // (package entity: the key in the business row): the recent keys with
 // their row's id and version (EntitySQL reads them from the table), and
@@ -42,8 +58,12 @@
 //
 // Actions: complete or release an in-progress record (the answer to a
 // parked or stale one, with the fencing token the operator saw, so a record
-// taken over meanwhile is never overwritten), sweep expired records, and
-// retry parked outbox messages.
+// taken over meanwhile is never overwritten), sweep expired records, retry
+// parked outbox messages, and replay dead letters through their queue's
+// Replay: one, a ticked selection, or every one of a reason, each in two
+// POSTs, the first showing exactly what will be replayed and the second,
+// confirmed, replaying those ids and no other (a dead letter of the reason
+// written meanwhile waits for the next replay).
 // There are none unless the embedding server supplies Options.Authorize;
 // every action is a POST from a form carrying a CSRF token bound to the
 // browser, cross-origin requests are refused (http.CrossOriginProtection),
@@ -55,9 +75,9 @@
 // for every page too (OpView), and refuses every page without it. Its
 // CSRF cookie's Path is the path it is mounted under, not "/".
 //
-// Everything a record holds comes from producers (keys, display ids,
-// fingerprints, results, dead-letter errors) and is only ever shown as
-// text: templates escape it in every context, and a Content-Security-Policy
+// Everything a record or a dead letter holds comes from producers and
+// brokers (keys, display ids, fingerprints, results, dead-letter ids,
+// reasons, errors, headers and bodies) and is only ever shown as text: templates escape it in every context, and a Content-Security-Policy
 // lets no script run but the console's own files.
 //
 // Every list page is one Inspector.List call for a page of records after

@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem/outbox"
 )
 
-var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "outbox.html", "entities.html", "message.html"}
+var pageFiles = []string{"overview.html", "records.html", "record.html", "conflicts.html", "outbox.html", "entities.html", "deadletters.html", "deadletter.html", "replay.html", "message.html"}
 
 func parsePages(funcs template.FuncMap) map[string]*template.Template {
 	m := make(map[string]*template.Template, len(pageFiles))
@@ -44,6 +44,8 @@ func (c *Console) funcs() template.FuncMap {
 		"short":     func(s string, n int) string { return shorten(s, n) },
 		"stateName": func(s idem.State) string { return strings.ReplaceAll(string(s), "_", " ") },
 		"itoa":      func(n int64) string { return strconv.FormatInt(n, 10) },
+		"dlURL":     deadLetterURL,
+		"dlsURL":    deadLettersURL,
 	}
 }
 

@@ -28,11 +28,19 @@ func newConsoleCmd() *cobra.Command {
 	var cfg consoleConfig
 	c := &cobra.Command{
 		Use:   "console",
-		Short: "Serve the operator console in the browser: counts, stale and parked records, resolve, sweep",
+		Short: "Serve the operator console in the browser: counts, stale and parked records, dead letters; resolve, sweep, replay",
 		Long: `console serves idem's operator console for one store at --addr: the scopes
 with their records counted by state, the records of a scope page by page, the
 in-progress records with the stale ones marked, one record with its result,
 and a Prometheus endpoint of the record gauges at /metrics.
+
+With --broker URL (the forms below, as 'idem dlq' takes them) it shows that
+broker's dead letters too: each one's reason and age, filtered by reason;
+one dead letter with idem's headers beside the stored record of its key
+(which content holds the key); and, with --actions, replays one, a ticked
+selection or every one of a reason through the adapter's Replay, each
+after a confirmation page, logged with who replayed. Each page of them
+reads the queue (on RabbitMQ it gets and puts back its messages).
 
 It answers only requests whose Host header is a loopback name (localhost,
 127.0.0.1, ::1) or one given with --allow-host, so a web page cannot read it
@@ -53,8 +61,8 @@ behind a TLS proxy. /metrics takes the same authentication unless
 
 It is read-only unless --actions is given. With --actions (without --auth
 basic) it prints a one-time login link: the first browser that opens it
-may complete or release records and sweep; the link is then spent, for
-that browser and every other. With --auth token, another link is printed
+may complete or release records, sweep and replay dead letters; the link
+is then spent, for that browser and every other. With --auth token, another link is printed
 by: curl -X POST -H "Authorization: Bearer TOKEN" http://ADDR/login.
 Every action is logged on stderr with the operator's name.
 
@@ -70,6 +78,7 @@ their guards' observer too: see the console package.`,
   idem console --store postgres://localhost/app --addr 127.0.0.1:9090
   IDEM_STORE=redis://localhost:6379 idem console --actions
   idem console --store postgres://db/app --prometheus http://prometheus:9090
+  idem console --store postgres://db/app --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ' --actions
   idem console --store postgres://db/app --addr 0.0.0.0:8080 --allow-host idem.internal --auth token`,
 		Args: args(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -79,18 +88,21 @@ their guards' observer too: see the console package.`,
 	fl := c.Flags()
 	fl.StringVar(&cfg.store.dsn, "store", "", "store DSN (default $IDEM_STORE): "+dsnHelp+"; every form is listed above")
 	fl.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on")
-	fl.BoolVar(&cfg.actions, "actions", false, "allow resolving and sweeping (from the browser that opens the one-time login link, or any authenticated client)")
+	fl.BoolVar(&cfg.actions, "actions", false, "allow resolving, sweeping and replaying dead letters (from the browser that opens the one-time login link, or any authenticated client)")
 	fl.StringVar(&cfg.auth, "auth", "none", "authentication: none (loopback --addr only), basic or token")
 	fl.StringSliceVar(&cfg.allowHosts, "allow-host", nil, "a Host name the console answers besides loopback ones (repeatable; *.example.com for subdomains; '*' behind a proxy that checks Host)")
 	fl.StringVar(&cfg.prometheus, "prometheus", "", "base URL of a Prometheus that scrapes the fleet's idemprom endpoints (http://prometheus:9090): the charts then show every process's processed, duplicates, conflicts, dead letters, held and stale per scope")
 	fl.BoolVar(&cfg.openMetrics, "open-metrics", false, "serve /metrics without the --auth authentication")
-	fl.DurationVar(&cfg.store.timeout, "timeout", 30*time.Second, "give up opening the store after this long")
+	fl.DurationVar(&cfg.store.timeout, "timeout", 30*time.Second, "give up opening the store and the broker after this long")
+	cfg.broker.add(c, false)
+	c.Flag("broker").Usage = "broker URL (default $IDEM_BROKER): show its dead letters, and replay them with --actions; forms below"
 	c.Long = withDSNForms(c.Long)
 	return c
 }
 
 type consoleConfig struct {
 	store       storeFlags
+	broker      brokerFlags // optional: the dead letters shown
 	addr        string
 	actions     bool
 	auth        string // none, basic, token
@@ -115,12 +127,22 @@ func serveConsole(ctx context.Context, cfg consoleConfig, stdout, stderr io.Writ
 		timeout = 30 * time.Second
 	}
 	octx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	h, err := cfg.store.open(octx, true)
-	cancel()
 	if err != nil {
 		return err
 	}
 	defer h.Close()
+	q, err := cfg.broker.open(octx, false)
+	if err != nil {
+		return err
+	}
+	cancel()
+	var queues []console.DeadLetters
+	if q != nil {
+		defer q.Close()
+		queues = []console.DeadLetters{consoleQueue{q}}
+	}
 	if _, err := inspector(h, "console"); err != nil {
 		return err
 	}
@@ -130,7 +152,7 @@ func serveConsole(ctx context.Context, cfg consoleConfig, stdout, stderr io.Writ
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts := console.Options{Logger: log, AllowedHosts: gate.hosts, Authorize: gate.authorize, ReadOnly: !cfg.actions,
-		Prometheus: cfg.prometheus}
+		Prometheus: cfg.prometheus, DeadLetters: queues}
 	con := console.New(st, opts)
 	defer con.Close()
 	exp, err := idemprom.New(idemprom.Options{Store: st})
@@ -161,6 +183,9 @@ func serveConsole(ctx context.Context, cfg consoleConfig, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "idem console: %s (%s) at http://%s/ (%s, --auth %s); metrics at http://%s/metrics\n",
 		h.Redacted, h.Where, addr, mode, gate.auth, addr)
+	if q != nil {
+		fmt.Fprintf(stdout, "Dead letters of %s at http://%s/deadletters\n", q.Name(), addr)
+	}
 	gate.printSecrets(stdout, addr)
 	fmt.Fprintln(stdout, "Stop with Ctrl-C.")
 	if ready != nil {

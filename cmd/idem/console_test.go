@@ -212,6 +212,21 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 
 var loginLinkRE = regexp.MustCompile(`Login link \(works once, for one browser\): (\S+)`)
 
+// signIn opens the login link the console printed in a new browser-like
+// client, and returns the client and the link.
+func signIn(t *testing.T, stdout *syncBuffer) (*http.Client, string) {
+	t.Helper()
+	m := loginLinkRE.FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no login link printed:\n%s", stdout)
+	}
+	c := consoleClient(t)
+	if code, _ := fetch(t, c, http.MethodGet, m[1], nil); code != http.StatusOK {
+		t.Fatalf("login link: %d", code)
+	}
+	return c, m[1]
+}
+
 func TestConsoleNonLoopbackNeedsAuth(t *testing.T) {
 	for _, cfg := range []consoleConfig{
 		{addr: "0.0.0.0:0"},
@@ -269,21 +284,14 @@ func TestConsoleLoginLinkWorksOnce(t *testing.T) {
 	store := "memory://console-login-once"
 	_, k, token := parkedRecord(t, store)
 	base, stdout, _ := startConsole(t, store, true)
-	m := loginLinkRE.FindStringSubmatch(stdout.String())
-	if m == nil {
-		t.Fatalf("no login link printed:\n%s", stdout)
-	}
-	op := consoleClient(t)
-	if code, _ := fetch(t, op, http.MethodGet, m[1], nil); code != http.StatusOK {
-		t.Fatalf("login link: %d", code)
-	}
+	op, link := signIn(t, stdout)
 	// Spent: refused to the same browser and to any other, which gets no
 	// session and so may not act.
-	if code, _ := fetch(t, op, http.MethodGet, m[1], nil); code != http.StatusForbidden {
+	if code, _ := fetch(t, op, http.MethodGet, link, nil); code != http.StatusForbidden {
 		t.Errorf("the link used again by the same browser: %d, want 403", code)
 	}
 	other := consoleClient(t)
-	if code, body := fetch(t, other, http.MethodGet, m[1], nil); code != http.StatusForbidden || !strings.Contains(body, "used already") {
+	if code, body := fetch(t, other, http.MethodGet, link, nil); code != http.StatusForbidden || !strings.Contains(body, "used already") {
 		t.Errorf("the link used again by another client: %d %s, want 403", code, body)
 	}
 	_, page := fetch(t, other, http.MethodGet, base+"record?"+url.Values{"scope": {k.Scope}, "id": {k.ID}}.Encode(), nil)
@@ -319,14 +327,7 @@ func TestConsoleAuthToken(t *testing.T) {
 		}
 	}
 	// The printed link signs one browser in; the token mints more.
-	m := loginLinkRE.FindStringSubmatch(stdout.String())
-	if m == nil {
-		t.Fatalf("no login link printed:\n%s", stdout)
-	}
-	b := consoleClient(t)
-	if code, _ := fetch(t, b, http.MethodGet, m[1], nil); code != http.StatusOK {
-		t.Fatalf("login link: %d", code)
-	}
+	b, _ := signIn(t, stdout)
 	if code, _ := fetch(t, b, http.MethodGet, base+"records", nil); code != http.StatusOK {
 		t.Errorf("a page in the signed-in browser: %d", code)
 	}

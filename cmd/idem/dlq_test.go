@@ -61,53 +61,94 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 	return zero
 }
 
-// runDLQScenario: a real consumer dead-letters a conflict (key k1 reused
-// with other content) and a permanent failure (k2, never processed);
-// idem dlq lists both with their reasons, shows the conflict beside the
-// stored record (other fingerprints: the stored content holds the key),
-// and replays both with --yes: the conflict is dead-lettered again, k2 is
-// applied once, and the log says who replayed.
-func runDLQScenario(t *testing.T, b dlqBroker) {
-	store := fmt.Sprintf("memory://dlq-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), rand.Uint32())
-	h, err := dsn.Open(context.Background(), store)
+// dlqRun is a real idem consumer of a broker on a named memory store,
+// after it dead-lettered a conflict (key k1 reused with other content) and
+// a permanent failure (k2, never processed). It stops when the test ends.
+type dlqRun struct {
+	store string // the store's DSN
+	h     *dsn.Handle
+	ev    *dlqEvents
+
+	mu      sync.Mutex
+	fixed   bool           // k2's handler succeeds
+	applied map[string]int // key=body -> times the handler applied it
+}
+
+func startDLQRun(t *testing.T, b dlqBroker) *dlqRun {
+	t.Helper()
+	r := &dlqRun{store: fmt.Sprintf("memory://dlq-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), rand.Uint32()),
+		ev: newDLQEvents(), applied: map[string]int{}}
+	h, err := dsn.Open(context.Background(), r.store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		fixed   bool
-		applied = map[string]int{}
-	)
+	r.h = h
 	handler := func(key, body string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if body == "fail" && !fixed {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if body == "fail" && !r.fixed {
 			return idem.Permanent(errors.New("card declined"))
 		}
-		applied[key+"="+body]++
+		r.applied[key+"="+body]++
 		return nil
 	}
-	ev := newDLQEvents()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- b.consume(ctx, t, h.Store, handler, ev) }()
-	defer func() {
+	go func() { done <- b.consume(ctx, t, h.Store, handler, r.ev) }()
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("consumer: %v", err)
 		}
-	}()
+	})
 
 	b.publish(t, "k1", "first")
-	if k := wait(t, ev.processed, "processed k1"); k != "k1" {
+	if k := wait(t, r.ev.processed, "processed k1"); k != "k1" {
 		t.Fatalf("processed %q, want k1", k)
 	}
 	b.publish(t, "k1", "second")
 	b.publish(t, "k2", "fail")
-	reasons := map[string]bool{wait(t, ev.dead, "dead letter"): true, wait(t, ev.dead, "dead letter"): true}
+	reasons := map[string]bool{wait(t, r.ev.dead, "dead letter"): true, wait(t, r.ev.dead, "dead letter"): true}
 	if !reasons["conflict"] || !reasons["permanent"] {
 		t.Fatalf("dead-letter reasons %v, want conflict and permanent", reasons)
 	}
+	return r
+}
+
+// fix makes k2's handler succeed from now on.
+func (r *dlqRun) fix() {
+	r.mu.Lock()
+	r.fixed = true
+	r.mu.Unlock()
+}
+
+// checkReplayed waits for the replay of both dead letters: the conflict
+// dead-lettered again, k2 applied; k1's first content and k2 are applied
+// once each.
+func (r *dlqRun) checkReplayed(t *testing.T) {
+	t.Helper()
+	if reason := wait(t, r.ev.dead, "the conflict dead-lettered again"); reason != "conflict" {
+		t.Fatalf("replayed: dead-lettered as %q, want conflict", reason)
+	}
+	if k := wait(t, r.ev.processed, "processed k2"); k != "k2" {
+		t.Fatalf("replayed: processed %q, want k2", k)
+	}
+	r.mu.Lock()
+	got := fmt.Sprint(r.applied)
+	r.mu.Unlock()
+	if got != "map[k1=first:1 k2=fail:1]" {
+		t.Errorf("applied %s, want k1's first content and k2 once each", got)
+	}
+}
+
+// runDLQScenario: over startDLQRun's dead letters, idem dlq lists both
+// with their reasons, shows the conflict beside the stored record (other
+// fingerprints: the stored content holds the key), and replays both with
+// --yes: the conflict is dead-lettered again, k2 is applied once, and the
+// log says who replayed.
+func runDLQScenario(t *testing.T, b dlqBroker) {
+	run := startDLQRun(t, b)
+	store := run.store
 
 	dls := dlqList(t, b.url())
 	if len(dls) != 2 {
@@ -155,25 +196,12 @@ func runDLQScenario(t *testing.T, b dlqBroker) {
 		t.Fatalf("after a refused replay: %d dead letters, want 2", n)
 	}
 
-	mu.Lock()
-	fixed = true
-	mu.Unlock()
+	run.fix()
 	code, out, errs = runCmd(t, "dlq", "replay", cid+","+fmt.Sprint(permanent["id"]), "--yes", "--as", "tester", "--broker", b.url())
 	if code != exitOK || !strings.Contains(out, "Replayed 2 of 2") || strings.Count(errs, "who=tester") != 2 {
 		t.Fatalf("idem dlq replay: exit %d\n%s%s", code, out, errs)
 	}
-	if r := wait(t, ev.dead, "the conflict dead-lettered again"); r != "conflict" {
-		t.Fatalf("replayed: dead-lettered as %q, want conflict", r)
-	}
-	if k := wait(t, ev.processed, "processed k2"); k != "k2" {
-		t.Fatalf("replayed: processed %q, want k2", k)
-	}
-	mu.Lock()
-	got := fmt.Sprint(applied)
-	mu.Unlock()
-	if got != "map[k1=first:1 k2=fail:1]" {
-		t.Errorf("applied %s, want k1's first content and k2 once each", got)
-	}
+	run.checkReplayed(t)
 	want := 1 // the conflict, dead-lettered again
 	if b.keepsReplayed() {
 		want = 3
@@ -186,7 +214,7 @@ func runDLQScenario(t *testing.T, b dlqBroker) {
 		len(decode(t, out)["replayed"].([]any)) != want-btoi(b.keepsReplayed()) {
 		t.Fatalf("idem dlq replay --reason conflict: exit %d\n%s%s", code, out, errs)
 	}
-	if r := wait(t, ev.dead, "the conflict dead-lettered once more"); r != "conflict" {
+	if r := wait(t, run.ev.dead, "the conflict dead-lettered once more"); r != "conflict" {
 		t.Fatalf("replayed by reason: dead-lettered as %q, want conflict", r)
 	}
 }
