@@ -18,6 +18,10 @@
 //	                                  idem.step): a rising rate means the store
 //	                                  struggles while handlers run
 //
+// Hooks returns the consumer engine's hooks (broker.Hooks, every transport
+// on package broker) counting settles, dead letters by reason, failed broker
+// actions and store outages (idem.broker.*), then calling the consumer's own.
+//
 // Spans: one span per message, started when the guard begins (so the
 // handler's own spans, started from the handler's context, nest under it)
 // and named "idem <outcome>" when it ends, carrying the scope, the key

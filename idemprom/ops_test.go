@@ -15,6 +15,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/idemotel"
 	"github.com/idemgo/idem/idemprom"
 	"github.com/idemgo/idem/outbox"
 	outboxmem "github.com/idemgo/idem/outbox/memory"
@@ -83,6 +85,7 @@ func served(t *testing.T) map[string]bool {
 	exp.OnSweep(0, nil)
 	// A renewal that fails gives idem_step_errors_total a sample.
 	exp.Observer().(idem.StepObserver).ObserveStep(ctx, idem.Step{Key: idem.Key{Scope: "billing", ID: "x"}, Op: "renew", Err: errors.New("store down")})
+	consumerReports(t, exp)
 	names := map[string]bool{}
 	for name, f := range scrape(t, exp) {
 		names[name] = true
@@ -98,6 +101,26 @@ func served(t *testing.T) map[string]bool {
 		}
 	}
 	return names
+}
+
+// consumerReports feeds idemotel's consumer hooks, on the exporter's
+// provider, a report of every kind the consumers' alerts read.
+func consumerReports(t *testing.T, exp *idemprom.Exporter) {
+	t.Helper()
+	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: exp.MeterProvider()}, broker.Hooks[string]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := idem.Key{Scope: "billing", ID: "x"}
+	held := broker.Report{Result: idem.Result{Outcome: idem.OutcomeInProgress, Key: key}, Err: idem.ErrInProgress, Action: idem.ActionRetry}
+	hooks.CallAfterSettle(ctx, "m1", held)
+	dead := broker.Report{Result: idem.Result{Outcome: idem.OutcomeFailed, Key: key}, Action: idem.ActionDeadLetter, Reason: broker.ReasonMaxDeliver}
+	hooks.CallOnDeadLetter(ctx, "m2", dead)
+	dead.BrokerErr = errors.New("dead-letter queue full")
+	hooks.CallAfterSettle(ctx, "m2", dead)
+	hooks.CallOnError(&broker.OutageError{Err: errors.New("connection refused"), Held: 2})
+	hooks.CallOnError(errors.New("fetch: timeout"))
 }
 
 func TestAlertRules(t *testing.T) {
@@ -139,7 +162,8 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"IdemDuplicateRateRising", "IdemConflict", "IdemStaleInProgress", "IdemSweepStalled", "IdemSweepLagging", "IdemOutboxLag"} {
+	for _, want := range []string{"IdemDuplicateRateRising", "IdemConflict", "IdemStaleInProgress", "IdemSweepStalled", "IdemSweepLagging", "IdemOutboxLag",
+		"IdemStoreOutage", "IdemDeadLettersGrowing", "IdemHeldTooLong"} {
 		if !seen[want] {
 			t.Errorf("no %s rule", want)
 		}
