@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,4 +167,130 @@ func dump(m map[string]int64) string {
 		fmt.Fprintf(&b, "  %s %d\n", k, m[k])
 	}
 	return b.String()
+}
+
+// fmsg is a delivery of the test's transport.
+type fmsg struct{ id, payload string }
+
+// transport settles in place and records what it did, by message id.
+type transport struct{ done chan string }
+
+func (transport) Receive(ctx context.Context, _ int) ([]fmsg, error) {
+	<-ctx.Done()
+	return nil, broker.ErrClosed
+}
+func (transport) Message(m fmsg) idem.Message {
+	return idem.Message{ID: m.id, Payload: []byte(m.payload)}
+}
+func (transport) Delivery(fmsg) broker.Delivery { return broker.Delivery{Attempt: 1} }
+func (t transport) Ack(_ context.Context, m fmsg) error {
+	t.done <- "ack " + m.id
+	return nil
+}
+func (t transport) Retry(_ context.Context, m fmsg, _ time.Duration) error {
+	t.done <- "retry " + m.id
+	return nil
+}
+func (t transport) DeadLetter(_ context.Context, m fmsg, dl broker.DeadLetter) error {
+	t.done <- "dead_letter " + m.id + " " + dl.Reason
+	return nil
+}
+func (transport) RetryDelays() bool { return true }
+
+// downStore fails every claim while down, as an unreachable store does.
+type downStore struct {
+	idem.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if s.down.Load() {
+		return idem.Claim{}, errors.New("dial tcp 10.0.0.7:5432: connection refused")
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+// The hooks on a real consumer: what the engine reports for an ack, a
+// conflict, a permanent failure, a delivery held past MaxHold and a store
+// outage is what the counters say.
+func TestHooksOnEngine(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	var deadLetters atomic.Int64
+	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))},
+		broker.Hooks[fmsg]{OnDeadLetter: func(context.Context, fmsg, broker.Report) { deadLetters.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &downStore{Store: memory.New()}
+	g, err := idem.New(store, idem.Options{Scope: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	holding := make(chan struct{})
+	h := broker.Handle(func(ctx context.Context, m fmsg) ([]byte, error) {
+		switch m.payload {
+		case "bad":
+			return nil, idem.Permanent(errors.New("unknown product"))
+		case "slow":
+			close(holding)
+			<-release
+		}
+		return []byte("ok"), nil
+	})
+	tr := transport{done: make(chan string, 16)}
+	c, err := broker.NewConsumer[fmsg](tr, g, h, broker.Options[fmsg]{
+		Backoff: func(int) time.Duration { return 5 * time.Millisecond }, MaxHold: 50 * time.Millisecond, Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	want := func(m fmsg, settled string) {
+		t.Helper()
+		c.Process(ctx, m)
+		if got := <-tr.done; got != settled {
+			t.Fatalf("%s: %q, want %q", m.id, got, settled)
+		}
+	}
+	want(fmsg{"a", "1"}, "ack a")
+	want(fmsg{"a", "2"}, "dead_letter a conflict")
+	want(fmsg{"b", "bad"}, "dead_letter b permanent")
+	// s is in progress at another delivery for longer than MaxHold.
+	slow := make(chan broker.Report, 1)
+	go func() { slow <- c.Process(ctx, fmsg{"s", "slow"}) }()
+	<-holding
+	want(fmsg{"s", "slow"}, "retry s")
+	close(release)
+	<-slow
+	if got := <-tr.done; got != "ack s" {
+		t.Fatalf("the holder: %q", got)
+	}
+	// The store down: the delivery is held until its context ends.
+	store.down.Store(true)
+	octx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	c.Process(octx, fmsg{"o", "1"})
+	cancel()
+	if got := <-tr.done; got != "retry o" {
+		t.Fatalf("during the outage: %q", got)
+	}
+
+	got := sums(t, reader)
+	for k, n := range map[string]int64{
+		"idem.broker.settles{idem.action=ack,idem.outcome=processed,idem.scope=billing}":        2,
+		"idem.broker.settles{idem.action=dead_letter,idem.outcome=conflict,idem.scope=billing}": 1,
+		"idem.broker.settles{idem.action=retry,idem.outcome=in_progress,idem.scope=billing}":    1,
+		"idem.broker.dead_letters{idem.reason=conflict,idem.scope=billing}":                     1,
+		"idem.broker.dead_letters{idem.reason=permanent,idem.scope=billing}":                    1,
+		"idem.broker.store_outages{}": 1,
+	} {
+		if got[k] != n {
+			t.Errorf("%s = %d, want %d; all:\n%s", k, got[k], n, dump(got))
+		}
+	}
+	if got["idem.broker.outage_held{}"] < 1 {
+		t.Errorf("no held claims counted:\n%s", dump(got))
+	}
+	if deadLetters.Load() != 2 {
+		t.Errorf("the user's OnDeadLetter ran %d times, want 2", deadLetters.Load())
+	}
 }
