@@ -171,6 +171,88 @@ func TestAlertRules(t *testing.T) {
 	promtool(t, rulesFile)
 }
 
+// consumerAlertTests are promtool unit tests of the consumers' alerts (and
+// of IdemStaleInProgress): each fires on the series its concern leaves, for
+// the labels it groups by, and not before its "for" or after the concern.
+const consumerAlertTests = `
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # One consumer reports an outage every 10s for half an hour; another's
+      # ended after 5 minutes.
+      - series: 'idem_broker_store_outages_total{instance="a"}'
+        values: '0+6x30'
+      - series: 'idem_broker_store_outages_total{instance="b"}'
+        values: '0+6x5 30x25'
+      - series: 'idem_broker_dead_letters_total{idem_scope="billing",idem_reason="max_deliver",instance="a"}'
+        values: '0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1'
+      - series: 'idem_broker_dead_letters_total{idem_scope="billing",idem_reason="conflict",instance="a"}'
+        values: '0+1x30'
+      - series: 'idem_broker_settles_total{idem_scope="billing",idem_action="retry",idem_outcome="in_progress",instance="a"}'
+        values: '0+1x60'
+      - series: 'idem_broker_settles_total{idem_scope="mailer",idem_action="ack",idem_outcome="processed",instance="a"}'
+        values: '0+100x60'
+      - series: 'idem_records_stale{idem_scope="billing",instance="a"}'
+        values: '2x30'
+    alert_rule_test:
+      - {eval_time: 8m, alertname: IdemStoreOutage}
+      - eval_time: 20m
+        alertname: IdemStoreOutage
+        exp_alerts: [{exp_labels: {severity: critical}}]
+      - {eval_time: 2m, alertname: IdemDeadLettersGrowing}
+      - eval_time: 10m
+        alertname: IdemDeadLettersGrowing
+        exp_alerts: [{exp_labels: {severity: warning, idem_scope: billing, idem_reason: max_deliver}}]
+      - {eval_time: 25m, alertname: IdemDeadLettersGrowing}
+      - {eval_time: 25m, alertname: IdemHeldTooLong}
+      - eval_time: 45m
+        alertname: IdemHeldTooLong
+        exp_alerts: [{exp_labels: {severity: warning, idem_scope: billing}}]
+      - {eval_time: 10m, alertname: IdemStaleInProgress}
+      - eval_time: 20m
+        alertname: IdemStaleInProgress
+        exp_alerts: [{exp_labels: {severity: warning, idem_scope: billing}}]
+`
+
+// TestConsumerAlertsFire runs consumerAlertTests with promtool on the rules
+// stripped of their annotations (their text is checked above; the tests
+// check when the expressions fire).
+func TestConsumerAlertsFire(t *testing.T) {
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (Debian's prometheus package): the alerts' firing is not checked")
+	}
+	b, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules map[string]any
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			delete(r.(map[string]any), "annotations")
+		}
+	}
+	dir := t.TempDir()
+	if b, err = yaml.Marshal(rules); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tests.yml"), []byte("rule_files: [rules.yml]\n"+consumerAlertTests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "test", "rules", "tests.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
 func TestDashboard(t *testing.T) {
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
