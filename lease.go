@@ -149,6 +149,9 @@ func (r *run) renew() {
 		r.ctx.cancel(ErrLeaseLost)
 		return
 	}
+	if err == nil {
+		r.renewWith()
+	}
 	hb := g.hb
 	hb.mu.Lock()
 	if r.state == runRenewing {
@@ -184,4 +187,36 @@ func (g *Guard) runLeased(r *run, key Key, h Handler, started time.Time) (value 
 func (r *run) settleCtx(now time.Time) *callCtx {
 	r.g.bound(&r.settle, r.outer, now, true)
 	return &r.settle
+}
+
+type renewalCtx struct{}
+
+// ContextWithRenewal returns a context whose guard calls renew each time it
+// renews the lease of a handler called with it, right after the store's
+// Renew succeeds: one clock, the guard's heartbeat (every Lease/3), for the
+// record's lease and whatever else holds the message, such as a broker's
+// lock (package broker's engine passes its transport's keep-alive). renew
+// runs under the handler's context, bounded by StoreTimeout. It returns an
+// error only when the message is lost (a broker lock taken back): the
+// handler's context is then cancelled with that error as its cause, and the
+// guard releases the claim when the handler returns, as for any failure.
+// Transient failures it reports itself and returns nil: the next renewal
+// tries again.
+func ContextWithRenewal(ctx context.Context, renew func(ctx context.Context) error) context.Context {
+	return context.WithValue(ctx, renewalCtx{}, renew)
+}
+
+// renewWith runs the ContextWithRenewal function of r's call, if any,
+// after a renewal of its lease.
+func (r *run) renewWith() {
+	renew, _ := r.outer.Value(renewalCtx{}).(func(context.Context) error)
+	if renew == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(&r.ctx, r.g.opts.StoreTimeout)
+	err := renew(ctx)
+	cancel()
+	if err != nil && r.ctx.Err() == nil {
+		r.ctx.cancel(err)
+	}
 }

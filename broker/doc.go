@@ -63,7 +63,9 @@
 //     offset), to the dead-letter destination and settles the original,
 //     returning only once the dead letter is durable.
 //   - Optional: KeepAliver (extend a lock, an ack deadline: called while
-//     a delivery is handled or held; ErrLockLost cancels the handler),
+//     a delivery is handled or held — on the guard's lease heartbeat while
+//     a two-phase handler runs, one clock for both, on the engine's timer
+//     otherwise; ErrLockLost cancels the handler),
 //     Delayer (Retry cannot delay: the engine waits the delay out, kept
 //     alive), Returner (a cheaper give-back at shutdown), Drainer (a
 //     prefetch buffer given back at shutdown), InPlace (Ack and Retry

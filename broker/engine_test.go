@@ -788,3 +788,52 @@ func TestEngineDeadLetterFailureRetried(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 }
+
+// One clock for a slow two-phase handler: the guard's heartbeat (Lease/3)
+// renews the message with the record's lease, long before the transport's
+// own period (an hour here) would, and a lock it finds lost cancels the
+// handler with ErrLockLost, nothing settled.
+func TestEngineHeartbeatRenewsTheLock(t *testing.T) {
+	f := newFake()
+	f.kaEvery = time.Hour
+	e := newEngine(t, f, nil, idem.Options{Lease: 60 * time.Millisecond}, func(ctx context.Context, m *fmsg) ([]byte, error) {
+		for f.keepAlives.Load() < 3 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return nil, nil
+	}, broker.Options[*fmsg]{})
+	f.in <- &fmsg{id: "slow", payload: "p"}
+	if c := f.next(t); c.op != "ack" || c.kas < 3 {
+		t.Fatalf("%s after %d keep-alives, want ack after 3 from the lease's heartbeat", c.op, c.kas)
+	}
+	if r := e.report(t); r.Action != idem.ActionAck {
+		t.Fatalf("report %+v", r)
+	}
+
+	f = newFake() // a consumer of its own
+	f.kaEvery = time.Hour
+	f.kaErr = fmt.Errorf("servicebus: %w", broker.ErrLockLost)
+	causes := make(chan error, 1)
+	e = newEngine(t, f, nil, idem.Options{Lease: 60 * time.Millisecond}, func(ctx context.Context, _ *fmsg) ([]byte, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}, broker.Options[*fmsg]{})
+	f.in <- &fmsg{id: "lost", payload: "p"}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, broker.ErrLockLost) {
+			t.Fatalf("handler's context ended with %v, want ErrLockLost", cause)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the heartbeat's lost lock did not cancel the handler")
+	}
+	if r := e.report(t); !errors.Is(r.BrokerErr, broker.ErrLockLost) {
+		t.Fatalf("report %+v, want BrokerErr ErrLockLost", r)
+	}
+	f.none(t, "lock lost")
+}

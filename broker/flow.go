@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -40,7 +41,13 @@ func (c *Consumer[M]) start(d *delivery[M], parent context.Context, msg M) {
 	if c.ka != nil {
 		if every := c.ka.KeepAliveEvery(msg); every > 0 {
 			d.ctx, d.cancel = context.WithCancelCause(parent)
-			d.stopKA = c.keepAlive(d.ctx, d.cancel, msg, every)
+			ka := &keepAlive[M]{c: c, msg: msg, every: every, lost: d.cancel}
+			// While a two-phase handler runs, the guard's heartbeat renews
+			// the message with the record's lease (one clock decides when
+			// it is lost); the timer keeps it alive in between: holds,
+			// outages, the inbox, and a lease longer than the lock.
+			d.ctx = idem.ContextWithRenewal(d.ctx, ka.withLease)
+			d.stopKA = ka.start(d.ctx)
 		}
 	}
 }
@@ -263,46 +270,79 @@ func (c *Consumer[M]) retryDelay(delay time.Duration) time.Duration {
 	return delay
 }
 
-// keepAlive calls the transport's KeepAlive for msg every period until
-// stopped; a lost lock cancels its delivery's context (ctx, with cancel)
-// with the transport's error. A timer rather than a goroutine with a
-// ticker: most deliveries are settled long before the first tick, and a
-// goroutine started and joined per delivery cost a consumer about 4% of
-// its CPU.
-func (c *Consumer[M]) keepAlive(ctx context.Context, lost context.CancelCauseFunc, msg M, every time.Duration) (stop func()) {
-	var (
-		mu      sync.Mutex // held while a tick runs, so stop waits for it
-		stopped bool
-		t       *time.Timer
-	)
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		kctx, cancel := context.WithTimeout(ctx, every)
-		err := c.ka.KeepAlive(kctx, msg)
-		cancel()
-		switch {
-		case errors.Is(err, ErrLockLost):
-			lost(err)
-			return
-		case err != nil && ctx.Err() == nil:
-			// A failed keep-alive only risks a redelivery, which the record
-			// turns into a retry or a duplicate.
-			c.reportErr(fmt.Errorf("broker: keep-alive: %w", err))
-		}
-		t.Reset(every)
-	})
+// keepAlive keeps one delivery alive: the transport's KeepAlive every
+// period, from a timer, unless the guard's heartbeat renewed it since
+// (withLease); a lost lock cancels its delivery's context (lost) with the
+// transport's error. A timer rather than a goroutine with a ticker: most
+// deliveries are settled long before the first tick, and a goroutine
+// started and joined per delivery cost a consumer about 4% of its CPU.
+type keepAlive[M any] struct {
+	c     *Consumer[M]
+	msg   M
+	every time.Duration
+	lost  context.CancelCauseFunc
+	ctx   context.Context // the delivery's
+	last  atomic.Int64    // when KeepAlive last succeeded (UnixNano); 0: never
+
+	mu      sync.Mutex // held while a tick runs, so stop waits for it
+	stopped bool
+	t       *time.Timer
+}
+
+// start arms the timer; the function returned stops it.
+func (k *keepAlive[M]) start(ctx context.Context) (stop func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ctx = ctx
+	k.t = time.AfterFunc(k.every, func() { k.tick(ctx) })
 	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.stopped = true
+		k.t.Stop()
 	}
+}
+
+func (k *keepAlive[M]) tick(ctx context.Context) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	if last := k.last.Load(); last != 0 {
+		if since := time.Since(time.Unix(0, last)); since < k.every {
+			k.t.Reset(k.every - since) // the heartbeat renewed it
+			return
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, k.every)
+	err := k.renew(kctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	k.t.Reset(k.every)
+}
+
+// withLease is the delivery's idem.ContextWithRenewal function: the guard
+// calls it after each renewal of the handler's lease.
+func (k *keepAlive[M]) withLease(ctx context.Context) error { return k.renew(ctx) }
+
+// renew calls KeepAlive once. A lost lock cancels the delivery and is
+// returned; other failures only risk a redelivery, which the record turns
+// into a retry or a duplicate: they are reported, and nil returned.
+func (k *keepAlive[M]) renew(ctx context.Context) error {
+	err := k.c.ka.KeepAlive(ctx, k.msg)
+	switch {
+	case err == nil:
+		k.last.Store(time.Now().UnixNano())
+	case errors.Is(err, ErrLockLost):
+		k.lost(err)
+		return err
+	case k.ctx.Err() == nil:
+		k.c.reportErr(fmt.Errorf("broker: keep-alive: %w", err))
+	}
+	return nil
 }
 
 // OutageError is what Hooks.OnError receives while the store cannot be

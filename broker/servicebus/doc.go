@@ -125,21 +125,25 @@
 // # One clock for a slow handler
 //
 // Two leases bound a slow handler: the Service Bus lock (the message's,
-// or the session's) and the guard's claim lease. While the handler runs
-// the consumer renews the lock (the engine's keep-alive:
-// RenewMessageLock, RenewSessionLock) and the guard renews its lease (its
-// heartbeat, every Lease/3), so neither runs out while the process is
-// alive. A slow handler has lost its message when the first of them is
-// lost: a lock Service Bus reports lost cancels its context with cause
-// ErrLockLost, a lease the store reports lost with idem.ErrLeaseLost. Of
-// the two, the lease decides whether finished work counts: a completion
-// under a lost lease is refused (its fencing token has moved on), while a
-// completion whose message lock was lost stands, and the redelivery is
-// a duplicate. Keep the lock duration and the Lease of the same order so
-// that a crashed consumer's message comes back about when its claim can
-// be retaken. The two renewals are still two timers: driving the lock
-// from the guard's heartbeat needs the guard to let a consumer hook its
-// renewals (a root API change, left out).
+// or the session's) and the guard's claim lease. One clock renews both:
+// while a two-phase handler runs, the guard's heartbeat (every Lease/3)
+// renews the record's lease and, right after it, the lock (the engine
+// hands its keep-alive, RenewMessageLock or RenewSessionLock, to the
+// guard through idem.ContextWithRenewal); the engine's own timer renews
+// the lock only where no heartbeat runs (a delivery held in progress
+// elsewhere or through a store outage, the transactional inbox, or a
+// Lease/3 longer than the renewal period). A slow handler has lost its
+// message when that clock finds either lost: a lock Service Bus reports
+// lost cancels its context with cause ErrLockLost (and the guard releases
+// the claim, so the redelivery claims at once), a lease the store reports
+// lost with idem.ErrLeaseLost. Of the two, the lease decides whether
+// finished work counts: a completion under a lost lease is refused (its
+// fencing token has moved on), while a completion whose message lock was
+// lost stands, and the redelivery is a duplicate. Keep the lock duration
+// at least Lease/3 so the heartbeat renews it in time, and of the order of
+// the Lease so that a crashed consumer's message comes back about when its
+// claim can be retaken (TestEngineHeartbeatRenewsTheLock in package
+// broker shows the one clock).
 //
 // # Tests
 //
