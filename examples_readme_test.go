@@ -1,0 +1,41 @@
+package idem_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestReadmeListsEveryExample: the README's examples row names every
+// program under examples/, and each has a README of its own or a package
+// doc saying how to run it.
+func TestReadmeListsEveryExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| `examples/` |") {
+			row = l
+		}
+	}
+	if row == "" {
+		t.Fatal("README has no `examples/` row in its table of what exists")
+	}
+	entries, err := os.ReadDir("examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if !strings.Contains(row, "`"+e.Name()+"`") {
+			t.Errorf("README's examples row does not name examples/%s", e.Name())
+		}
+		if _, err := os.Stat("examples/" + e.Name() + "/main.go"); err != nil {
+			t.Errorf("examples/%s has no main.go", e.Name())
+		}
+	}
+}
