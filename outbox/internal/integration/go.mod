@@ -12,6 +12,12 @@ require (
 	github.com/idemgo/idem/broker/servicebus v0.1.0
 	github.com/idemgo/idem/internal/pgtest v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/amqp v0.1.0
+	github.com/idemgo/idem/outbox/kafka v0.1.0
+	github.com/idemgo/idem/outbox/mysql v0.1.0
+	github.com/idemgo/idem/outbox/nats v0.1.0
+	github.com/idemgo/idem/outbox/outboxotel v0.1.0
+	github.com/idemgo/idem/outbox/postgres v0.1.0
 	github.com/idemgo/idem/outbox/servicebus v0.1.0
 	github.com/idemgo/idem/store/mysql v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
