@@ -49,8 +49,8 @@ func scanRecords(rows pgx.Rows, capacity int) ([]outbox.Record, error) {
 	out := make([]outbox.Record, 0, min(capacity, 1024))
 	for rows.Next() {
 		var (
-			r         outbox.Record
-			headers   string
+			r                    outbox.Record
+			headers              string
 			published, notBefore *time.Time
 		)
 		if err := rows.Scan(&r.Seq, &r.ID, &r.Destination, &r.RoutingKey, &r.OrderingKey, &headers, &r.Payload,
