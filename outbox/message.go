@@ -47,9 +47,11 @@ type Message struct {
 	// message: the publisher sends it at once as a scheduled message
 	// (Service Bus's ScheduledEnqueueTime). A publisher whose broker cannot
 	// schedule (Kafka, NATS, RabbitMQ) refuses it with a *ScheduleError
-	// and the relay parks it: never delivered early. Stored at the store's
-	// precision (milliseconds, microseconds on PostgreSQL); not part of
-	// the fingerprint (a handler run again computes another time).
+	// and the relay parks it: never delivered early. The relay publishes
+	// it in its turn; the later messages of its ordering key follow once
+	// it is confirmed, so they may be delivered before it. Stored at the
+	// store's precision (milliseconds, microseconds on PostgreSQL); not
+	// part of the fingerprint (a handler run again computes another time).
 	NotBefore time.Time
 }
 

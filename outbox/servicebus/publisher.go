@@ -27,6 +27,12 @@
 // (the routing key, else the ordering key), as a session-enabled queue or
 // subscription requires.
 //
+// The relay publishes an ordering key's records in commit order, each once
+// the one before is confirmed. Service Bus keeps that order strictly only
+// within a session: on a plain queue a receiver's unused prefetched
+// messages are released and come back behind later ones. Consumers that
+// need a key's order use a session-enabled entity and Options.Sessions.
+//
 // Records that Service Bus would refuse for themselves (over the entity's
 // maximum message size, a MessageID over 128 characters, no session id
 // for a session entity) are outbox.Reject'ed, so the relay parks them;

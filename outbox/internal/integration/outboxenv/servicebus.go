@@ -61,7 +61,10 @@ type Received struct {
 }
 
 // Receive returns a function reading queue in delivery order (PeekLock,
-// each message completed once read).
+// each message completed once read). It asks for one message at a time:
+// azservicebus releases the messages that arrive after a ReceiveMessages
+// call has what it needs, and a released message comes back behind later
+// ones, which would reorder a key the relay published in order.
 func (sb *ServiceBus) Receive(t testing.TB, queue string) func(ctx context.Context) (Received, error) {
 	t.Helper()
 	r, err := sb.Client.NewReceiverForQueue(queue, nil)
@@ -77,7 +80,7 @@ func (sb *ServiceBus) Receive(t testing.TB, queue string) func(ctx context.Conte
 		mu.Lock()
 		defer mu.Unlock()
 		for len(pending) == 0 {
-			got, err := r.ReceiveMessages(ctx, 100, nil)
+			got, err := r.ReceiveMessages(ctx, 1, nil)
 			if err != nil {
 				return Received{}, err
 			}
@@ -110,7 +113,8 @@ func ServiceBusBroker(t *testing.T) outboxtest.Broker {
 			r, err := receive(ctx)
 			return r.Msg, err
 		},
-		Dedups:   true,
-		Rejected: &outbox.Message{ID: "too-large", Destination: q, Payload: []byte(strings.Repeat("x", SBMaxMessageSize))},
+		Dedups:    true,
+		Schedules: true,
+		Rejected:  &outbox.Message{ID: "too-large", Destination: q, Payload: []byte(strings.Repeat("x", SBMaxMessageSize))},
 	}
 }
