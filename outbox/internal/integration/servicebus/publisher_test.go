@@ -209,6 +209,13 @@ func TestRejections(t *testing.T) {
 	if errs := p.Publish(ctx, []outbox.Record{rec("nowhere", "no-such-queue", "x")}); errs[0] == nil || errors.Is(errs[0], outbox.ErrRejected) {
 		t.Errorf("no such queue: %v, want a retryable error", errs[0])
 	}
+	// A session entity refuses messages without a SessionID: the
+	// publisher's Options lack Sessions, which the operator fixes; retried
+	// (and parked at RelayOptions.MaxAttempts), answered at once.
+	sq := sb.Queue(t, "sessions", servicebustest.QueueOptions{RequiresSession: true})
+	if errs := p.Publish(ctx, []outbox.Record{rec("sessionless", sq, "x")}); errs[0] == nil || errors.Is(errs[0], outbox.ErrRejected) {
+		t.Errorf("no SessionID for a session queue: %v, want a retryable error", errs[0])
+	}
 }
 
 // With Options.Sessions a record's SessionID is its routing key, else its
