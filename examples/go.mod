@@ -15,6 +15,8 @@ require (
 	github.com/idemgo/idem/job v0.1.0
 	github.com/idemgo/idem/load v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/nats v0.1.0
+	github.com/idemgo/idem/outbox/postgres v0.1.0
 	github.com/idemgo/idem/store/mongo v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
 	github.com/idemgo/idem/store/redis v0.1.0

@@ -22,7 +22,7 @@
 // and every instance of the service runs a relay; one at a time holds the
 // outbox's lease and publishes:
 //
-//	pub, _ := outboxnats.New(js, outboxnats.Options{})       // outbox/nats
+//	pub, _ := outboxnats.New(js, outboxnats.Options{})       // outbox/nats, /kafka, /amqp, /servicebus
 //	relay, _ := outbox.NewRelay(ob, pub, outbox.RelayOptions{})
 //	go relay.Run(ctx)
 //
@@ -58,9 +58,31 @@
 // the consumer adapters read it by default (Kafka: the idempotency-key
 // header; NATS: Idem-Id, with Nats-Msg-Id set to idem.DedupID of the id and
 // the content, so the broker's duplicate window never drops a conflict;
-// RabbitMQ: MessageId). See Prepare for ids derived from the inbound key.
+// RabbitMQ: MessageId; Service Bus: Idem-Id, with MessageID set to
+// idem.DedupID for the entity's duplicate detection). See Prepare for ids
+// derived from the inbound key.
 //
-// This package imports the standard library and idem only. Stores
-// (outbox/sqlite, outbox/postgres, outbox/mysql) and publishers
-// (outbox/kafka, outbox/nats, outbox/amqp) are leaf packages.
+// # Scheduled messages
+//
+// Message.NotBefore asks the broker to hold a message until a time. The
+// Service Bus publisher sends it at once as a scheduled message
+// (ScheduledEnqueueTime). Kafka, NATS and RabbitMQ cannot schedule: their
+// publishers refuse such a message with a *ScheduleError (ErrCannotSchedule,
+// ErrRejected), and the relay parks it rather than deliver it early.
+//
+// # Modules
+//
+// This package, outbox/memory, outbox/sqlite (database/sql; the caller
+// opens the database) and outbox/outboxtest are the module
+// github.com/idemgo/idem/outbox, which imports the standard library and
+// idem only. Each leaf with a client of its own is its own module, so a
+// program's module graph carries only the clients it imports:
+//
+//	github.com/idemgo/idem/outbox/postgres    pgx
+//	github.com/idemgo/idem/outbox/mysql       go-sql-driver/mysql
+//	github.com/idemgo/idem/outbox/kafka       franz-go (and broker/kafka)
+//	github.com/idemgo/idem/outbox/nats        nats.go (and broker/nats)
+//	github.com/idemgo/idem/outbox/amqp        amqp091-go (and broker/amqp)
+//	github.com/idemgo/idem/outbox/servicebus  azservicebus (and broker/servicebus)
+//	github.com/idemgo/idem/outbox/outboxotel  OpenTelemetry metrics
 package outbox

@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -41,6 +42,12 @@ var (
 	// The relay parks such a message instead of retrying it. Publishers
 	// wrap those errors with Reject.
 	ErrRejected = errors.New("outbox: the broker rejected the message")
+
+	// ErrCannotSchedule means a message has a NotBefore time and its
+	// publisher's broker cannot hold a message until a time (see
+	// ScheduleError). It is wrapped with ErrRejected: the relay parks the
+	// message rather than deliver it early.
+	ErrCannotSchedule = errors.New("outbox: the broker cannot schedule messages")
 
 	// ErrInvalidOptions means options failed validation.
 	ErrInvalidOptions = errors.New("outbox: invalid options")
@@ -107,3 +114,47 @@ func Reject(err error) error {
 
 // IsRejected reports whether err wraps ErrRejected.
 func IsRejected(err error) bool { return errors.Is(err, ErrRejected) }
+
+// ScheduleError is a publisher's refusal of a message with a NotBefore
+// time that its broker cannot schedule. It unwraps to ErrCannotSchedule and
+// ErrRejected, so the relay parks the message (idem outbox list --state
+// parked) instead of delivering it early.
+type ScheduleError struct {
+	Publisher string    // the publisher's package ("outboxkafka")
+	ID        string    // the message's id
+	NotBefore time.Time // the time it asked for
+}
+
+// Error names the message, the time and the publisher.
+func (e *ScheduleError) Error() string {
+	return fmt.Sprintf("%s: message %.80q is scheduled for %s, and this broker cannot schedule messages (publish it through a publisher that can, or enqueue it without NotBefore)",
+		e.Publisher, e.ID, e.NotBefore.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap returns ErrCannotSchedule and ErrRejected.
+func (e *ScheduleError) Unwrap() []error { return []error{ErrCannotSchedule, ErrRejected} }
+
+// Unscheduled publishes recs with publish, except those with a NotBefore
+// time, which get a *ScheduleError naming publisher: what a publisher whose
+// broker cannot schedule does in its Publish. The errors are in recs'
+// order.
+func Unscheduled(publisher string, recs []Record, publish func([]Record) []error) []error {
+	errs := make([]error, len(recs))
+	send, at := make([]Record, 0, len(recs)), make([]int, 0, len(recs))
+	for i, r := range recs {
+		if r.NotBefore.IsZero() {
+			send, at = append(send, r), append(at, i)
+		} else {
+			errs[i] = &ScheduleError{Publisher: publisher, ID: r.ID, NotBefore: r.NotBefore}
+		}
+	}
+	switch {
+	case len(send) == len(recs):
+		return publish(recs)
+	case len(send) > 0:
+		for k, err := range publish(send) {
+			errs[at[k]] = err
+		}
+	}
+	return errs
+}

@@ -43,6 +43,16 @@ type Message struct {
 	Headers map[string]string
 	// Payload is the body.
 	Payload []byte
+	// NotBefore, when set, is the earliest time the broker may deliver the
+	// message: the publisher sends it at once as a scheduled message
+	// (Service Bus's ScheduledEnqueueTime). A publisher whose broker cannot
+	// schedule (Kafka, NATS, RabbitMQ) refuses it with a *ScheduleError
+	// and the relay parks it: never delivered early. The relay publishes
+	// it in its turn; the later messages of its ordering key follow once
+	// it is confirmed, so they may be delivered before it. Stored at the
+	// store's precision (milliseconds, microseconds on PostgreSQL); not
+	// part of the fingerprint (a handler run again computes another time).
+	NotBefore time.Time
 }
 
 // Record is a message as the outbox holds it.

@@ -4,9 +4,11 @@ import "context"
 
 // Publisher sends records to a broker and waits for the broker's own
 // confirmation (Kafka's produce ack, JetStream's PubAck, RabbitMQ's
-// publisher confirm). outbox/kafka, outbox/nats and outbox/amqp implement
-// it; each puts Record.ID where the consumer side's MessageOf reads the
-// stable id.
+// publisher confirm, Service Bus's accepted disposition). outbox/kafka,
+// outbox/nats, outbox/amqp and outbox/servicebus implement it; each puts
+// Record.ID where the consumer side's MessageOf reads the stable id. A
+// publisher whose broker cannot schedule refuses records with a NotBefore
+// time (see Unscheduled) instead of sending them early.
 type Publisher interface {
 	// Publish sends recs, at once or pipelined, and returns one error per
 	// record in recs' order: nil when the broker confirmed it. An error

@@ -45,11 +45,16 @@ azservicebus client against broker/servicebus/servicebustest): a topic with
 duplicate detection and a short lock, the producer on servicebus.Send (so the
 broker drops producer retries, but never a reused id with other content),
 idem's consumers on servicebus.NewConsumer in PeekLock; a crash closes the
-consumer's client, and its locked message comes back when the lock runs out.`,
+consumer's client, and its locked message comes back when the lock runs out.
+With --producer outbox the orders go through a transactional outbox instead
+(outbox/sqlite in a temporary directory, one transaction per send, a
+producer retry kept once by it) and its relay publishes them with
+outbox/servicebus.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
   idem demo --broker servicebus --json
+  idem demo --broker servicebus --producer outbox
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -102,6 +107,7 @@ consumer's client, and its locked message comes back when the lock runs out.`,
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
 	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, or servicebus for an in-process Azure Service Bus")
+	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")
 	fl.BoolVar(&asJSON, "json", false, "print the report as one JSON object")

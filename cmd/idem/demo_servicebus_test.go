@@ -66,3 +66,38 @@ func TestDemoServiceBusRefusesANamespace(t *testing.T) {
 		t.Fatalf("exit status %d, stderr %q; want a usage error naming --broker servicebus", code, stderr)
 	}
 }
+
+// TestDemoServiceBusOutbox: idem demo --broker servicebus --producer
+// outbox runs the scenario with the outbox producer: the report names it,
+// the outbox kept every producer retry once, and the invariant holds.
+func TestDemoServiceBusOutbox(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--broker", "servicebus", "--producer", "outbox", "--json", "--messages", "200",
+		"--consumers", "3", "--crash-rate", "0.2", "--dup-rate", "0.3", "--seed", "11")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	num := func(k string) int {
+		v, _ := rep[k].(float64)
+		return int(v)
+	}
+	if rep["invariant_ok"] != true {
+		t.Fatalf("invariant broken: %v", rep["offending"])
+	}
+	if p, _ := rep["producer"].(string); !strings.Contains(p, "outbox") {
+		t.Errorf("producer %q, want the outbox", rep["producer"])
+	}
+	if num("effects_applied") != 200 || num("producer_retries") == 0 || num("outbox_kept_once") != num("producer_retries") {
+		t.Errorf("effects %d; %d producer retries, %d kept once by the outbox", num("effects_applied"), num("producer_retries"), num("outbox_kept_once"))
+	}
+}
+
+// TestDemoProducerOutboxNeedsServiceBus: --producer outbox on a broker
+// without an outbox publisher in the demo is a usage error naming
+// --broker servicebus.
+func TestDemoProducerOutboxNeedsServiceBus(t *testing.T) {
+	code, _, stderr := runCmd(t, "demo", "--producer", "outbox", "--messages", "10")
+	if code == exitOK || !strings.Contains(stderr, "servicebus") {
+		t.Fatalf("exit status %d, stderr %q; want a usage error naming --broker servicebus", code, stderr)
+	}
+}

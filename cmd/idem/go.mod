@@ -14,6 +14,9 @@ require (
 	github.com/idemgo/idem/console v0.1.0
 	github.com/idemgo/idem/idemprom v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/mysql v0.1.0
+	github.com/idemgo/idem/outbox/postgres v0.1.0
+	github.com/idemgo/idem/outbox/servicebus v0.1.0
 	github.com/idemgo/idem/store/mongo v0.1.0
 	github.com/idemgo/idem/store/mysql v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0

@@ -165,7 +165,14 @@ func (p *Publisher) checkExchange(name string) error {
 
 // Publish implements outbox.Publisher: every record is published, then
 // every confirm awaited; a returned (unroutable) record is an error.
+// RabbitMQ cannot schedule (without a plugin): a record with a NotBefore
+// time gets an *outbox.ScheduleError (the relay parks it) and is not
+// published.
 func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
+	return outbox.Unscheduled("outboxamqp", recs, func(recs []outbox.Record) []error { return p.publish(ctx, recs) })
+}
+
+func (p *Publisher) publish(ctx context.Context, recs []outbox.Record) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := make([]error, len(recs))

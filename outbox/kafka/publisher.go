@@ -100,8 +100,14 @@ func (p *Publisher) Record(r outbox.Record) *kgo.Record {
 // every acknowledgement awaited, until ctx ends. Kafka refuses a whole
 // batch for one record in it (MESSAGE_TOO_LARGE, INVALID_RECORD), so the
 // records refused that way are produced again one by one, each alone in its
-// batch: only the one that is refused alone is rejected.
+// batch: only the one that is refused alone is rejected. Kafka cannot
+// schedule: a record with a NotBefore time gets an *outbox.ScheduleError
+// (the relay parks it) and is not produced.
 func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
+	return outbox.Unscheduled("outboxkafka", recs, func(recs []outbox.Record) []error { return p.publish(ctx, recs) })
+}
+
+func (p *Publisher) publish(ctx context.Context, recs []outbox.Record) []error {
 	errs := p.produce(ctx, recs)
 	var suspects []int
 	for i, err := range errs {

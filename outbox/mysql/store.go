@@ -136,6 +136,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	last_error      TEXT         NOT NULL,
 	parked          TINYINT(1)   NOT NULL DEFAULT 0,
 	published_at    BIGINT       NULL,
+	not_before      BIGINT       NULL,
 	enqueued        INT          NOT NULL DEFAULT 1 COMMENT 'times Enqueue wrote this id (a handler run again)',
 	failed_key      VARCHAR(255) AS (CASE WHEN published_at IS NULL AND ordering_key <> '' AND (parked <> 0 OR attempts > 0)
 	                    THEN ordering_key END) VIRTUAL COMMENT 'the ordering key a failed or parked record may hold back',
@@ -157,6 +158,21 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return wrapErr("migrate", err)
 		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrapErr("migrate", err)
+	}
+	defer tx.Rollback()
+	// A table made before not_before existed gets it (MySQL has no ADD
+	// COLUMN IF NOT EXISTS; DDL commits at once, the transaction only
+	// holds the check and the change on one connection).
+	if err := sqlout.AddNotBefore(ctx, tx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'not_before'`, s.opts.Table, s.table); err != nil {
+		return wrapErr("migrate", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return wrapErr("migrate", err)
 	}
 	return nil
 }
@@ -216,19 +232,19 @@ func (s *Store) lockKeys(ctx context.Context, tx *sql.Tx, msgs []outbox.Message)
 // their latest committed version).
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, recs []outbox.Record) error {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + s.table + ` (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at, last_error) VALUES `)
+	b.WriteString(`INSERT INTO ` + s.table + ` (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at, not_before, last_error) VALUES `)
 	args := make([]any, 0, 10*len(recs))
 	for i, r := range recs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,'')")
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,'')")
 		payload := r.Payload
 		if payload == nil {
 			payload = []byte{}
 		}
 		ms := sqlout.MS(r.CreatedAt)
-		args = append(args, r.ID, r.Destination, r.RoutingKey, r.OrderingKey, outbox.EncodeHeaders(r.Headers), payload, r.Fingerprint, ms, ms)
+		args = append(args, r.ID, r.Destination, r.RoutingKey, r.OrderingKey, outbox.EncodeHeaders(r.Headers), payload, r.Fingerprint, ms, ms, sqlout.NullMS(r.NotBefore))
 	}
 	b.WriteString(` ON DUPLICATE KEY UPDATE enqueued = enqueued + 1`)
 	res, err := tx.ExecContext(ctx, b.String(), args...)

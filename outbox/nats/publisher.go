@@ -105,8 +105,14 @@ func consumerView(r outbox.Record, h nats.Header) idem.Message {
 }
 
 // Publish implements outbox.Publisher: every record is sent with
-// PublishMsgAsync, then every PubAck is awaited.
+// PublishMsgAsync, then every PubAck is awaited. A record with a
+// NotBefore time gets an *outbox.ScheduleError (the relay parks it) and is
+// not published: JetStream does not schedule this way.
 func (p *Publisher) Publish(ctx context.Context, recs []outbox.Record) []error {
+	return outbox.Unscheduled("outboxnats", recs, func(recs []outbox.Record) []error { return p.publish(ctx, recs) })
+}
+
+func (p *Publisher) publish(ctx context.Context, recs []outbox.Record) []error {
 	errs := make([]error, len(recs))
 	futures := make([]jetstream.PubAckFuture, len(recs))
 	for i, r := range recs {

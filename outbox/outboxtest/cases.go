@@ -503,6 +503,30 @@ func testStatsList(e *env) {
 	}
 }
 
+// testNotBefore: a message's NotBefore comes back from Fetch and List as
+// written (a whole millisecond, every store's precision), alone in its
+// call and among others; none stays none. It does not hold the record back:
+// scheduling is the broker's.
+func testNotBefore(e *env) {
+	at := T0.Add(90*time.Minute + 250*time.Millisecond)
+	e.enqueue(outbox.Message{ID: "alone", Destination: "d", Payload: []byte("1"), NotBefore: at})
+	e.enqueue(
+		outbox.Message{ID: "none", Destination: "d", Payload: []byte("2")},
+		outbox.Message{ID: "among", Destination: "d", OrderingKey: "k", Payload: []byte("3"), NotBefore: at.Add(time.Second)},
+	)
+	want := map[string]time.Time{"alone": at, "none": {}, "among": at.Add(time.Second)}
+	for _, got := range [][]outbox.Record{e.fetch(), e.list(outbox.ListFilter{})} {
+		if !slices.Equal(ids(got), []string{"alone", "none", "among"}) {
+			e.t.Fatalf("got %v, want alone, none, among: NotBefore does not hold a record back", ids(got))
+		}
+		for _, r := range got {
+			if !r.NotBefore.Equal(want[r.ID]) {
+				e.t.Errorf("record %s: NotBefore %v, want %v", r.ID, r.NotBefore, want[r.ID])
+			}
+		}
+	}
+}
+
 func testLargePayload(e *env) {
 	big := make([]byte, outbox.DefaultMaxPayload)
 	for i := range big {

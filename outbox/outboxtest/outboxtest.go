@@ -94,6 +94,7 @@ func Run(t *testing.T, newSubject NewSubject) {
 		{"Cleanup", testCleanup},
 		{"StatsAndList", testStatsList},
 		{"LargePayload", testLargePayload},
+		{"NotBeforeKept", testNotBefore},
 		{"KeyCommitOrder", testKeyCommitOrder},
 		{"OtherKeysDoNotWait", testOtherKeysFlow},
 		{"ConcurrentEnqueues", testConcurrent},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,10 @@ type Broker struct {
 	// Rejected, if set, is a message the broker refuses (too large for the
 	// destination): the relay must park it.
 	Rejected *outbox.Message
+	// Schedules says the publisher sends a message with NotBefore as a
+	// scheduled message (Service Bus); otherwise it must refuse it, and
+	// the relay park it.
+	Schedules bool
 }
 
 // NewBroker returns a broker for one scenario and registers its cleanup.
@@ -62,6 +67,7 @@ func RunRelay(t *testing.T, newSubject NewSubject, newBroker NewBroker) {
 		{"RollbackPublishesNothing", testRollbackNothing},
 		{"KeyOrderHeldWhileOthersFlow", testKeyOrder},
 		{"RejectedParked", testRejected},
+		{"NotBeforeScheduledOrParked", testRelayNotBefore},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,6 +134,21 @@ func (r *relayEnv) run(s outbox.Store, p outbox.Publisher, o outbox.RelayOptions
 	}
 	r.t.Cleanup(stop)
 	return stop
+}
+
+// runWatchingParks starts a relay and returns the first EventParked it
+// reports.
+func (r *relayEnv) runWatchingParks() <-chan outbox.Event {
+	parked := make(chan outbox.Event, 1)
+	r.run(r.s.Store, r.b.Publisher, outbox.RelayOptions{Observer: outbox.ObserverFunc(func(_ context.Context, e outbox.Event) {
+		if e.Kind == outbox.EventParked {
+			select {
+			case parked <- e:
+			default:
+			}
+		}
+	})})
+	return parked
 }
 
 // consume receives until n distinct ids have been processed, running
@@ -472,15 +493,7 @@ func testRejected(r *relayEnv) {
 	bad := *r.b.Rejected
 	bad.OrderingKey = "A"
 	r.enqueue(bad, r.msg("A-after", "A"), r.msg("B-1", "B"))
-	parked := make(chan outbox.Event, 1)
-	r.run(r.s.Store, r.b.Publisher, outbox.RelayOptions{Observer: outbox.ObserverFunc(func(_ context.Context, e outbox.Event) {
-		if e.Kind == outbox.EventParked {
-			select {
-			case parked <- e:
-			default:
-			}
-		}
-	})})
+	parked := r.runWatchingParks()
 	r.consume(1)
 	select {
 	case e := <-parked:
@@ -498,5 +511,48 @@ func testRejected(r *relayEnv) {
 	defer r.mu.Unlock()
 	if !slices.Equal(r.processed, []string{"B-1"}) {
 		r.t.Fatalf("the consumer saw %v, want B-1 only", r.processed)
+	}
+}
+
+// testRelayNotBefore: a message with NotBefore is delivered from that time on
+// by a broker that schedules, while the later messages of its key go out
+// at once (the relay's order is the publishing order; delivery is the
+// broker's); a publisher that cannot schedule refuses it, and the relay
+// parks it, holding back its key, never delivering it early.
+func testRelayNotBefore(r *relayEnv) {
+	at := time.Now().Add(time.Second)
+	later := r.msg("later", "S")
+	later.NotBefore = at
+	r.enqueue(later, r.msg("S-after", "S"), r.msg("free", ""))
+	parked := r.runWatchingParks()
+	if r.b.Schedules {
+		r.consume(3)
+		if now := time.Now(); now.Before(at) {
+			r.t.Fatalf("the scheduled message was delivered at %v, before its NotBefore %v", now, at)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.processed[2] != "later" {
+			r.t.Fatalf("the consumer saw %v, want the scheduled message last", r.processed)
+		}
+		return
+	}
+	r.consume(1)
+	select {
+	case e := <-parked:
+		if e.Record.ID != "later" || !strings.Contains(e.Record.LastError, "cannot schedule") {
+			r.t.Errorf("parked %+v, want the scheduled message, its error saying the broker cannot schedule", e.Record)
+		}
+	case <-r.ctx.Done():
+		r.t.Fatal("the scheduled message was not parked")
+	}
+	st := r.waitStats("free marked", func(st outbox.Stats) bool { return st.Published == 1 })
+	if st.Parked != 1 || st.Pending != 1 {
+		r.t.Fatalf("stats %+v, want the scheduled message parked and S-after held behind it", st)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Equal(r.processed, []string{"free"}) {
+		r.t.Fatalf("the consumer saw %v, want free only", r.processed)
 	}
 }

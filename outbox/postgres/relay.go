@@ -49,12 +49,12 @@ func scanRecords(rows pgx.Rows, capacity int) ([]outbox.Record, error) {
 	out := make([]outbox.Record, 0, min(capacity, 1024))
 	for rows.Next() {
 		var (
-			r         outbox.Record
-			headers   string
-			published *time.Time
+			r                    outbox.Record
+			headers              string
+			published, notBefore *time.Time
 		)
 		if err := rows.Scan(&r.Seq, &r.ID, &r.Destination, &r.RoutingKey, &r.OrderingKey, &headers, &r.Payload,
-			&r.Fingerprint, &r.CreatedAt, &r.NextAttemptAt, &r.Attempts, &r.LastError, &r.Parked, &published); err != nil {
+			&r.Fingerprint, &r.CreatedAt, &r.NextAttemptAt, &r.Attempts, &r.LastError, &r.Parked, &published, &notBefore); err != nil {
 			return nil, err
 		}
 		h, err := outbox.DecodeHeaders(headers)
@@ -65,6 +65,9 @@ func scanRecords(rows pgx.Rows, capacity int) ([]outbox.Record, error) {
 		r.CreatedAt, r.NextAttemptAt = r.CreatedAt.UTC(), r.NextAttemptAt.UTC()
 		if published != nil {
 			r.PublishedAt = published.UTC()
+		}
+		if notBefore != nil {
+			r.NotBefore = notBefore.UTC()
 		}
 		out = append(out, r)
 	}

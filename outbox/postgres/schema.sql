@@ -16,8 +16,11 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     attempts        integer     NOT NULL DEFAULT 0,
     last_error      text        NOT NULL DEFAULT '',
     parked          boolean     NOT NULL DEFAULT false,
-    published_at    timestamptz
+    published_at    timestamptz,
+    not_before      timestamptz
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
+-- Tables made before Message.NotBefore existed get its column.
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS not_before timestamptz;
 CREATE UNIQUE INDEX IF NOT EXISTS {{.IDIndex}} ON {{.Table}} (id);
 CREATE INDEX IF NOT EXISTS {{.PendingIndex}} ON {{.Table}} (seq) WHERE published_at IS NULL;
 CREATE INDEX IF NOT EXISTS {{.FailedIndex}} ON {{.Table}} (ordering_key, seq)

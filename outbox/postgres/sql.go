@@ -11,7 +11,7 @@ type statements struct {
 
 // columns of a record as Fetch and List read them (scanRecord).
 const recordColumns = `seq, id, destination, routing_key, ordering_key, headers, payload, fingerprint,
-	created_at, next_attempt_at, attempts, last_error, parked, published_at`
+	created_at, next_attempt_at, attempts, last_error, parked, published_at, not_before`
 
 // The enqueue statements insert the messages of m and skip the ids already
 // held with the same fingerprint. An id held with another one is "updated"
@@ -21,9 +21,9 @@ const recordColumns = `seq, id, destination, routing_key, ordering_key, headers,
 // the id and fingerprint of every message inserted or in conflict: a
 // fingerprint that is not the message's own is a conflict.
 const (
-	oneMessage = `SELECT $1::text AS id, $2::text AS d, $3::text AS rk, $4::text AS ok, $5::text AS h, $6::bytea AS p, $7::text AS fp, 1 AS ord`
-	messages   = `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[])
-		WITH ORDINALITY AS u(id, d, rk, ok, h, p, fp, ord)`
+	oneMessage = `SELECT $1::text AS id, $2::text AS d, $3::text AS rk, $4::text AS ok, $5::text AS h, $6::bytea AS p, $7::text AS fp, $8::timestamptz AS nb, 1 AS ord`
+	messages   = `SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[])
+		WITH ORDINALITY AS u(id, d, rk, ok, h, p, fp, nb, ord)`
 )
 
 const onConflict = `
@@ -31,24 +31,24 @@ const onConflict = `
 	RETURNING id, fingerprint`
 
 func insert(m, where string) string {
-	return `INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at)
-	SELECT m.id, m.d, m.rk, m.ok, m.h, m.p, m.fp, $8::timestamptz, $8::timestamptz FROM (` + m + `) AS m` + where + `
+	return `INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, not_before, created_at, next_attempt_at)
+	SELECT m.id, m.d, m.rk, m.ok, m.h, m.p, m.fp, m.nb, $9::timestamptz, $9::timestamptz FROM (` + m + `) AS m` + where + `
 	ORDER BY m.ord` + onConflict
 }
 
-// locked is the insert taking the ordering keys' locks ($10, $11) before
+// locked is the insert taking the ordering keys' locks ($11, $12) before
 // any Seq is drawn (the rows are filtered on the count of the locks CTE, a
 // one-time filter evaluated before the first row, and so its identity
-// value, is produced), and NOTIFYing the channel ($9) when it is set and a
+// value, is produced), and NOTIFYing the channel ($10) when it is set and a
 // row was written.
 func locked(m string) string {
 	return `WITH l AS MATERIALIZED (
-	SELECT pg_advisory_xact_lock($10::int4, k) FROM unnest($11::int4[]) AS k ORDER BY k
+	SELECT pg_advisory_xact_lock($11::int4, k) FROM unnest($12::int4[]) AS k ORDER BY k
 ), ins AS (
 	` + insert(m, `
 	WHERE (SELECT count(*) FROM l) >= 0`) + `
 ), n AS (
-	SELECT pg_notify($9::text, '') WHERE $9::text <> ''
+	SELECT pg_notify($10::text, '') WHERE $10::text <> ''
 )
 SELECT id, fingerprint, (SELECT count(*) FROM n) FROM ins`
 }
@@ -56,8 +56,8 @@ SELECT id, fingerprint, (SELECT count(*) FROM n) FROM ins`
 func buildStatements(table, lease string) statements {
 	r := strings.NewReplacer("{{T}}", table, "{{L}}", lease)
 	return statements{
-		insertOne: r.Replace(`INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)` + onConflict),
+		insertOne: r.Replace(`INSERT INTO {{T}} (id, destination, routing_key, ordering_key, headers, payload, fingerprint, not_before, created_at, next_attempt_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)` + onConflict),
 		insertMany:  r.Replace(insert(messages, "")),
 		enqueueOne:  r.Replace(locked(oneMessage)),
 		enqueueMany: r.Replace(locked(messages)),

@@ -253,7 +253,7 @@ func (s *Store) statement(recs []outbox.Record) (string, []any) {
 	if len(recs) == 1 {
 		r := recs[0]
 		args = []any{r.ID, r.Destination, r.RoutingKey, r.OrderingKey, outbox.EncodeHeaders(r.Headers),
-			nonNil(r.Payload), r.Fingerprint, r.CreatedAt}
+			nonNil(r.Payload), r.Fingerprint, optional(r.NotBefore), r.CreatedAt}
 	} else {
 		args = columns(recs)
 	}
@@ -308,19 +308,21 @@ func (s *Store) notify() string {
 	return s.channel
 }
 
-// columns are the message arguments ($1..$8) of the statements for many
-// messages: one array per column.
+// columns are the message arguments ($1..$9) of the statements for many
+// messages: one array per column, then the creation time.
 func columns(recs []outbox.Record) []any {
 	n := len(recs)
 	var (
 		ids, dests, rks, oks, hs, fps = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		payloads                      = make([][]byte, n)
+		notBefore                     = make([]*time.Time, n)
 	)
 	for i, r := range recs {
 		ids[i], dests[i], rks[i], oks[i] = r.ID, r.Destination, r.RoutingKey, r.OrderingKey
 		hs[i], fps[i], payloads[i] = outbox.EncodeHeaders(r.Headers), r.Fingerprint, nonNil(r.Payload)
+		notBefore[i] = optional(r.NotBefore)
 	}
-	return []any{ids, dests, rks, oks, hs, payloads, fps, recs[0].CreatedAt}
+	return []any{ids, dests, rks, oks, hs, payloads, fps, notBefore, recs[0].CreatedAt}
 }
 
 // keyLock is the second advisory-lock key of an ordering key (0 for none,
@@ -342,6 +344,16 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// optional is a time as a nullable column, at PostgreSQL's precision: nil
+// for the zero time.
+func optional(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = micro(t)
+	return &t
 }
 
 // micro truncates to PostgreSQL's precision, so that times read back equal

@@ -111,7 +111,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	attempts        INTEGER NOT NULL DEFAULT 0,
 	last_error      TEXT    NOT NULL DEFAULT '',
 	parked          INTEGER NOT NULL DEFAULT 0,
-	published_at    INTEGER
+	published_at    INTEGER,
+	not_before      INTEGER
 )`,
 		`CREATE INDEX IF NOT EXISTS "` + name + `_pending_idx" ON ` + t + ` (seq) WHERE published_at IS NULL`,
 		`CREATE INDEX IF NOT EXISTS "` + name + `_failed_idx" ON ` + t + ` (ordering_key, seq)
@@ -135,13 +136,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return wrapErr("migrate", err)
 		}
 	}
+	if err := sqlout.AddNotBefore(ctx, tx, `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'not_before'`, name, t); err != nil {
+		return wrapErr("migrate", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return wrapErr("migrate", err)
 	}
 	return nil
 }
 
-// maxRows bounds the messages of one INSERT (nine variables each).
+// maxRows bounds the messages of one INSERT (ten variables each).
 const maxRows = 500
 
 // Enqueue writes msgs in tx, the caller's transaction, with one INSERT ..
@@ -161,20 +165,20 @@ func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...outbox.Message)
 // fingerprint.
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, recs []outbox.Record) error {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + s.table + ` (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at) VALUES `)
-	args := make([]any, 0, 9*len(recs))
+	b.WriteString(`INSERT INTO ` + s.table + ` (id, destination, routing_key, ordering_key, headers, payload, fingerprint, created_at, next_attempt_at, not_before) VALUES `)
+	args := make([]any, 0, 10*len(recs))
 	fp := make(map[string]string, len(recs))
 	for i, r := range recs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?)")
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
 		payload := r.Payload
 		if payload == nil {
 			payload = []byte{}
 		}
 		ms := sqlout.MS(r.CreatedAt)
-		args = append(args, r.ID, r.Destination, r.RoutingKey, r.OrderingKey, outbox.EncodeHeaders(r.Headers), payload, r.Fingerprint, ms, ms)
+		args = append(args, r.ID, r.Destination, r.RoutingKey, r.OrderingKey, outbox.EncodeHeaders(r.Headers), payload, r.Fingerprint, ms, ms, sqlout.NullMS(r.NotBefore))
 		fp[r.ID] = r.Fingerprint
 	}
 	b.WriteString(` ON CONFLICT(id) DO UPDATE SET fingerprint = fingerprint WHERE fingerprint <> excluded.fingerprint RETURNING id, fingerprint`)

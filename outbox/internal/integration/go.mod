@@ -3,13 +3,22 @@ module github.com/idemgo/idem/outbox/internal/integration
 go 1.26.0
 
 require (
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/amqp v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0
+	github.com/idemgo/idem/broker/servicebus v0.1.0
 	github.com/idemgo/idem/internal/pgtest v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
+	github.com/idemgo/idem/outbox/amqp v0.1.0
+	github.com/idemgo/idem/outbox/kafka v0.1.0
+	github.com/idemgo/idem/outbox/mysql v0.1.0
+	github.com/idemgo/idem/outbox/nats v0.1.0
+	github.com/idemgo/idem/outbox/outboxotel v0.1.0
+	github.com/idemgo/idem/outbox/postgres v0.1.0
+	github.com/idemgo/idem/outbox/servicebus v0.1.0
 	github.com/idemgo/idem/store/mysql v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
 	github.com/idemgo/idem/store/sqlite v0.1.0
@@ -23,6 +32,9 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
+	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -47,6 +59,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -97,7 +97,7 @@ type queries struct {
 
 // Columns are the columns Scan reads, in its order.
 const Columns = `seq, id, destination, routing_key, ordering_key, headers, payload, fingerprint,
-	created_at, next_attempt_at, attempts, last_error, parked, published_at`
+	created_at, next_attempt_at, attempts, last_error, parked, published_at, not_before`
 
 // New returns the relay's side over table and lease (both quoted as the
 // database needs).
@@ -168,6 +168,31 @@ func MS(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// NullMS is an optional time as stored: unix milliseconds, NULL for the
+// zero time.
+func NullMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// AddNotBefore adds the not_before column (Message.NotBefore, unix ms,
+// NULL for none) to an outbox table made before it existed, in tx: has
+// counts the table's columns named not_before (one argument, the table's
+// plain name).
+func AddNotBefore(ctx context.Context, tx *sql.Tx, has, table, quoted string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, has, table).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE `+quoted+` ADD COLUMN not_before BIGINT NULL`)
+	return err
+}
+
 // FromMS reads MS's value back (0: the zero time).
 func FromMS(v int64) time.Time {
 	if v == 0 {
@@ -185,11 +210,11 @@ func Scan(rows *sql.Rows, capacity int) ([]outbox.Record, error) {
 			r                      outbox.Record
 			headers                string
 			created, next          int64
-			published              sql.NullInt64
+			published, notBefore   sql.NullInt64
 			routing, ordering, msg string
 		)
 		if err := rows.Scan(&r.Seq, &r.ID, &r.Destination, &routing, &ordering, &headers, &r.Payload, &r.Fingerprint,
-			&created, &next, &r.Attempts, &msg, &r.Parked, &published); err != nil {
+			&created, &next, &r.Attempts, &msg, &r.Parked, &published, &notBefore); err != nil {
 			return nil, err
 		}
 		h, err := outbox.DecodeHeaders(headers)
@@ -200,6 +225,9 @@ func Scan(rows *sql.Rows, capacity int) ([]outbox.Record, error) {
 		r.CreatedAt, r.NextAttemptAt = FromMS(created), FromMS(next)
 		if published.Valid {
 			r.PublishedAt = FromMS(published.Int64)
+		}
+		if notBefore.Valid {
+			r.NotBefore = FromMS(notBefore.Int64)
 		}
 		out = append(out, r)
 	}

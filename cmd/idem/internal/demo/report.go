@@ -9,8 +9,12 @@ import (
 // WriteTable prints the report as a short aligned table, and the offending
 // orders when the invariant does not hold.
 func (r *Report) WriteTable(w io.Writer) error {
+	broker := r.Broker
+	if r.Producer != "" && r.Producer != ProducerDirect {
+		broker += ", producer: " + r.Producer
+	}
 	fmt.Fprintf(w, "idem demo: %d consumers, %s, %s store (%s mode), seed %d, %.1fs\n\n",
-		r.Consumers, r.Broker, r.Store, r.Mode, r.Seed, float64(r.ElapsedMS)/1000)
+		r.Consumers, broker, r.Store, r.Mode, r.Seed, float64(r.ElapsedMS)/1000)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label string, v any, note string) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", label, alignRight(fmt.Sprint(v), 7), note)
@@ -19,6 +23,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.BrokerDropped > 0 {
 		published = fmt.Sprintf("(%d producer retries, %d of them dropped by the broker's duplicate detection; %d reusing an id with other content)",
 			r.Retries, r.BrokerDropped, r.ConflictingSent)
+	}
+	if r.OutboxKeptOnce > 0 {
+		published = fmt.Sprintf("(%d producer retries, %d of them kept once by the outbox; %d reusing an id with other content)",
+			r.Retries, r.OutboxKeptOnce, r.ConflictingSent)
 	}
 	row("published", r.Published, published)
 	row("unique orders", r.Unique, "")

@@ -154,6 +154,16 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	defer b.close()
 	r.b = b
+	prodErr := make(chan error, 1)
+	produce, producer := b.publish, ProducerDirect
+	if cfg.Producer == ProducerOutbox {
+		ob, err := startOutbox(ctx, b, prodErr)
+		if err != nil {
+			return nil, err
+		}
+		defer ob.close()
+		produce, producer = ob.publish, ob.label
+	}
 	r.guard, err = idem.New(st.h.Store, idem.Options{
 		Scope: scope,
 		Key:   idem.HeaderKey(orderHeader),
@@ -188,12 +198,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			go func() { defer wg.Done(); r.worker(wctx, s) }()
 		}
 	}
-	prodErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for i, m := range msgs {
-			if err := b.publish(wctx, m, uint64(i+1)); err != nil {
+			if err := produce(wctx, m, uint64(i+1)); err != nil {
 				prodErr <- err
 				return
 			}
@@ -213,7 +222,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	rep = &Report{
-		Store: st.label, Broker: b.name(), Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
+		Store: st.label, Broker: b.name(), Producer: producer, Mode: r.ledger.mode(), Consumers: cfg.Consumers, Seed: cfg.Seed, RunID: runID,
 		Scope: scope, StoreNamed: st.named, SchemaCreated: st.createdSchema, Where: st.h.Where,
 		Published: len(msgs), Unique: cfg.Orders,
 		Deliveries: r.idem.deliveries.Load(), DuplicatesSuppressed: r.idem.duplicates.Load(),
@@ -225,7 +234,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		switch {
 		case m.Retry:
 			rep.Retries++
-			if r.retriesDropped {
+			switch {
+			case cfg.Producer == ProducerOutbox:
+				rep.OutboxKeptOnce++
+			case r.retriesDropped:
 				rep.BrokerDropped++
 			}
 		case m.Conflict:

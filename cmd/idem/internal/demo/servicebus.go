@@ -19,6 +19,8 @@ import (
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/servicebus"
 	"github.com/idemgo/idem/broker/servicebus/servicebustest"
+	"github.com/idemgo/idem/outbox"
+	outboxservicebus "github.com/idemgo/idem/outbox/servicebus"
 )
 
 // sbMaxDeliveryCount is the subscriptions' MaxDeliveryCount: well above
@@ -99,6 +101,14 @@ func (b *sbBroker) publish(ctx context.Context, m message, seq uint64) error {
 		return fmt.Errorf("%w: publish %s: %v", ErrBroker, m.Order.ID, err)
 	}
 	return nil
+}
+
+// outboxPublisher is outbox/servicebus on the producer's client, to the
+// topic: the relay's sends carry the MessageID servicebus.Send would give
+// them, so the topic's duplicate detection treats them alike.
+func (b *sbBroker) outboxPublisher() (outbox.Publisher, string, error) {
+	pub, err := outboxservicebus.New(b.client, outboxservicebus.Options{})
+	return pub, b.topic, err
 }
 
 // receiver opens a client of its own and a PeekLock receiver on the

@@ -2,6 +2,8 @@ package demo
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +36,51 @@ func TestRunServiceBus(t *testing.T) {
 				t.Fatalf("the naive consumer over-charged nothing: %+v", rep)
 			}
 		})
+	}
+}
+
+// TestRunServiceBusOutbox runs the demo on Service Bus with the outbox
+// producer: every order goes through a SQLite outbox and its relay
+// (outbox/servicebus). The outbox keeps each producer retry once (none is
+// published), a reused id with other content still reaches the consumers
+// and is dead-lettered, and the invariant holds under the same chaos.
+func TestRunServiceBusOutbox(t *testing.T) {
+	rep, err := Run(context.Background(), Config{Broker: BrokerServiceBus, Producer: ProducerOutbox,
+		Orders: 300, Consumers: 4, CrashRate: 0.2, DupRate: 0.5, ConflictRate: 0.02, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.InvariantOK {
+		t.Fatalf("invariant broken: %v", rep.Offending)
+	}
+	if !strings.Contains(rep.Producer, "outbox") {
+		t.Errorf("producer %q, want the outbox named", rep.Producer)
+	}
+	if rep.EffectsApplied != 300 || rep.Retries == 0 || rep.OutboxKeptOnce != rep.Retries || rep.BrokerDropped != 0 {
+		t.Fatalf("effects %d; %d producer retries, %d kept once by the outbox, %d dropped by the broker",
+			rep.EffectsApplied, rep.Retries, rep.OutboxKeptOnce, rep.BrokerDropped)
+	}
+	if rep.Conflicts == 0 || rep.ConflictDeadLetters < rep.Conflicts || rep.Crashes == 0 || rep.DuplicatesSuppressed == 0 {
+		t.Fatalf("%d conflicts (%d dead letters), %d crashes, %d duplicates suppressed", rep.Conflicts, rep.ConflictDeadLetters, rep.Crashes, rep.DuplicatesSuppressed)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "producer: outbox") || !strings.Contains(table.String(), "kept once by the outbox") {
+		t.Errorf("the table does not say the outbox produced:\n%s", table.String())
+	}
+}
+
+// The outbox producer needs a broker with an outbox publisher in the demo:
+// on the others it is refused before anything runs, naming the one it
+// runs on.
+func TestOutboxProducerRefusedElsewhere(t *testing.T) {
+	_, err := Run(context.Background(), Config{Producer: ProducerOutbox, Orders: 10})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), BrokerServiceBus) {
+		t.Fatalf("outbox producer on the embedded NATS: %v, want ErrConfig naming --broker servicebus", err)
+	}
+	if _, err := Run(context.Background(), Config{Producer: "carrier-pigeon", Orders: 10}); err == nil || !strings.Contains(err.Error(), "producer") {
+		t.Fatalf("unknown producer: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ func TestRelayOnEveryStoreAndBroker(t *testing.T) {
 		{"Kafka", outboxenv.KafkaBroker},
 		{"NATS", outboxenv.NATS},
 		{"RabbitMQ", outboxenv.AMQPBroker},
+		{"ServiceBus", outboxenv.ServiceBusBroker},
 	}
 	for _, s := range outboxenv.Stores {
 		for _, b := range brokers {

@@ -53,3 +53,14 @@ func TestDoTx(t *testing.T) {
 	}
 	outboxtest.RunDoTx(t, g, s, s.Enqueue)
 }
+
+// TestMigrateAddsNotBefore: a table made before Message.NotBefore gets its
+// column from Migrate.
+func TestMigrateAddsNotBefore(t *testing.T) {
+	db := outboxenv.MySQLDB(t, true, false)
+	s := outboxenv.MySQLStore(t, db, outboxmysql.Options{})
+	outboxenv.NotBeforeAdded(t, outboxenv.SQLSubject(s, db, s.Enqueue), func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, "ALTER TABLE `"+s.Table()+"` DROP COLUMN not_before")
+		return err
+	}, s.Migrate)
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/pgtest"
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	outboxpostgres "github.com/idemgo/idem/outbox/postgres"
 	"github.com/idemgo/idem/store/postgres"
@@ -123,4 +124,14 @@ func TestDoTx(t *testing.T) {
 			return tx.SendBatch(ctx, b).Close()
 		})
 	})
+}
+
+// TestMigrateAddsNotBefore: a table made before Message.NotBefore gets its
+// column from Migrate.
+func TestMigrateAddsNotBefore(t *testing.T) {
+	s, pool := newStore(t, outboxpostgres.Options{})
+	outboxenv.NotBeforeAdded(t, outboxtest.Subject{Store: s, InTx: inTx(s, pool)}, func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Table()+` DROP COLUMN not_before`)
+		return err
+	}, s.Migrate)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/outbox/internal/integration/outboxenv"
 	"github.com/idemgo/idem/outbox/outboxtest"
 	outboxsqlite "github.com/idemgo/idem/outbox/sqlite"
 	"github.com/idemgo/idem/store/sqlite"
@@ -61,4 +62,14 @@ func TestDoTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	outboxtest.RunDoTx(t, g, s, s.Enqueue)
+}
+
+// TestMigrateAddsNotBefore: a table made before Message.NotBefore gets its
+// column from Migrate.
+func TestMigrateAddsNotBefore(t *testing.T) {
+	s, inbox := newStore(t, outboxsqlite.Options{})
+	outboxenv.NotBeforeAdded(t, outboxenv.SQLSubject(s, inbox.DB(), s.Enqueue), func(ctx context.Context) error {
+		_, err := inbox.DB().ExecContext(ctx, `ALTER TABLE "`+s.Table()+`" DROP COLUMN not_before`)
+		return err
+	}, s.Migrate)
 }
