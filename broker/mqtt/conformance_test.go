@@ -102,7 +102,6 @@ func (b *suiteBroker) Features() brokertest.Features {
 	return brokertest.Features{Skip: map[string]string{
 		"Replay":                    "mqttidem has no Replay of dead letters yet",
 		"ConflictDeadLetterHeaders": "an MQTT message has no broker position (the packet id is a session slot, reused); the dead letter names its topic (Idem-Original-Topic) and idem's headers are checked by DeadLetterHeadersEveryReason",
-		"CrashBeforeSettle":         "a consumer resuming a killed consumer's session is not yet made to pass here (on mochi-mqtt 2.7.9 it got no SUBACK); the redelivery after a kill is checked by TestMosquittoRedelivery",
 	}}
 }
 
