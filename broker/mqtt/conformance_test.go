@@ -40,9 +40,11 @@ type suiteBroker struct {
 	// arrived gets a token for each dead letter received
 	arrived chan struct{}
 
-	mu      sync.Mutex
-	dead    []brokertest.DeadLetter
-	running map[int]bool // session ids in use
+	mu       sync.Mutex
+	dead     []brokertest.DeadLetter
+	raw      []*paho.Publish // the dead letters as received, for Replay
+	replayed int             // how many of raw Replay has replayed
+	running  map[int]bool    // session ids in use
 }
 
 func newSuiteBroker(t *testing.T, server string) *suiteBroker {
@@ -51,6 +53,7 @@ func newSuiteBroker(t *testing.T, server string) *suiteBroker {
 		m := mqttidem.MessageOf(&mqttidem.Message{Publish: pr.Packet})
 		b.mu.Lock()
 		b.dead = append(b.dead, brokertest.DeadLetter{ID: m.ID, Payload: m.Payload, Headers: m.Headers})
+		b.raw = append(b.raw, pr.Packet)
 		b.mu.Unlock()
 		select {
 		case b.arrived <- struct{}{}:
@@ -100,7 +103,6 @@ func dial(t *testing.T, server, id string, onPublish func(paho.PublishReceived) 
 // queued again in place: no order kept.
 func (b *suiteBroker) Features() brokertest.Features {
 	return brokertest.Features{Skip: map[string]string{
-		"Replay":                    "mqttidem has no Replay of dead letters yet",
 		"ConflictDeadLetterHeaders": "an MQTT message has no broker position (the packet id is a session slot, reused); the dead letter names its topic (Idem-Original-Topic) and idem's headers are checked by DeadLetterHeadersEveryReason",
 	}}
 }
@@ -130,6 +132,21 @@ func (b *suiteBroker) DeadLetters(context.Context) ([]brokertest.DeadLetter, err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]brokertest.DeadLetter(nil), b.dead...), nil
+}
+
+// Replay replays, with mqttidem.Replay, the dead letters received and not
+// yet replayed.
+func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	todo := b.raw[b.replayed:]
+	b.replayed = len(b.raw)
+	b.mu.Unlock()
+	for _, dl := range todo {
+		if err := mqttidem.Replay(ctx, b.pub, dl); err != nil {
+			return 0, err
+		}
+	}
+	return len(todo), nil
 }
 
 // Start runs a consumer on the lowest session id free; Kill closes its

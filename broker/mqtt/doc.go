@@ -48,6 +48,9 @@
 //     headers (broker.DeadLetterHeaders) and Idem-Original-Topic,
 //     Idem-Client-Id; then the original is acked. A connection lost between
 //     the two redelivers the original and may write its dead letter twice.
+//     Replay publishes a received dead letter back to its original topic
+//     without idem's headers; the record decides as for any redelivery
+//     (brokertest's Replay case).
 //
 // Several processes share the messages through a shared subscription
 // ($share/group/filter), each with a ClientID of its own, kept across
