@@ -837,3 +837,30 @@ func TestEngineHeartbeatRenewsTheLock(t *testing.T) {
 	}
 	f.none(t, "lock lost")
 }
+
+// A retry the transport cannot delay is waited out by the engine until the
+// delivery's context ends, even without a stop channel (ProcessUntil with
+// nil stop, as Watermill's middleware calls it): the report gives the delay
+// really waited, and the retry is handed to the transport at once.
+func TestEngineWaitOutEndsWithTheDelivery(t *testing.T) {
+	f := newFake()
+	f.noDelay = true
+	g, err := idem.New(memory.New(), idem.Options{Scope: "waitout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := broker.Handle(func(context.Context, *fmsg) ([]byte, error) { return nil, errors.New("transient") })
+	c, err := broker.NewConsumer[*fmsg](f, g, h, broker.Options[*fmsg]{Backoff: fixed(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r := c.ProcessUntil(ctx, nil, &fmsg{id: "w", payload: "p", attempt: 1})
+	if r.Action != idem.ActionRetry || r.Delay >= time.Hour || r.Delay <= 0 {
+		t.Fatalf("report %+v: want a retry whose delay is the wait until the delivery's context ended", r)
+	}
+	if c := f.next(t); c.op != "retry" || c.delay != 0 {
+		t.Fatalf("%s delay %v, want Retry with no delay (the engine waited)", c.op, c.delay)
+	}
+}

@@ -195,7 +195,7 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 		return r
 	}
 	if r.Action == idem.ActionRetry && !c.delays {
-		r.Delay = waitOut(r.Delay, stop)
+		r.Delay = waitOut(r.Delay, stop, d.ctx)
 	}
 	actx := d.ctx
 	if !c.local || r.Action == idem.ActionDeadLetter {
@@ -223,7 +223,7 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 			r.Delay = c.opts.Backoff(d.d.Attempt)
 			c.reportErr(r.BrokerErr)
 			if !c.delays {
-				r.Delay = waitOut(r.Delay, stop)
+				r.Delay = waitOut(r.Delay, stop, d.ctx)
 			}
 			d.endKeepAlive()
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
@@ -247,16 +247,23 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 }
 
 // waitOut waits out a retry's delay for a transport that cannot delay,
-// until stop, and returns how long it waited: the delay the retry really
-// had, which the report then gives (none when a shutdown hands it back at
-// once).
-func waitOut(delay time.Duration, stop <-chan struct{}) time.Duration {
-	if isClosed(stop) {
+// until stop closes or the delivery's context ends, and returns how long it
+// waited: the delay the retry really had, which the report then gives
+// (none when a shutdown hands it back at once). ctx's Done channel is asked
+// for only when there is a delay to wait (some contexts make it on first
+// use: Watermill's message context).
+func waitOut(delay time.Duration, stop <-chan struct{}, ctx context.Context) time.Duration {
+	if isClosed(stop) || delay <= 0 {
 		return 0
 	}
 	start := time.Now()
-	if sleep(delay, stop) {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
 		return delay
+	case <-stop:
+	case <-ctx.Done():
 	}
 	return time.Since(start)
 }

@@ -316,9 +316,9 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 
 // transport is the Watermill side of the engine. The router schedules
 // messages (a handler call each) and acks or nacks each from what the
-// middleware returns, so Ack and Retry settle nothing themselves; Retry
-// waits the back-off out (a nack is redelivered at once) before the
-// middleware returns the error. Watermill counts
+// middleware returns, so Ack and Retry settle nothing themselves; the
+// engine waits the back-off out (a nack is redelivered at once: Delayer
+// false) before the middleware returns the error. Watermill counts
 // no deliveries: the handler's failures are counted in the record.
 type transport struct{ m *Middleware }
 
@@ -332,21 +332,13 @@ func (transport) Delivery(*message.Message) broker.Delivery { return broker.Deli
 
 func (transport) Ack(context.Context, *message.Message) error { return nil }
 
-// Retry waits out the delay (a nack is redelivered at once), or until the
-// message's context ends; the middleware then returns the error and the
-// router nacks.
-func (transport) Retry(ctx context.Context, _ *message.Message, delay time.Duration) error {
-	if delay <= 0 {
-		return nil
-	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return nil
-}
+// Retry settles nothing: the middleware returns the error and the router
+// nacks, which Watermill redelivers at once, so the engine waits the
+// back-off out before (RetryDelays false), until the message's context ends.
+func (transport) Retry(context.Context, *message.Message, time.Duration) error { return nil }
+
+// RetryDelays: a nack cannot delay (broker.Delayer).
+func (transport) RetryDelays() bool { return false }
 
 // SettlesInPlace: the router acks and nacks (broker.InPlace).
 func (transport) SettlesInPlace() bool { return true }
