@@ -79,3 +79,46 @@ func TestRenewalLostCancelsHandler(t *testing.T) {
 		t.Fatalf("record %+v %v; want released", rec, gerr)
 	}
 }
+
+// pingTx is noTx whose server answers Ping or not.
+type pingTx struct {
+	noTx
+	down bool
+}
+
+func (p *pingTx) Ping(context.Context) error {
+	if p.down {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+// A transactional handler that fails while its store does not answer (its
+// statements met a server restarting) is the store's failure: a retryable
+// StoreError, so a consumer holds the message through the outage instead
+// of counting a failed delivery; with the store answering, the failure is
+// the handler's, and a permanent one stays the handler's either way.
+func TestTxHandlerFailureWhileStoreDown(t *testing.T) {
+	ts := &pingTx{}
+	g, err := idem.NewInbox[int](ts, idem.Options{Scope: "tx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connErr := errors.New("conn closed")
+	do := func(id string, herr error) (idem.Result, error) {
+		return idem.DoTx(context.Background(), g, idem.Message{ID: id}, func(context.Context, int) ([]byte, error) { return nil, herr })
+	}
+	if res, err := do("up", connErr); res.Outcome != idem.OutcomeFailed || !errors.Is(err, connErr) {
+		t.Fatalf("store answering: %v, %v; want the handler's failure", res.Outcome, err)
+	}
+	ts.down = true
+	res, err := do("down", connErr)
+	var se *idem.StoreError
+	if res.Outcome != idem.OutcomeStoreError || !errors.As(err, &se) || !errors.Is(err, connErr) || idem.IsPermanent(err) {
+		t.Fatalf("store down: %v, %v; want a retryable StoreError wrapping the handler's error", res.Outcome, err)
+	}
+	perm := idem.Permanent(errors.New("card rejected"))
+	if res, err := do("perm", perm); res.Outcome == idem.OutcomeStoreError || !idem.IsPermanent(err) {
+		t.Fatalf("permanent failure with the store down: %v, %v; want it the handler's", res.Outcome, err)
+	}
+}

@@ -145,6 +145,10 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 	}
 	switch {
 	case handlerErr != nil:
+		if err := unreachable(ctx, g, ts, handlerErr); err != nil {
+			res.Outcome = OutcomeStoreError
+			return res, err
+		}
 		res.Outcome = failedOutcome(handlerErr)
 		return res, handlerErr
 	case outcomeErr != nil:
@@ -273,4 +277,31 @@ func txStore[Tx any](g *Guard) (TxStore[Tx], error) {
 		return nil, fmt.Errorf("%w: %T has none for %T", ErrNoTx, store, zero)
 	}
 	return ts, nil
+}
+
+// pinger is storekit.Pinger: a store that can say whether its server
+// answers.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// unreachable tells a handler that failed because the store went away (its
+// statements ran on the store's connection, in the store's transaction:
+// a server restarted mid-transaction fails them) from one that failed on
+// its own: when the store is a pinger and does not answer now, the failure
+// is the store's, a *StoreError wrapping the handler's error, and the
+// caller holds the message as for any store outage instead of counting a
+// failed delivery. A handler error that is permanent stays the handler's.
+func unreachable[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], herr error) error {
+	p, ok := ts.(pinger)
+	if !ok || IsPermanent(herr) || ctx.Err() != nil {
+		return nil
+	}
+	sctx := g.storeCtx(ctx)
+	perr := p.Ping(sctx)
+	sctx.cancel(nil)
+	if perr == nil {
+		return nil
+	}
+	return &StoreError{Op: "tx", Err: fmt.Errorf("%w (the store does not answer: %v)", herr, perr)}
 }

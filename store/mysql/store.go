@@ -312,3 +312,8 @@ func (s *Store) inTxRC(ctx context.Context, fn func(tx *sql.Tx) error) error {
 func quoteList(n int, item string) string {
 	return strings.TrimSuffix(strings.Repeat(item+",", n), ",")
 }
+
+// Ping reports whether the server answers (storekit.Pinger): DoTx asks
+// after a handler failed, to tell a server restarted mid-transaction from
+// the handler's own failure.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

@@ -296,3 +296,8 @@ func wrapErr(op string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }
+
+// Ping reports whether PostgreSQL answers (storekit.Pinger): DoTx asks
+// after a handler failed, to tell a server restarted mid-transaction from
+// the handler's own failure.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }

@@ -54,3 +54,14 @@ type MarkDeferrer[Tx any] interface {
 	// rather than as the function's failure.
 	DeferMark(ctx context.Context, tx Tx, req idem.ClaimRequest) (c idem.Claim, deferred bool, err error)
 }
+
+// Pinger is implemented by idem.TxStores that can say whether their server
+// answers. When a transactional handler fails, idem.DoTx pings the store:
+// a store that does not answer means the handler's statements failed with
+// it (a server restarted mid-transaction), so DoTx reports a retryable
+// *idem.StoreError (a consumer holds the message through the outage,
+// spending no delivery) rather than the handler's failure (counted toward
+// a delivery limit). store/postgres and store/mysql implement it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
