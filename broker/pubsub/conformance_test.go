@@ -43,7 +43,7 @@ func TestConformanceExactlyOnce(t *testing.T) {
 // the client sends its first extension (half its 10s minimum, whatever
 // the deadline): with 2s, held messages came back while held and
 // Pub/Sub's policy forwarded them during StoreOutage.
-const testDeadline = 8 * time.Second
+const testDeadline = 7 * time.Second
 
 const project = "idem-test"
 
