@@ -109,8 +109,9 @@ func Consume(ctx context.Context, sub *pubsub.Subscriber, g *idem.Guard, h Handl
 var ErrRunning = errors.New("pubsubidem: Run already in progress")
 
 // Run receives and handles messages until ctx ends, then shuts down
-// gracefully (broker.Consumer.Run): it stops receiving (the client nacks
-// what it pulled but had not handed over), nacks held messages and those
+// gracefully (broker.Consumer.Run): it stops receiving (what the client
+// had handed over and no worker took is nacked, a last delivery among
+// them handled instead), nacks held messages and those
 // waiting on their back-off, waits for the in-flight handlers (cancelling
 // their contexts after ShutdownTimeout; a message on its last delivery is
 // held until then, and dead-lettered by the consumer rather than nacked),
@@ -132,7 +133,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 			select {
 			case r.in <- msg:
 			case <-cctx.Done():
-				m.Nack() // receiving ended before the engine took it
+				// Receiving ended before the engine took it: handed back,
+				// unless it is the last delivery (Pub/Sub would forward it
+				// without idem's attributes), which is handled here
+				// instead, within ShutdownTimeout.
+				if !c.t.Delivery(msg).Last {
+					m.Nack()
+					return
+				}
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.eng.Options().ShutdownTimeout)
+				c.eng.Process(pctx, msg)
+				cancel()
 			}
 		})
 	}()

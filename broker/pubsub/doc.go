@@ -85,6 +85,16 @@
 // deadline: deadlines below about 7s (MaxDurationPerAckExtension) expire
 // before it and messages come back while they are handled.
 //
+// # Flow control
+//
+// The client pulls ahead of the engine: up to
+// ReceiveSettings.MaxOutstandingMessages (default 1000) messages are
+// outstanding in one process, those not yet taken by a worker waiting in
+// the client's callbacks, their deadlines extended, unavailable to other
+// consumers of the subscription. Held messages and those waiting out a
+// back-off count too. Set MaxOutstandingMessages to a small multiple of
+// Concurrency. At shutdown the waiting ones are nacked at once.
+//
 // # Dead-letter policy and the last delivery
 //
 // On a subscription with a dead-letter policy Pub/Sub counts deliveries
@@ -120,11 +130,16 @@
 //
 // # Shutdown
 //
-// Run's end is the engine's graceful shutdown: receiving stops (the client
-// nacks what it pulled and had not handed over), messages received and
-// not started, held ones and those waiting on their back-off are nacked,
+// Run's end is the engine's graceful shutdown: receiving stops, messages
+// received and not started, held ones and those waiting on their back-off
+// are nacked (a last delivery among them is handled, and dead-lettered by
+// the consumer if it fails, rather than nacked),
 // in-flight handlers finish within ShutdownTimeout and are settled, and
-// Run returns once the client's Receive has sent the last acks.
+// Run returns once the client's Receive has sent the last acks. The
+// client itself nacks the messages it had pulled and not yet passed to
+// its callbacks when receiving stops; a last delivery among them is
+// forwarded by Pub/Sub's dead-letter policy, without idem's attributes
+// (never lost; Replay takes it).
 //
 // # Tests
 //
