@@ -3,7 +3,6 @@ package pubsubidem_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/brokertest"
 	pubsubidem "github.com/idemgo/idem/broker/pubsub"
 	"github.com/idemgo/idem/internal/consumetest"
@@ -56,9 +57,15 @@ type psBroker struct {
 	down sync.WaitGroup
 
 	mu       sync.Mutex
-	dls      []*pubsub.Message // every dead letter read
-	replayed int               // dls[:replayed] are replayed
+	dls      []*pubsub.Message    // every dead letter read
+	read     map[string]time.Time // when each was read, by its message id
+	settled  map[string]bool      // originals whose dead-letter report the hooks saw, by server id
+	replayed int                  // dls[:replayed] are replayed
 }
+
+// settleGrace bounds how long DeadLetters keeps back a dead letter whose
+// consumer's report has not come (a consumer killed between the two).
+const settleGrace = 3 * time.Second
 
 const (
 	topicName = "projects/" + project + "/topics/orders"
@@ -118,7 +125,7 @@ const defaultAttempts = 100
 
 func newBroker(t *testing.T, eod bool) *psBroker {
 	srv := newServer(t)
-	b := &psBroker{t: t, srv: srv, eod: eod, cl: newClient(t, srv)}
+	b := &psBroker{t: t, srv: srv, eod: eod, cl: newClient(t, srv), read: map[string]time.Time{}, settled: map[string]bool{}}
 	setup(t, b.cl, eod, defaultAttempts)
 	b.pub = b.cl.Publisher(topicName)
 	t.Cleanup(func() {
@@ -161,7 +168,13 @@ func (b *psBroker) Publish(ctx context.Context, msgs ...brokertest.Message) erro
 }
 
 // DeadLetters pulls what reached the dead-letter topic since the last
-// call (acking it) and returns every dead letter read.
+// call (acking it) and returns every dead letter read, each of a
+// consumer's once the hooks saw its report (or settleGrace after it was
+// read). The suite takes a dead letter's presence as the end of its
+// delivery, but with exactly-once delivery the consumer publishes it and
+// then waits for its original's ack to be confirmed (the client sends acks
+// every 100ms) before the report: the cases' outcome counts would race
+// that wait.
 func (b *psBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -177,15 +190,20 @@ func (b *psBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 		for i, rm := range res.ReceivedMessages {
 			ids[i] = rm.AckId
 			b.dls = append(b.dls, &pubsub.Message{ID: rm.Message.MessageId, Data: rm.Message.Data, Attributes: rm.Message.Attributes})
+			b.read[rm.Message.MessageId] = time.Now()
 		}
 		if err := b.cl.SubscriptionAdminClient.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: dlqSub, AckIds: ids}); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]brokertest.DeadLetter, len(b.dls))
-	for i, m := range b.dls {
+	out := make([]brokertest.DeadLetter, 0, len(b.dls))
+	for _, m := range b.dls {
+		_, idems := m.Attributes[idem.HeaderReason]
+		if idems && !b.settled[m.Attributes[pubsubidem.HeaderPosition]] && time.Since(b.read[m.ID]) < settleGrace {
+			continue
+		}
 		im := pubsubidem.MessageOf(&pubsubidem.Message{Message: m})
-		out[i] = brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers}
+		out = append(out, brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers})
 	}
 	return out, nil
 }
@@ -205,7 +223,11 @@ func (b *psBroker) Replay(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-var starts atomic.Int64
+// suiteConcurrency is the consumers' Concurrency where a case leaves it
+// to the adapter: with exactly-once delivery each ack waits for Pub/Sub's
+// answer, and the client sends acks every 100ms, so one worker settles
+// about ten messages a second.
+const suiteConcurrency = 8
 
 // Start runs a consumer on a client of its own; Kill closes the client,
 // leaving its messages outstanding until their deadline passes. A
@@ -223,10 +245,25 @@ func (b *psBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertes
 	sub.ReceiveSettings.MinDurationPerAckExtension = testDeadline
 	sub.ReceiveSettings.MaxDurationPerAckExtension = testDeadline
 	dl := cl.Publisher(dlqName)
-	starts.Add(1)
+	concurrency := sc.Concurrency
+	if concurrency == 0 {
+		concurrency = suiteConcurrency
+	}
+	hooks := consumetest.Hooks(sc.Hooks, pubsubidem.MessageOf)
+	after := hooks.AfterSettle
+	hooks.AfterSettle = func(ctx context.Context, m *pubsubidem.Message, r broker.Report) {
+		if after != nil {
+			after(ctx, m, r)
+		}
+		if r.Action == idem.ActionDeadLetter && r.BrokerErr == nil {
+			b.mu.Lock()
+			b.settled[m.ID] = true
+			b.mu.Unlock()
+		}
+	}
 	c, err := pubsubidem.NewConsumer(sub, sc.Guard, consumetest.SuiteHandler(sc, pubsubidem.MessageOf), pubsubidem.Options{
-		Options: pubsubidem.ConsumerOptions{Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
-			Hooks: consumetest.Hooks(sc.Hooks, pubsubidem.MessageOf)},
+		Options: pubsubidem.ConsumerOptions{Concurrency: concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
+			Hooks: hooks},
 		DeadLetter: dl,
 	})
 	if err != nil {

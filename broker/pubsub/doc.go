@@ -124,7 +124,10 @@
 // meanwhile) is reported in the Report's BrokerErr and through
 // Hooks.OnError; the message comes back and its record makes it a
 // duplicate, acked without running the handler, so nothing is applied
-// twice. A refused nack is harmless (the message comes back anyway). A
+// twice. The wait has a price: the client sends acks in batches every
+// 100ms, so a worker settles about ten messages a second; raise
+// Concurrency (and MaxOutstandingMessages with it) for throughput. A
+// refused nack is harmless (the message comes back anyway). A
 // dead letter whose original's ack is refused comes back and is
 // dead-lettered again: dead letters are at least once.
 //
