@@ -123,10 +123,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
-	r := &receiving{in: make(chan *Message), done: make(chan struct{})}
+	ended, end := context.WithCancel(context.Background())
+	r := &receiving{in: make(chan *Message), done: make(chan struct{}), ended: ended}
 	c.t.cur.Store(r)
 	rctx, stop := context.WithCancel(ctx)
 	go func() {
+		defer end()
 		defer close(r.done)
 		r.err = c.t.sub.Receive(rctx, func(cctx context.Context, m *pubsub.Message) {
 			msg := &Message{Message: m, Received: time.Now()}
@@ -150,6 +152,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	err := c.eng.Run(ctx)
 	stop()
 	<-r.done
+	c.t.cur.Store(nil) // a Process after Run waits for its acks' answers again
 	return err
 }
 

@@ -126,8 +126,10 @@
 // duplicate, acked without running the handler, so nothing is applied
 // twice. The wait has a price: the client sends acks in batches every
 // 100ms, so a worker settles about ten messages a second; raise
-// Concurrency (and MaxOutstandingMessages with it) for throughput. A
-// refused nack is harmless (the message comes back anyway). A
+// Concurrency (and MaxOutstandingMessages with it) for throughput. The
+// wait ends when the client's Receive does (the client closed under it):
+// no answer comes then, and the ack is reported failed. A refused nack is
+// harmless (the message comes back anyway). A
 // dead letter whose original's ack is refused comes back and is
 // dead-lettered again: dead letters are at least once.
 //

@@ -45,10 +45,16 @@ type transport struct {
 
 // receiving is one Run's hand-over from the client's Receive callbacks.
 type receiving struct {
-	in   chan *Message // unbuffered: a message is the client's until taken
-	done chan struct{} // closed when the client's Receive returned
-	err  error         // its error, read after done
+	in    chan *Message   // unbuffered: a message is the client's until taken
+	done  chan struct{}   // closed when the client's Receive returned
+	ended context.Context // done then too: the client answers no ack after it
+	err   error           // its error, read after done
 }
+
+// errReceiveEnded cuts the wait for an ack's answer once the client's
+// Receive has returned (the client closed: a crash, or the subscription
+// gone): none will come.
+var errReceiveEnded = errors.New("the client's Receive ended: no answer will come")
 
 var (
 	_ broker.Transport[*Message]  = (*transport)(nil)
@@ -106,7 +112,7 @@ func (t *transport) Delivery(m *Message) broker.Delivery {
 // ack id expired, fails: the message comes back and its record makes it
 // a duplicate); without it, the client reports success at once.
 func (t *transport) Ack(ctx context.Context, m *Message) error {
-	if err := result(ctx, m.AckWithResult()); err != nil {
+	if err := t.result(ctx, m.AckWithResult()); err != nil {
 		return fmt.Errorf("pubsubidem: ack %s: %w (it is delivered again, a duplicate)", m.ID, err)
 	}
 	return nil
@@ -116,7 +122,7 @@ func (t *transport) Ack(ctx context.Context, m *Message) error {
 // subscription's retry policy's back-off. The engine has waited out the
 // delay (RetryDelays is false), the ack deadline extended.
 func (t *transport) Retry(ctx context.Context, m *Message, _ time.Duration) error {
-	err := result(ctx, m.NackWithResult())
+	err := t.result(ctx, m.NackWithResult())
 	var ack *ackError
 	if errors.As(err, &ack) && ack.status == pubsub.AcknowledgeStatusInvalidAckID {
 		return nil // the deadline had passed: it is delivered again anyway
@@ -144,8 +150,16 @@ func (e *ackError) Error() string {
 
 func (e *ackError) Unwrap() error { return e.err }
 
-// result waits for an ack's or a nack's outcome.
-func result(ctx context.Context, r *pubsub.AckResult) error {
+// result waits for an ack's or a nack's outcome, until ctx ends or the
+// current Run's Receive has returned.
+func (t *transport) result(ctx context.Context, r *pubsub.AckResult) error {
+	if cur := t.cur.Load(); cur != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(cur.ended, func() { cancel(errReceiveEnded) })
+		defer stop()
+	}
 	st, err := r.Get(ctx)
 	if err == nil && st == pubsub.AcknowledgeStatusSuccess {
 		return nil
@@ -154,7 +168,7 @@ func result(ctx context.Context, r *pubsub.AckResult) error {
 		err = errors.New("not acknowledged")
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return err
+		return context.Cause(ctx)
 	}
 	return &ackError{status: st, err: err}
 }
@@ -168,7 +182,7 @@ func (t *transport) DeadLetter(ctx context.Context, m *Message, dl broker.DeadLe
 	if _, err := t.dl.Publish(ctx, out).Get(ctx); err != nil {
 		return fmt.Errorf("pubsubidem: dead letter %s to %s: %w", m.ID, t.dl, err)
 	}
-	if err := result(ctx, m.AckWithResult()); err != nil {
+	if err := t.result(ctx, m.AckWithResult()); err != nil {
 		return fmt.Errorf("pubsubidem: dead letter %s stored, but its ack failed (it comes back and is dead-lettered again): %w", m.ID, err)
 	}
 	return nil
