@@ -92,12 +92,13 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka or redisstream)", c.Broker)
 	}
-	// Nothing to restart: SQLite has no server, and a RabbitMQ node is
-	// never the harness's (only the user's own, with their command).
+	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
+	// broker at the user's URL is never the harness's (only the user's
+	// own, with their command).
 	if c.Store == "sqlite" {
 		c.StoreRestarts = -1
 	}
-	if c.Broker == "amqp" && c.RestartBroker == "" {
+	if (c.Broker == "amqp" || c.BrokerURL != "") && c.RestartBroker == "" {
 		c.BrokerRestarts = -1
 	}
 	if c.Orders <= 0 {
