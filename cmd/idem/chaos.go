@@ -57,7 +57,13 @@ The broker is one of:
                     restarted unless you pass --restart-broker for your own;
   --broker kafka    Kafka on kfake (franz-go's Kafka in Go), hosted by the
                     harness on a loopback port; a consumer group spreads the
-                    partitions over the consumers.
+                    partitions over the consumers;
+  --broker redisstream
+                    Redis Streams on a redis-server of the harness's own
+                    (apart from the store's), with an append-only file synced
+                    on every write: a work stream read by a consumer group
+                    (XREADGROUP, XAUTOCLAIM of a killed consumer's entries,
+                    XACK after the commit) and a dead-letter stream.
 
 A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
 at chosen points through the library's hooks: after the commit (or Complete)
@@ -65,15 +71,16 @@ and before the ack (broker.Hooks.BeforeSettle), and after the side effect
 and before the commit or Complete (in the handler). It restarts them, and it
 restarts the store (PostgreSQL: pg_ctl stop -m immediate; MariaDB and Redis
 (appendfsync always): SIGKILL) and the broker (nats-server: SIGTERM; kfake:
-closed and opened again on its data directory) mid-run.
+closed and opened again on its data directory; redis-server: SIGKILL) mid-run.
 
 By default the servers are the harness's own, on private ports and
 directories (initdb and pg_ctl as the postgres user when run as root,
 mariadb-install-db and mariadbd, nats-server, redis-server, found on the
 PATH and under /usr/lib/postgresql/*/bin and /usr/sbin), removed afterwards.
 --store URL and --broker URL point it at yours instead (postgres://,
-mysql:// or mariadb://, sqlite://, redis://; nats://, amqp://): it creates
-idem_chaos_* tables, CHAOS_* streams and idem-chaos-* queues there;
+mysql:// or mariadb://, sqlite://, redis://; nats://, amqp://, redis:// for
+Redis Streams): it creates idem_chaos_* tables, CHAOS_* streams, idem-chaos-*
+queues and idem-chaos:* stream keys there;
 --restart-store and --restart-broker are the shell commands that restart
 them (without one, that server is not restarted).
 
@@ -91,9 +98,9 @@ kept and named.
 on NATS the durable consumer's MaxDeliver (idem's MaxDeliveries follows
 it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
 MaxDeliveries set to match and the queue dead-lettering what it drops to
-the dead-letter queue, and on Kafka, which has no broker limit, the
-consumer's MaxDeliveries only. Without it the limit is 100 on NATS and
-RabbitMQ and there is none on Kafka. The handler fails about 1% of the
+the dead-letter queue, and on Kafka and Redis Streams, which have no broker
+limit, the consumer's MaxDeliveries only. Without it the limit is 100 on
+NATS and RabbitMQ and there is none on Kafka and Redis Streams. The handler fails about 1% of the
 orders twice before it charges them, and with --max-deliver 0.3% every
 time: those must end dead-lettered (max_deliver). The verdict counts as
 failures a dead letter of an order the handler never failed (its
@@ -102,11 +109,13 @@ nor dead-lettered (lost).
 
 Deliveries are the broker's count on NATS (the durable consumer's), and the
 consumer processes' own count on RabbitMQ (the highest delivery tag of each
-channel) and Kafka (the records their clients handed them).`,
+channel), Kafka (the records their clients handed them) and Redis Streams
+(the entries XREADGROUP and XAUTOCLAIM handed them).`,
 		Example: `  idem chaos
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
   idem chaos --store mysql --broker amqp
   idem chaos --store sqlite --broker kafka
+  idem chaos --store sqlite --broker redisstream
   idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
@@ -159,14 +168,14 @@ channel) and Kafka (the records their clients handed them).`,
 	}
 	f := c.Flags()
 	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
-	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues) or kafka (kfake); or your nats:// or amqp:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake) or redisstream (a private redis-server); or your nats://, amqp:// or redis:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
 	f.IntVar(&cfg.Consumers, "consumers", 3, "consumer processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "handlers per consumer process")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the orders and of the fault schedule")
-	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka MaxDeliveries only (Kafka has no broker limit); default 100 on NATS and RabbitMQ, none on Kafka")
+	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka and Redis Streams MaxDeliveries only (no broker limit); default 100 on NATS and RabbitMQ, none on Kafka and Redis Streams")
 	f.IntVar(&cfg.RandomKills, "kills", 0, "SIGKILLs at random moments (default orders/300, at least 3)")
 	f.IntVar(&cfg.StoreRestarts, "store-restarts", 0, "store restarts (default 2)")
 	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "broker restarts (default 1)")
@@ -206,8 +215,18 @@ func chaosBroker(cfg *chaos.Config, b string) error {
 		cfg.Broker = kind
 	case "amqp", "amqps":
 		cfg.Broker = "amqp"
+	case "redisstream":
+		if isURL {
+			return usagef("--broker %q: a Redis for Redis Streams is a redis:// URL", b)
+		}
+		cfg.Broker = kind
+	case "redis", "rediss":
+		if !isURL {
+			return usagef("--broker %q: Redis Streams is --broker redisstream (or a redis:// URL)", b)
+		}
+		cfg.Broker = "redisstream"
 	default:
-		return usagef("--broker %q: nats, amqp or kafka, or a nats:// or amqp:// URL", b)
+		return usagef("--broker %q: nats, amqp, kafka or redisstream, or a nats://, amqp:// or redis:// URL", b)
 	}
 	if isURL {
 		if kind == "kafka" {

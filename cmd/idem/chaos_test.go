@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/cmd/idem/internal/chaos"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -16,7 +17,8 @@ func TestChaosUsageErrors(t *testing.T) {
 	}{
 		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
 		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
-		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp or kafka"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka or redisstream"},
+		{"redis without url", []string{"chaos", "--broker", "redis"}, "--broker redisstream"},
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
 		{"negative kills", []string{"chaos", "--kills", "-1"}, "--kills cannot be negative"},
@@ -59,5 +61,16 @@ func TestChaosJSON(t *testing.T) {
 	}
 	if m["naive_doubles"].(float64) == 0 {
 		t.Errorf("the naive consumer found no doubles:\n%s", stdout)
+	}
+}
+
+// TestChaosBrokerRedisStreams: --broker redisstream is the harness's own
+// redis-server, a redis:// URL the user's Redis for Redis Streams.
+func TestChaosBrokerRedisStreams(t *testing.T) {
+	for arg, url := range map[string]string{"redisstream": "", "redis://127.0.0.1:6390/0": "redis://127.0.0.1:6390/0"} {
+		var cfg chaos.Config
+		if err := chaosBroker(&cfg, arg); err != nil || cfg.Broker != "redisstream" || cfg.BrokerURL != url {
+			t.Errorf("--broker %s: broker %q, URL %q, %v; want redisstream, %q", arg, cfg.Broker, cfg.BrokerURL, err, url)
+		}
 	}
 }

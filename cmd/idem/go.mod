@@ -10,6 +10,7 @@ require (
 	github.com/idemgo/idem/broker/amqp v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0
+	github.com/idemgo/idem/broker/redisstream v0.1.0
 	github.com/idemgo/idem/broker/servicebus v0.1.0
 	github.com/idemgo/idem/console v0.1.0
 	github.com/idemgo/idem/idemprom v0.1.0

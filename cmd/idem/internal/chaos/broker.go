@@ -68,6 +68,29 @@ func waitWindow(ctx context.Context, i int, settled *atomic.Int64) error {
 	return nil
 }
 
+// produceBatches publishes the plan in batches of batch messages, each
+// once the window allows it, and sends again the messages of a batch that
+// send says failed (those whose acknowledgement was lost are in the broker
+// twice: a producer retry of the real kind).
+func produceBatches(ctx context.Context, plan *Plan, settled *atomic.Int64, batch int, send func(todo []planned) (failed []planned)) error {
+	for i := 0; i < len(plan.Msgs); i += batch {
+		if err := waitWindow(ctx, i, settled); err != nil {
+			return err
+		}
+		todo := plan.Msgs[i:min(i+batch, len(plan.Msgs))]
+		for len(todo) > 0 {
+			todo = send(todo)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if len(todo) > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	return nil
+}
+
 // openBus makes one pass's broker objects.
 func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 	switch cfg.Broker {
@@ -75,6 +98,8 @@ func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 		return openAMQP(ctx, e, cfg.brokerLimit(), naive)
 	case "kafka":
 		return openKafka(ctx, e, cfg.MaxDeliver, naive) // Kafka has no broker limit
+	case "redisstream":
+		return openRedisStream(ctx, e, cfg.MaxDeliver, naive) // nor has Redis
 	}
 	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }

@@ -2,7 +2,7 @@
 // OS processes written as a user writes them (the transactional inbox on
 // PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
 // HTTP call to a bank process that dedups by the derived key), over NATS
-// JetStream, RabbitMQ or Kafka (kfake), and a supervisor that SIGKILLs
+// JetStream, RabbitMQ, Kafka (kfake) or Redis Streams, and a supervisor that SIGKILLs
 // consumers at random and at the worst moments (through the library's
 // BeforeSettle hook: after the commit, before the ack; and in the handler:
 // after the side effect, before Complete), restarts them, and restarts the
@@ -29,11 +29,12 @@ type Config struct {
 	// transactional inbox) or "redis" (two-phase with the bank).
 	Store    string
 	StoreURL string // the user's store; "": a private server (a file for SQLite) the harness starts
-	// Broker is "nats" (JetStream), "amqp" (RabbitMQ) or "kafka" (kfake,
-	// hosted by the harness).
+	// Broker is "nats" (JetStream), "amqp" (RabbitMQ), "kafka" (kfake,
+	// hosted by the harness) or "redisstream" (Redis Streams).
 	Broker string
-	// BrokerURL is the user's NATS JetStream or RabbitMQ; "": a private
-	// nats-server, or the RabbitMQ of AMQPURL (its own queues only).
+	// BrokerURL is the user's NATS JetStream, RabbitMQ or Redis; "": a
+	// private nats-server or redis-server, or the RabbitMQ of AMQPURL (its
+	// own queues only).
 	BrokerURL string
 	// RestartStore and RestartBroker are shell commands that restart the
 	// user's servers (with StoreURL, BrokerURL); without them the user's
@@ -49,9 +50,9 @@ type Config struct {
 	// MaxDeliver on NATS, the quorum queue's x-delivery-limit on RabbitMQ
 	// (with the consumer's MaxDeliveries set to match, and the queue
 	// dead-lettering what it drops to the dead-letter queue, as the amqp
-	// package doc says), the consumer's MaxDeliveries alone on Kafka,
-	// which has no broker limit. 0: 100 on NATS and RabbitMQ, none on
-	// Kafka. With a limit the plan also has orders the handler fails every
+	// package doc says), the consumer's MaxDeliveries alone on Kafka and
+	// Redis Streams, which have no broker limit. 0: 100 on NATS and
+	// RabbitMQ, none on Kafka and Redis Streams. With a limit the plan also has orders the handler fails every
 	// time, which must end dead-lettered (max_deliver).
 	MaxDeliver int
 
@@ -81,7 +82,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("chaos: unknown store %q (postgres, mysql, sqlite or redis)", c.Store)
 	}
 	switch c.Broker {
-	case "nats", "amqp":
+	case "nats", "amqp", "redisstream":
 	case "kafka":
 		if c.BrokerURL != "" {
 			return fmt.Errorf("chaos: Kafka runs on the harness's own kfake: no broker URL")
@@ -89,14 +90,15 @@ func (c *Config) defaults() error {
 	case "":
 		c.Broker = "nats"
 	default:
-		return fmt.Errorf("chaos: unknown broker %q (nats, amqp or kafka)", c.Broker)
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka or redisstream)", c.Broker)
 	}
-	// Nothing to restart: SQLite has no server, and a RabbitMQ node is
-	// never the harness's (only the user's own, with their command).
+	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
+	// broker at the user's URL is never the harness's (only the user's
+	// own, with their command).
 	if c.Store == "sqlite" {
 		c.StoreRestarts = -1
 	}
-	if c.Broker == "amqp" && c.RestartBroker == "" {
+	if (c.Broker == "amqp" || c.BrokerURL != "") && c.RestartBroker == "" {
 		c.BrokerRestarts = -1
 	}
 	if c.Orders <= 0 {
@@ -265,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
-	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)"}
+	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams"}
 )
 
 // brokerLimit is the delivery limit the broker is given: MaxDeliver, else
@@ -317,6 +319,8 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		}
 	case cfg.Broker == "kafka":
 		e.broker, err = StartKafka(ctx)
+	case cfg.Broker == "redisstream":
+		e.broker, err = StartRedisBroker(ctx)
 	default:
 		e.broker, err = StartNATS(ctx)
 	}

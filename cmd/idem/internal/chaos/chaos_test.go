@@ -107,6 +107,21 @@ func TestShortFormSQLiteKafka(t *testing.T) {
 	}
 }
 
+// TestShortFormSQLiteRedisStreams is the short form for the transactional
+// inbox on SQLite over Redis Streams on a redis-server of the harness's own
+// (apart from any store's), SIGKILLed and started again on its append-only
+// file mid-run: a consumer group whose killed members' entries the others
+// claim (XAUTOCLAIM), dead letters on a stream of their own.
+func TestShortFormSQLiteRedisStreams(t *testing.T) {
+	res := runShort(t, Config{Store: "sqlite", Broker: "redisstream", Orders: shortOrders(600), RandomKills: 2})
+	if res.Idem.BrokerRestrt == 0 {
+		t.Errorf("no redis-server restart")
+	}
+	if res.Deliveries < res.Idem.Messages {
+		t.Errorf("%d deliveries counted for %d messages", res.Deliveries, res.Idem.Messages)
+	}
+}
+
 // shortOrders is the short form's size: def, or IDEM_CHAOS_ORDERS.
 func shortOrders(def int) int {
 	if n, err := strconv.Atoi(os.Getenv("IDEM_CHAOS_ORDERS")); err == nil && n > 0 {

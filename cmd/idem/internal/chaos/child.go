@@ -27,13 +27,14 @@ const (
 type childConfig struct {
 	Role      string // "consumer" or "bank"
 	Store     string // "postgres", "mysql", "sqlite", "redis"
-	Broker    string // "nats", "amqp", "kafka"
+	Broker    string // "nats", "amqp", "kafka", "redisstream"
 	Naive     bool   // no idem: charge, commit, ack
 	StoreURL  string
 	BrokerURL string
 	// Source is what the consumers read: the JetStream stream, the AMQP
-	// queue or the Kafka topic; Durable the JetStream durable or the Kafka
-	// group; DLQ the dead-letter subject, queue or topic.
+	// queue, the Kafka topic or the Redis stream; Durable the JetStream
+	// durable or the Kafka or Redis group; DLQ the dead-letter subject,
+	// queue, topic or stream.
 	Source, Durable, DLQ string
 	// Counts is a directory where each consumer process counts the
 	// deliveries it received, in a file of its own (brokers that count no

@@ -21,7 +21,7 @@ import (
 )
 
 // The consumers are written as a user would write them from the package
-// docs: a NATS JetStream, RabbitMQ or Kafka consumer charging orders, with
+// docs: a NATS JetStream, RabbitMQ, Kafka or Redis Streams consumer charging orders, with
 // the dedup marker in the charge's transaction (PostgreSQL, MariaDB,
 // SQLite), or two-phase on Redis with the charge a call to the bank
 // carrying the derived key (ledger.go holds the store side).
@@ -86,6 +86,8 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		return runAMQP(ctx, cfg, l)
 	case "kafka":
 		return runKafka(ctx, cfg, l)
+	case "redisstream":
+		return runRedisStream(ctx, cfg, l)
 	}
 	return runNATS(ctx, cfg, l)
 }
@@ -119,6 +121,22 @@ func logAdvisories(nc *nats.Conn, stream, durable string) {
 func settleKill(kill *killer, r broker.Report) {
 	if r.Action == idem.ActionAck && r.Result.Outcome == idem.OutcomeProcessed {
 		kill.pass(pointSettle)
+	}
+}
+
+// engineOptions are the consumer engine's options of the Kafka and Redis
+// Streams consumers: the run's concurrency and delivery limit, the
+// harness's back-off, and the kill point at BeforeSettle.
+func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
+	return broker.Options[M]{
+		Concurrency:     cfg.Concurrency,
+		MaxDeliveries:   cfg.MaxDeliveries,
+		Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		ShutdownTimeout: 2 * time.Second,
+		Hooks: broker.Hooks[M]{
+			OnError:      logError,
+			BeforeSettle: func(_ context.Context, _ M, r broker.Report) { settleKill(l.kill, r) },
+		},
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 )
 
@@ -158,36 +157,23 @@ func (b *kafkaBus) produce(ctx context.Context, plan *Plan, settled *atomic.Int6
 		return err
 	}
 	defer cl.Close()
-	const batch = 100
-	for i := 0; i < len(plan.Msgs); i += batch {
-		if err := waitWindow(ctx, i, settled); err != nil {
-			return err
-		}
-		todo := plan.Msgs[i:min(i+batch, len(plan.Msgs))]
-		for len(todo) > 0 {
-			recs := make([]*kgo.Record, len(todo))
-			for j, m := range todo {
-				if m.ID == "" {
-					recs[j] = &kgo.Record{Topic: b.topic, Key: []byte(m.Order.Account), Value: m.Data}
-				} else {
-					recs[j] = kafka.Record(b.topic, m.Order.Account, m.ID, m.Data)
-				}
-			}
-			var again []planned
-			for j, r := range cl.ProduceSync(ctx, recs...) {
-				if r.Err != nil {
-					again = append(again, todo[j])
-				}
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if todo = again; len(todo) > 0 {
-				time.Sleep(100 * time.Millisecond)
+	return produceBatches(ctx, plan, settled, 100, func(todo []planned) []planned {
+		recs := make([]*kgo.Record, len(todo))
+		for j, m := range todo {
+			if m.ID == "" {
+				recs[j] = &kgo.Record{Topic: b.topic, Key: []byte(m.Order.Account), Value: m.Data}
+			} else {
+				recs[j] = kafka.Record(b.topic, m.Order.Account, m.ID, m.Data)
 			}
 		}
-	}
-	return nil
+		var again []planned
+		for j, r := range cl.ProduceSync(ctx, recs...) {
+			if r.Err != nil {
+				again = append(again, todo[j])
+			}
+		}
+		return again
+	})
 }
 
 // deadLetters reads the dead-letter topic from its start to its end.
@@ -265,16 +251,7 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, func(r *kgo.Record) []byte { return r.Value }, kafka.Handle, kafka.HandleTx[pgx.Tx], kafka.HandleTx[*sql.Tx])
 	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
 		DeadLetterTopic: cfg.DLQ, CommitInterval: 200 * time.Millisecond,
-		Options: kafka.ConsumerOptions{
-			Concurrency:     cfg.Concurrency,
-			MaxDeliveries:   cfg.MaxDeliveries,
-			Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-			ShutdownTimeout: 2 * time.Second,
-			Hooks: broker.Hooks[*kgo.Record]{
-				OnError:      logError,
-				BeforeSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settleKill(l.kill, r) },
-			},
-		},
+		Options: engineOptions[*kgo.Record](cfg, l),
 	})
 	if err != nil {
 		return err

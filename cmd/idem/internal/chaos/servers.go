@@ -144,7 +144,17 @@ func StartNATS(ctx context.Context) (Server, error) {
 // StartRedis runs redis-server on a private port with an append-only file
 // synced on every write, so a SIGKILL (Restart) loses nothing it answered.
 func StartRedis(ctx context.Context) (Server, error) {
-	return startProc(ctx, "redis-server", "redis", syscall.SIGKILL, "apt-get install redis-server, or pass --store redis://...",
+	return startRedis(ctx, "apt-get install redis-server, or pass --store redis://...")
+}
+
+// StartRedisBroker is StartRedis for the Redis Streams broker: a
+// redis-server of its own, apart from the store's.
+func StartRedisBroker(ctx context.Context) (Server, error) {
+	return startRedis(ctx, "apt-get install redis-server, or pass --broker redis://...")
+}
+
+func startRedis(ctx context.Context, install string) (Server, error) {
+	return startProc(ctx, "redis-server", "redis", syscall.SIGKILL, install,
 		func(dir, port string) []string {
 			return []string{"--bind", "127.0.0.1", "--port", port, "--dir", dir, "--save", "",
 				"--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"}
