@@ -237,7 +237,9 @@ func stringAttr(v string) types.MessageAttributeValue {
 }
 
 // DeadLetters receives what the dead-letter queue holds beyond what was
-// read before, and deletes it: the consumer's dead letters with
+// read before, and deletes it (a receive whose answer the client lost and
+// retried leaves what it took in flight: five seconds, not a case's
+// deadline, on a FIFO queue where they block their groups): the consumer's dead letters with
 // DeadLetterOf, those SQS moved itself (at maxReceiveCount) as they are.
 func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
 	if err := b.ready(0); err != nil {
@@ -247,7 +249,7 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 	defer b.mu.Unlock()
 	for {
 		out, err := b.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(b.dlq), MaxNumberOfMessages: 10,
-			MessageAttributeNames: []string{"All"}, VisibilityTimeout: 60})
+			MessageAttributeNames: []string{"All"}, VisibilityTimeout: 5})
 		if err != nil {
 			return nil, err
 		}

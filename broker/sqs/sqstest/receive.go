@@ -254,7 +254,10 @@ func (s *Server) deleteMessageBatch(_ ctxT, in *handleBatchIn) (any, error) {
 
 func (s *Server) changeVisibilityBatch(_ ctxT, in *handleBatchIn) (any, error) {
 	return batch(s, in.QueueUrl, in.Entries, func(e *handleIn) string { return e.Id },
-		func(_ *queue, e *handleIn) (any, error) { e.QueueUrl = in.QueueUrl; return done{e.Id}, s.changeLocked(e) })
+		func(_ *queue, e *handleIn) (any, error) {
+			e.QueueUrl = in.QueueUrl
+			return done{e.Id}, s.changeLocked(e)
+		})
 }
 
 // batch applies op to each entry of a batch on the queue at url, under
