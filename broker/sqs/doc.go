@@ -46,7 +46,10 @@
 //     again, or deleted: ReceiptHandleIsInvalid, MessageNotInflight, an
 //     invalid receipt handle) the handler's context is cancelled with
 //     cause ErrLockLost and nothing is settled: the message is
-//     redelivered and its record decides again.
+//     redelivered and its record decides again. SQS ends every visibility
+//     at most 12 hours after the receive: a message handled or held
+//     longer comes back to another consumer, whose claim waits for the
+//     guard's lease.
 //   - Retry is ChangeMessageVisibility to the back-off (rounded up to
 //     whole seconds): the message is received again once it has passed,
 //     by any consumer, which costs one receive.

@@ -28,6 +28,7 @@ var (
 	_ broker.Transport[*types.Message]  = (*transport)(nil)
 	_ broker.KeepAliver[*types.Message] = (*transport)(nil)
 	_ broker.Returner[*types.Message]   = (*transport)(nil)
+	_ broker.Delayer                    = (*transport)(nil)
 )
 
 func isFIFO(queueURL string) bool { return strings.HasSuffix(queueURL, ".fifo") }
@@ -112,6 +113,10 @@ func (t *transport) visible(ctx context.Context, m *types.Message, d time.Durati
 func (t *transport) Retry(ctx context.Context, m *types.Message, delay time.Duration) error {
 	return t.visible(ctx, m, delay)
 }
+
+// RetryDelays reports true: a visibility timeout delays the redelivery
+// (to the second, at most 12 hours after the receive).
+func (t *transport) RetryDelays() bool { return true }
 
 // Return makes the message visible again at once.
 func (t *transport) Return(ctx context.Context, m *types.Message) error { return t.visible(ctx, m, 0) }
