@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -66,11 +67,37 @@ type cutClient struct {
 	hc     *http.Client
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	addrs []string // the local addresses of its connections
 }
 
 func newCutClient() *cutClient {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &cutClient{hc: &http.Client{Transport: &http.Transport{}}, ctx: ctx, cancel: cancel}
+	c := &cutClient{ctx: ctx, cancel: cancel}
+	var d net.Dialer
+	c.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			c.mu.Lock()
+			c.addrs = append(c.addrs, conn.LocalAddr().String())
+			c.mu.Unlock()
+		}
+		return conn, err
+	}}}
+	return c
+}
+
+// served waits until the server has finished every request of the
+// client (a long poll abandoned at a graceful stop included).
+func (c *cutClient) served(srv *sqstest.Server) error {
+	c.hc.CloseIdleConnections()
+	c.mu.Lock()
+	addrs := append([]string(nil), c.addrs...)
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.Served(ctx, addrs...)
 }
 
 func (c *cutClient) Do(r *http.Request) (*http.Response, error) {
@@ -305,5 +332,5 @@ func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (broker
 	if err != nil {
 		return nil, err
 	}
-	return consumetest.Start(&b.down, c.Run, func() error { hc.hc.CloseIdleConnections(); return nil }, hc.kill), nil
+	return consumetest.Start(&b.down, c.Run, func() error { return hc.served(b.srv) }, hc.kill), nil
 }

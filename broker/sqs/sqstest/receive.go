@@ -61,6 +61,12 @@ func (s *Server) receiveMessage(ctx ctxT, in *receiveIn) (any, error) {
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		if ctx.Err() != nil {
+			// The client is gone: take nothing for it. (A client that goes
+			// between this check and the answer loses what it took, in
+			// flight until its visibility timeout, as with SQS.)
+			return nil, ctx.Err()
+		}
 		s.mu.Lock()
 		if s.queues[q.name] != q {
 			s.mu.Unlock()

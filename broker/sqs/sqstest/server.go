@@ -95,6 +95,7 @@ type Server struct {
 	handles map[string]*message // every receipt handle issued
 	changed chan struct{}       // closed and replaced on every change
 	ids     uint64
+	active  map[string]int // requests being served, by the client's address
 }
 
 // NewServer starts a server on a loopback port.
@@ -104,7 +105,7 @@ func NewServer() (*Server, error) {
 		return nil, fmt.Errorf("sqstest: listen: %w", err)
 	}
 	s := &Server{l: l, url: "http://" + l.Addr().String(), queues: map[string]*queue{},
-		handles: map[string]*message{}, changed: make(chan struct{})}
+		handles: map[string]*message{}, changed: make(chan struct{}), active: map[string]int{}}
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go s.http.Serve(l)
 	return s, nil
@@ -121,6 +122,30 @@ func (s *Server) Close() error {
 		return s.http.Close()
 	}
 	return nil
+}
+
+// Served waits until no request from the client addresses (host:port
+// of the client's connections) is being served, or ctx ends: a test that
+// stopped a consumer calls it before publishing again, so that a long
+// poll the consumer abandoned cannot take a message for nobody (SQS would;
+// the message would then stay in flight until its visibility timeout).
+func (s *Server) Served(ctx context.Context, addrs ...string) error {
+	for {
+		s.mu.Lock()
+		n := 0
+		for _, a := range addrs {
+			n += s.active[a]
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // apiError is an SQS error as the JSON protocol carries it.
@@ -197,6 +222,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, notModelled("operation %s", name))
 		return
 	}
+	s.mu.Lock()
+	s.active[r.RemoteAddr]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.active[r.RemoteAddr]--; s.active[r.RemoteAddr] == 0 {
+			delete(s.active, r.RemoteAddr)
+		}
+		s.mu.Unlock()
+	}()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
