@@ -61,27 +61,40 @@ func run(write bool, dir string) error {
 		fmt.Printf("api: wrote %d reports to %s\n", len(reports), dir)
 		return nil
 	}
-	broken := 0
+	// Lines are compared over every module at once: a package that moves
+	// to a module of its own keeps its import path and its API (its users
+	// change a requirement, not their code), so only a name gone from
+	// every report breaks a caller.
+	var old, cur []string
+	oldIn := map[string]string{} // line -> the module whose report had it
 	for _, mod := range sortedKeys(reports) {
-		old, err := readLines(filepath.Join(dir, fileName(mod)))
-		if err != nil {
-			return fmt.Errorf("%s: no baseline (%v): run go run ./internal/release/api -write", mod, err)
-		}
-		removed, added := diff(old, reports[mod])
-		for _, l := range removed {
-			fmt.Printf("api: %s: incompatible: %s\n", mod, l)
-		}
-		for _, l := range added {
-			fmt.Printf("api: %s: added: %s\n", mod, l)
-		}
-		broken += len(removed)
+		cur = append(cur, reports[mod]...)
 	}
-	if entries, err := os.ReadDir(dir); err == nil {
-		for _, e := range entries {
-			if !containsFile(reports, e.Name()) {
-				fmt.Printf("api: %s: a module's report with no module (removed? run -write)\n", e.Name())
-				broken++
-			}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("no baseline in %s (%v): run go run ./internal/release/api -write", dir, err)
+	}
+	for _, e := range entries {
+		lines, err := readLines(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			oldIn[l] = strings.TrimSuffix(e.Name(), ".txt")
+		}
+		old = append(old, lines...)
+	}
+	removed, added := diff(old, cur)
+	for _, l := range removed {
+		fmt.Printf("api: %s: incompatible: %s\n", oldIn[l], l)
+	}
+	for _, l := range added {
+		fmt.Printf("api: added: %s\n", l)
+	}
+	broken := len(removed)
+	for _, mod := range sortedKeys(reports) {
+		if _, err := os.Stat(filepath.Join(dir, fileName(mod))); os.IsNotExist(err) {
+			fmt.Printf("api: %s: new module, no baseline yet (go run ./internal/release/api -write)\n", mod)
 		}
 	}
 	if broken > 0 {
