@@ -62,7 +62,6 @@ func TestPrepare(t *testing.T) {
 	}
 }
 
-
 // The claim transition on each kind of current record (the Store
 // contract's table; storetest holds every store to the same).
 func TestApplyClaim(t *testing.T) {
