@@ -63,7 +63,12 @@ The broker is one of:
                     (apart from the store's), with an append-only file synced
                     on every write: a work stream read by a consumer group
                     (XREADGROUP, XAUTOCLAIM of a killed consumer's entries,
-                    XACK after the commit) and a dead-letter stream.
+                    XACK after the commit) and a dead-letter stream;
+  --broker mqtt     MQTT v5 on a mosquitto of the harness's own, persisting
+                    to its directory: a shared subscription of persistent
+                    sessions, one per consumer slot (a restarted consumer
+                    resumes its predecessor's unacked messages), PUBACK after
+                    the commit, and a dead-letter topic.
 
 A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
 at chosen points through the library's hooks: after the commit (or Complete)
@@ -71,16 +76,18 @@ and before the ack (broker.Hooks.BeforeSettle), and after the side effect
 and before the commit or Complete (in the handler). It restarts them, and it
 restarts the store (PostgreSQL: pg_ctl stop -m immediate; MariaDB and Redis
 (appendfsync always): SIGKILL) and the broker (nats-server: SIGTERM; kfake:
-closed and opened again on its data directory; redis-server: SIGKILL) mid-run.
+closed and opened again on its data directory; redis-server: SIGKILL;
+mosquitto: SIGTERM, as its restarts are clean: Mosquitto persists on
+shutdown and every 1 s, so a SIGKILL would lose what it acked since) mid-run.
 
 By default the servers are the harness's own, on private ports and
 directories (initdb and pg_ctl as the postgres user when run as root,
-mariadb-install-db and mariadbd, nats-server, redis-server, found on the
+mariadb-install-db and mariadbd, nats-server, redis-server, mosquitto, found on the
 PATH and under /usr/lib/postgresql/*/bin and /usr/sbin), removed afterwards.
 --store URL and --broker URL point it at yours instead (postgres://,
 mysql:// or mariadb://, sqlite://, redis://; nats://, amqp://, redis:// for
-Redis Streams): it creates idem_chaos_* tables, CHAOS_* streams, idem-chaos-*
-queues and idem-chaos:* stream keys there;
+Redis Streams, mqtt://): it creates idem_chaos_* tables, CHAOS_* streams, idem-chaos-*
+queues, idem-chaos:* stream keys and idem-chaos-* topics and sessions there;
 --restart-store and --restart-broker are the shell commands that restart
 them (without one, that server is not restarted).
 
@@ -98,9 +105,9 @@ kept and named.
 on NATS the durable consumer's MaxDeliver (idem's MaxDeliveries follows
 it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
 MaxDeliveries set to match and the queue dead-lettering what it drops to
-the dead-letter queue, and on Kafka and Redis Streams, which have no broker
-limit, the consumer's MaxDeliveries only. Without it the limit is 100 on
-NATS and RabbitMQ and there is none on Kafka and Redis Streams. The handler fails about 1% of the
+the dead-letter queue, and on Kafka, Redis Streams and MQTT, which have no
+broker limit, the consumer's MaxDeliveries only. Without it the limit is 100
+on NATS and RabbitMQ and there is none on Kafka, Redis Streams and MQTT. The handler fails about 1% of the
 orders twice before it charges them, and with --max-deliver 0.3% every
 time: those must end dead-lettered (max_deliver). The verdict counts as
 failures a dead letter of an order the handler never failed (its
@@ -109,13 +116,15 @@ nor dead-lettered (lost).
 
 Deliveries are the broker's count on NATS (the durable consumer's), and the
 consumer processes' own count on RabbitMQ (the highest delivery tag of each
-channel), Kafka (the records their clients handed them) and Redis Streams
-(the entries XREADGROUP and XAUTOCLAIM handed them).`,
+channel), Kafka (the records their clients handed them), Redis Streams
+(the entries XREADGROUP and XAUTOCLAIM handed them) and MQTT (the PUBLISHes
+their sessions received).`,
 		Example: `  idem chaos
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
   idem chaos --store mysql --broker amqp
   idem chaos --store sqlite --broker kafka
   idem chaos --store sqlite --broker redisstream
+  idem chaos --store sqlite --broker mqtt
   idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
@@ -168,14 +177,14 @@ channel), Kafka (the records their clients handed them) and Redis Streams
 	}
 	f := c.Flags()
 	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
-	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake) or redisstream (a private redis-server); or your nats://, amqp:// or redis:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server) or mqtt (a private mosquitto); or your nats://, amqp://, redis:// or mqtt:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
 	f.IntVar(&cfg.Consumers, "consumers", 3, "consumer processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "handlers per consumer process")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the orders and of the fault schedule")
-	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka and Redis Streams MaxDeliveries only (no broker limit); default 100 on NATS and RabbitMQ, none on Kafka and Redis Streams")
+	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka, Redis Streams and MQTT MaxDeliveries only (no broker limit); default 100 on NATS and RabbitMQ, none on Kafka, Redis Streams and MQTT")
 	f.IntVar(&cfg.RandomKills, "kills", 0, "SIGKILLs at random moments (default orders/300, at least 3)")
 	f.IntVar(&cfg.StoreRestarts, "store-restarts", 0, "store restarts (default 2)")
 	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "broker restarts (default 1)")
@@ -211,7 +220,7 @@ func chaosStore(cfg *chaos.Config, store string) error {
 func chaosBroker(cfg *chaos.Config, b string) error {
 	kind, _, isURL := strings.Cut(b, "://")
 	switch kind {
-	case "nats", "kafka":
+	case "nats", "kafka", "mqtt":
 		cfg.Broker = kind
 	case "amqp", "amqps":
 		cfg.Broker = "amqp"
@@ -226,7 +235,7 @@ func chaosBroker(cfg *chaos.Config, b string) error {
 		}
 		cfg.Broker = "redisstream"
 	default:
-		return usagef("--broker %q: nats, amqp, kafka or redisstream, or a nats://, amqp:// or redis:// URL", b)
+		return usagef("--broker %q: nats, amqp, kafka, redisstream or mqtt, or a nats://, amqp://, redis:// or mqtt:// URL", b)
 	}
 	if isURL {
 		if kind == "kafka" {

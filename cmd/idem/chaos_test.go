@@ -74,3 +74,14 @@ func TestChaosBrokerRedisStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestChaosBrokerMQTT: --broker mqtt is the harness's own mosquitto, an
+// mqtt:// URL the user's broker.
+func TestChaosBrokerMQTT(t *testing.T) {
+	for arg, url := range map[string]string{"mqtt": "", "mqtt://127.0.0.1:1884": "mqtt://127.0.0.1:1884"} {
+		var cfg chaos.Config
+		if err := chaosBroker(&cfg, arg); err != nil || cfg.Broker != "mqtt" || cfg.BrokerURL != url {
+			t.Errorf("--broker %s: broker %q, URL %q, %v; want mqtt, %q", arg, cfg.Broker, cfg.BrokerURL, err, url)
+		}
+	}
+}

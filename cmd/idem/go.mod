@@ -5,10 +5,12 @@ go 1.26.0
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
+	github.com/eclipse/paho.golang v0.23.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/amqp v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
+	github.com/idemgo/idem/broker/mqtt v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0
 	github.com/idemgo/idem/broker/redisstream v0.1.0
 	github.com/idemgo/idem/broker/servicebus v0.1.0
@@ -49,6 +51,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/idemgo/idem/entity v0.1.0 // indirect
 	github.com/idemgo/idem/idemotel v0.1.0 // indirect
 	github.com/idemgo/idem/internal/pgxtx v0.1.0 // indirect

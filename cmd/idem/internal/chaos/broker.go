@@ -100,6 +100,8 @@ func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 		return openKafka(ctx, e, cfg.MaxDeliver, naive) // Kafka has no broker limit
 	case "redisstream":
 		return openRedisStream(ctx, e, cfg.MaxDeliver, naive) // nor has Redis
+	case "mqtt":
+		return openMQTT(ctx, cfg, e, cfg.MaxDeliver, naive) // nor has MQTT
 	}
 	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }

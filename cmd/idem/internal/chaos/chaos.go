@@ -82,7 +82,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("chaos: unknown store %q (postgres, mysql, sqlite or redis)", c.Store)
 	}
 	switch c.Broker {
-	case "nats", "amqp", "redisstream":
+	case "nats", "amqp", "redisstream", "mqtt":
 	case "kafka":
 		if c.BrokerURL != "" {
 			return fmt.Errorf("chaos: Kafka runs on the harness's own kfake: no broker URL")
@@ -90,7 +90,7 @@ func (c *Config) defaults() error {
 	case "":
 		c.Broker = "nats"
 	default:
-		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka or redisstream)", c.Broker)
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream or mqtt)", c.Broker)
 	}
 	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
 	// broker at the user's URL is never the harness's (only the user's
@@ -267,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
-	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams"}
+	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams", "mqtt": "MQTT (Mosquitto)"}
 )
 
 // brokerLimit is the delivery limit the broker is given: MaxDeliver, else
@@ -321,6 +321,8 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		e.broker, err = StartKafka(ctx)
 	case cfg.Broker == "redisstream":
 		e.broker, err = StartRedisBroker(ctx)
+	case cfg.Broker == "mqtt":
+		e.broker, err = StartMosquitto(ctx)
 	default:
 		e.broker, err = StartNATS(ctx)
 	}

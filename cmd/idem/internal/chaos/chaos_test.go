@@ -114,12 +114,30 @@ func TestShortFormSQLiteKafka(t *testing.T) {
 // claim (XAUTOCLAIM), dead letters on a stream of their own.
 func TestShortFormSQLiteRedisStreams(t *testing.T) {
 	res := runShort(t, Config{Store: "sqlite", Broker: "redisstream", Orders: shortOrders(600), RandomKills: 2})
+	wantRestartAndDeliveries(t, res, "redis-server")
+}
+
+// wantRestartAndDeliveries checks that the broker server was restarted and
+// that the consumers counted a delivery at least for every message.
+func wantRestartAndDeliveries(t *testing.T, res *Result, server string) {
+	t.Helper()
 	if res.Idem.BrokerRestrt == 0 {
-		t.Errorf("no redis-server restart")
+		t.Errorf("no %s restart", server)
 	}
 	if res.Deliveries < res.Idem.Messages {
 		t.Errorf("%d deliveries counted for %d messages", res.Deliveries, res.Idem.Messages)
 	}
+}
+
+// TestShortFormSQLiteMQTT is the short form for the transactional inbox
+// on SQLite over MQTT on a mosquitto of the harness's own, restarted
+// mid-run (SIGTERM: it saves its persistence file on shutdown): a shared
+// subscription of persistent sessions named by consumer slot, so a
+// restarted consumer resumes its killed predecessor's unacked messages;
+// dead letters on a topic of their own.
+func TestShortFormSQLiteMQTT(t *testing.T) {
+	res := runShort(t, Config{Store: "sqlite", Broker: "mqtt", Orders: shortOrders(400), RandomKills: 2})
+	wantRestartAndDeliveries(t, res, "mosquitto")
 }
 
 // shortOrders is the short form's size: def, or IDEM_CHAOS_ORDERS.

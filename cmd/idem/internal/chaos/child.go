@@ -27,7 +27,7 @@ const (
 type childConfig struct {
 	Role      string // "consumer" or "bank"
 	Store     string // "postgres", "mysql", "sqlite", "redis"
-	Broker    string // "nats", "amqp", "kafka", "redisstream"
+	Broker    string // "nats", "amqp", "kafka", "redisstream", "mqtt"
 	Naive     bool   // no idem: charge, commit, ack
 	StoreURL  string
 	BrokerURL string
@@ -54,6 +54,7 @@ type childConfig struct {
 	KillAt        string // pointSettle, pointEffect or ""
 	KillAfter     int    // SIGKILL at the KillAfter-th time the point is passed
 	Concurrency   int
+	Slot          int // the consumer's slot: MQTT names its persistent session by it
 	Lease         time.Duration
 	Prefix        string // the Redis store's key prefix, fresh per run
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // The consumers are written as a user would write them from the package
-// docs: a NATS JetStream, RabbitMQ, Kafka or Redis Streams consumer charging orders, with
+// docs: a NATS JetStream, RabbitMQ, Kafka, Redis Streams or MQTT consumer charging orders, with
 // the dedup marker in the charge's transaction (PostgreSQL, MariaDB,
 // SQLite), or two-phase on Redis with the charge a call to the bank
 // carrying the derived key (ledger.go holds the store side).
@@ -88,6 +88,8 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		return runKafka(ctx, cfg, l)
 	case "redisstream":
 		return runRedisStream(ctx, cfg, l)
+	case "mqtt":
+		return runMQTT(ctx, cfg, l)
 	}
 	return runNATS(ctx, cfg, l)
 }
@@ -124,8 +126,8 @@ func settleKill(kill *killer, r broker.Report) {
 	}
 }
 
-// engineOptions are the consumer engine's options of the Kafka and Redis
-// Streams consumers: the run's concurrency and delivery limit, the
+// engineOptions are the consumer engine's options of the Kafka, Redis
+// Streams and MQTT consumers: the run's concurrency and delivery limit, the
 // harness's back-off, and the kill point at BeforeSettle.
 func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
 	return broker.Options[M]{

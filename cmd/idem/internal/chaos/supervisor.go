@@ -153,7 +153,7 @@ func runPass(ctx context.Context, cfg Config, e *env, plan *Plan, naive bool) (*
 		}
 		cc := childConfig{Role: "consumer", Store: cfg.Store, Broker: cfg.Broker, Naive: naive, StoreURL: e.store.URL(),
 			BrokerURL: e.broker.URL(), Tables: tbl, BankURL: e.bankURL,
-			Concurrency: cfg.Concurrency, Lease: 2 * time.Second, Prefix: prefix, Fails: fails}
+			Concurrency: cfg.Concurrency, Lease: 2 * time.Second, Prefix: prefix, Fails: fails, Slot: slot}
 		b.names(&cc)
 		if float64(settled.Load()) < faultHorizon*float64(total) {
 			cc.KillAt, cc.KillAfter = arming(cfg, slot, incarnations[slot], plan.Unique())
