@@ -2,9 +2,10 @@
 // OS processes written as a user writes them (the transactional inbox on
 // PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
 // HTTP call to a bank process that dedups by the derived key), over NATS
-// JetStream, RabbitMQ, Kafka (kfake) or Redis Streams, and a supervisor that SIGKILLs
-// consumers at random and at the worst moments (through the library's
-// BeforeSettle hook: after the commit, before the ack; and in the handler:
+// JetStream, RabbitMQ, Kafka (kfake), Redis Streams or MQTT (Mosquitto),
+// and a supervisor that SIGKILLs consumers at random and at the worst
+// moments (through the library's BeforeSettle hook: after the commit,
+// before the ack; and in the handler:
 // after the side effect, before Complete), restarts them, and restarts the
 // store and broker servers mid-run. The verdict is read from the effects
 // only (charge rows and balances, the bank's ledger, the dead-letter
@@ -30,11 +31,12 @@ type Config struct {
 	Store    string
 	StoreURL string // the user's store; "": a private server (a file for SQLite) the harness starts
 	// Broker is "nats" (JetStream), "amqp" (RabbitMQ), "kafka" (kfake,
-	// hosted by the harness) or "redisstream" (Redis Streams).
+	// hosted by the harness), "redisstream" (Redis Streams) or "mqtt"
+	// (MQTT v5).
 	Broker string
-	// BrokerURL is the user's NATS JetStream, RabbitMQ or Redis; "": a
-	// private nats-server or redis-server, or the RabbitMQ of AMQPURL (its
-	// own queues only).
+	// BrokerURL is the user's NATS JetStream, RabbitMQ, Redis or MQTT
+	// broker; "": a private nats-server, redis-server or mosquitto, or the
+	// RabbitMQ of AMQPURL (its own queues only).
 	BrokerURL string
 	// RestartStore and RestartBroker are shell commands that restart the
 	// user's servers (with StoreURL, BrokerURL); without them the user's

@@ -32,9 +32,9 @@ type childConfig struct {
 	StoreURL  string
 	BrokerURL string
 	// Source is what the consumers read: the JetStream stream, the AMQP
-	// queue, the Kafka topic or the Redis stream; Durable the JetStream
-	// durable or the Kafka or Redis group; DLQ the dead-letter subject,
-	// queue, topic or stream.
+	// queue, the Kafka topic, the Redis stream or the MQTT topic; Durable
+	// the JetStream durable, the Kafka or Redis group or the MQTT sessions'
+	// prefix; DLQ the dead-letter subject, queue, topic or stream.
 	Source, Durable, DLQ string
 	// Counts is a directory where each consumer process counts the
 	// deliveries it received, in a file of its own (brokers that count no
