@@ -78,7 +78,7 @@ restarts the store (PostgreSQL: pg_ctl stop -m immediate; MariaDB and Redis
 (appendfsync always): SIGKILL) and the broker (nats-server: SIGTERM; kfake:
 closed and opened again on its data directory; redis-server: SIGKILL;
 mosquitto: SIGTERM, as its restarts are clean: Mosquitto persists on
-shutdown and every 1 s, so a SIGKILL would lose what it acked since) mid-run.
+shutdown and every 1-2 s, so a SIGKILL would lose what it acked since) mid-run.
 
 By default the servers are the harness's own, on private ports and
 directories (initdb and pg_ctl as the postgres user when run as root,
