@@ -17,7 +17,7 @@ func TestChaosUsageErrors(t *testing.T) {
 	}{
 		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
 		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
-		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka or redisstream"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, redisstream or mqtt"},
 		{"redis without url", []string{"chaos", "--broker", "redis"}, "--broker redisstream"},
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
