@@ -144,6 +144,11 @@ func (e *natsEnv) hand(ctx context.Context, r *run, work func(context.Context, j
 			}
 			return nil
 		}
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			// A missed idle heartbeat (a busy server) is not the end: the
+			// iterator pulls again, as natsidem's transport lets it.
+			continue
+		}
 		if err != nil {
 			return err
 		}
