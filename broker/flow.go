@@ -46,7 +46,7 @@ func (c *Consumer[M]) start(d *delivery[M], parent context.Context, msg M) {
 			// the message with the record's lease (one clock decides when
 			// it is lost); the timer keeps it alive in between: holds,
 			// outages, the inbox, and a lease longer than the lock.
-			d.ctx = idem.ContextWithRenewal(d.ctx, ka.withLease)
+			d.ctx = idem.ContextWithRenewal(d.ctx, ka.renew)
 			d.stopKA = ka.start(d.ctx)
 		}
 	}
@@ -279,7 +279,8 @@ func (c *Consumer[M]) retryDelay(delay time.Duration) time.Duration {
 
 // keepAlive keeps one delivery alive: the transport's KeepAlive every
 // period, from a timer, unless the guard's heartbeat renewed it since
-// (withLease); a lost lock cancels its delivery's context (lost) with the
+// (renew, handed to it as the delivery's idem.ContextWithRenewal function);
+// a lost lock cancels its delivery's context (lost) with the
 // transport's error. A timer rather than a goroutine with a ticker: most
 // deliveries are settled long before the first tick, and a goroutine
 // started and joined per delivery cost a consumer about 4% of its CPU.
@@ -301,7 +302,7 @@ func (k *keepAlive[M]) start(ctx context.Context) (stop func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.ctx = ctx
-	k.t = time.AfterFunc(k.every, func() { k.tick(ctx) })
+	k.t = time.AfterFunc(k.every, k.tick)
 	return func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -310,7 +311,7 @@ func (k *keepAlive[M]) start(ctx context.Context) (stop func()) {
 	}
 }
 
-func (k *keepAlive[M]) tick(ctx context.Context) {
+func (k *keepAlive[M]) tick() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopped {
@@ -322,7 +323,7 @@ func (k *keepAlive[M]) tick(ctx context.Context) {
 			return
 		}
 	}
-	kctx, cancel := context.WithTimeout(ctx, k.every)
+	kctx, cancel := context.WithTimeout(k.ctx, k.every)
 	err := k.renew(kctx)
 	cancel()
 	if err != nil {
@@ -330,10 +331,6 @@ func (k *keepAlive[M]) tick(ctx context.Context) {
 	}
 	k.t.Reset(k.every)
 }
-
-// withLease is the delivery's idem.ContextWithRenewal function: the guard
-// calls it after each renewal of the handler's lease.
-func (k *keepAlive[M]) withLease(ctx context.Context) error { return k.renew(ctx) }
 
 // renew calls KeepAlive once. A lost lock cancels the delivery and is
 // returned; other failures only risk a redelivery, which the record turns

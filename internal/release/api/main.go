@@ -276,15 +276,6 @@ func fileName(mod string) string {
 	return strings.ReplaceAll(rel, "/", ".") + ".txt"
 }
 
-func containsFile(reports map[string][]string, name string) bool {
-	for m := range reports {
-		if fileName(m) == name {
-			return true
-		}
-	}
-	return false
-}
-
 func readLines(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
