@@ -3,14 +3,20 @@
 // Each server's address comes from an environment variable with the local
 // default. When the server does not answer, the test is skipped with a
 // message saying how to start it, unless IDEM_REQUIRE_SERVICES=1 (set by CI),
-// in which case it fails.
+// in which case it fails. The first skip for each server in a test process
+// also prints one line to the process's standard output naming the server
+// and how to start it (go test shows it with -v, or run in the package's
+// directory), so a group of skips is never silent there.
 package testenv
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -70,8 +76,24 @@ func (s Service) Need(t testing.TB) string {
 	if Required() {
 		t.Fatal(msg + " [IDEM_REQUIRE_SERVICES=1]")
 	}
+	announce(s, msg)
 	t.Skip(msg)
 	return ""
+}
+
+var (
+	// summaryOut is where the once-per-server skip line goes.
+	summaryOut io.Writer = os.Stdout
+	announced  sync.Map  // Service.Env → struct{}: its skip line was printed
+)
+
+// announce prints, once per server and process, the line saying that the
+// tests needing s skip and how to start it.
+func announce(s Service, msg string) {
+	if _, done := announced.LoadOrStore(s.Env, struct{}{}); done {
+		return
+	}
+	fmt.Fprintf(summaryOut, "testenv: SKIP every test of this package that needs %s: %s\n", s.Name, msg)
 }
 
 // hostPort extracts host:port from a URL, a go-sql-driver DSN or a bare address.
