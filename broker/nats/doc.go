@@ -184,9 +184,9 @@
 //
 // # On a cluster
 //
-// TestClusterNodeKilled runs the effectively-once cases of
-// broker/brokertest on a three-node JetStream cluster that the test starts
-// itself: three nats-server processes on private ports and directories,
+// TestClusterNodeKilled (in broker/nats/internal/integration) runs the
+// effectively-once cases of broker/brokertest on a three-node JetStream
+// cluster that the test starts itself: three nats-server processes on private ports and directories,
 // routed to each other, streams (the input and the dead letters) replicated
 // on all three in files, and each consumer connected to a different node
 // first, with every node's URL to reconnect to. A quarter of the way
@@ -198,7 +198,7 @@
 // (about 30 s; skipped without nats-server on PATH, failed under
 // IDEM_REQUIRE_SERVICES=1):
 //
-//	go test -run TestClusterNodeKilled ./broker/nats/
+//	go test -run TestClusterNodeKilled ./broker/nats/internal/integration/
 //
 // # Producer side
 //

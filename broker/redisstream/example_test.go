@@ -12,25 +12,22 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/redisstream"
-	redisidem "github.com/idemgo/idem/store/redis"
+	"github.com/idemgo/idem/store/memory"
 )
 
 // A billing service reads the orders stream in the billing group and
 // charges each order once, however often the group delivers it (a
-// consumer that died, a producer that added an order twice). The records
-// live in the same Redis; conflicts and orders rejected for good go to
-// orders.dlq with the reason in Idem-Reason.
+// consumer that died, a producer that added an order twice). Conflicts and
+// orders rejected for good go to orders.dlq with the reason in Idem-Reason.
+// Use a durable store in production, such as store/redis on the same
+// Redis: the in-memory one forgets at restart.
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 
-	store, err := redisidem.New(rdb, redisidem.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	g, err := idem.New(store, idem.Options{Scope: "orders/billing"})
+	g, err := idem.New(memory.New(), idem.Options{Scope: "orders/billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

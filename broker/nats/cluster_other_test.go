@@ -1,8 +1,0 @@
-//go:build !linux
-
-package natsidem_test
-
-import "os/exec"
-
-// dieWithTest does nothing here: only Linux kills a child with its parent.
-func dieWithTest(*exec.Cmd) {}
