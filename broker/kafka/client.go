@@ -98,10 +98,6 @@ const ConsumerWait = 5 * time.Second
 // wraps ErrClientConfig.
 var ErrNoConsumer = fmt.Errorf("%w: no kafka.Consumer was built on the client within %v of its assignment (kafka.ClientOptions is for a Consumer's client; build a poll loop of your own on a plain client)", ErrClientConfig, ConsumerWait)
 
-// consumerWait is ConsumerWait unless a test shortened it (nanoseconds;
-// zero: ConsumerWait).
-var consumerWait atomic.Int64
-
 // adjust is the client's AdjustFetchOffsetsFn: the consumer's checkpoints,
 // if it keeps them, replace the fetched offsets of the partitions just
 // assigned. kgo joins the group as soon as the client exists, so the first
@@ -113,11 +109,7 @@ func (h *configured) adjust(ctx context.Context, offsets map[string]map[int32]kg
 	select {
 	case <-h.ready:
 	default:
-		wait := ConsumerWait
-		if d := consumerWait.Load(); d > 0 {
-			wait = time.Duration(d)
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(ConsumerWait)
 		defer t.Stop()
 		select {
 		case <-h.ready:

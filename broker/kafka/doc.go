@@ -155,7 +155,7 @@
 // message is still applied once, every reused id dead-lettered once as a
 // conflict, none lost. It runs in the default test run (about 6 s):
 //
-//	go test -run TestClusterLeadershipMoves ./broker/kafka/
+//	go test -run TestClusterLeadershipMoves ./broker/kafka/internal/integration/
 //
 // The clients there do not validate positions against leader epochs
 // (KIP-320, which kfake answers wrongly after a move without writes, making

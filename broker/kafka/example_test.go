@@ -9,7 +9,6 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/kafka"
 	"github.com/idemgo/idem/store/memory"
-	"github.com/idemgo/idem/store/postgres"
 )
 
 // A two-phase consumer: the handler calls a service outside the store and
@@ -62,17 +60,11 @@ func Example() {
 func sendWelcomeMail(ctx context.Context, idempotencyKey string, body []byte) error { return nil }
 
 // A transactional inbox: the charge and the dedup marker commit together in
-// PostgreSQL. The key is the CloudEvent's source and id, set on the guard.
+// PostgreSQL (a store/postgres Store, whose transactions are pgx.Tx). The
+// key is the CloudEvent's source and id, set on the guard.
 func ExampleHandleTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://localhost/billing")
-	if err != nil {
-		log.Fatal(err)
-	}
-	store, err := postgres.New(pool, postgres.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	var store idem.Store // postgres.New(pool, postgres.Options{}) on a pgxpool.Pool
 	cl, err := kgo.NewClient(kafka.ClientOptions(
 		kgo.SeedBrokers("localhost:9092"),
 		kgo.ConsumerGroup("billing"),

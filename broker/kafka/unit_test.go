@@ -17,10 +17,21 @@ import (
 	"github.com/idemgo/idem/store/memory"
 )
 
+// unreachable is a seed broker nothing listens on: NewConsumer checks its
+// client, guard, handler and options without reaching the cluster. (The
+// tests on a cluster, kfake's, are in internal/integration.)
+const unreachable = "127.0.0.1:1"
+
+// TestNewConsumerValidates: NewConsumer refuses a misconfigured client, bad
+// options, a missing guard or handler and a second consumer on one client;
+// Run returns at once with an ended context, and refuses a second run.
 func TestNewConsumerValidates(t *testing.T) {
-	e := newEnv(t, "valid", 1)
-	g, _ := newGuard(t, e, nil)
-	seed := kgo.SeedBrokers(e.c.ListenAddrs()...)
+	const topic, dlqTopic, group = "valid", "valid.dlq", "valid-group"
+	g, err := idem.New(memory.New(), idem.Options{Scope: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := kgo.SeedBrokers(unreachable)
 	build := func(opts ...kgo.Opt) *kgo.Client {
 		cl, err := kgo.NewClient(append([]kgo.Opt{seed}, opts...)...)
 		if err != nil {
@@ -30,10 +41,10 @@ func TestNewConsumerValidates(t *testing.T) {
 		return cl
 	}
 	good := func(group string) *kgo.Client {
-		return build(kafka.ClientOptions(kgo.ConsumerGroup(group), kgo.ConsumeTopics(e.topic))...)
+		return build(kafka.ClientOptions(kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))...)
 	}
 	noop := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil })
-	dlq := kafka.Options{DeadLetterTopic: e.dlq}
+	dlq := kafka.Options{DeadLetterTopic: dlqTopic}
 	tests := []struct {
 		name string
 		cl   *kgo.Client
@@ -42,12 +53,12 @@ func TestNewConsumerValidates(t *testing.T) {
 		opts kafka.Options
 		want error
 	}{
-		{"no group", build(kgo.ConsumeTopics(e.topic)), g, noop, dlq, kafka.ErrClientConfig},
-		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(e.topic)), g, noop, dlq, kafka.ErrClientConfig},
-		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(e.topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), g, noop, dlq, kafka.ErrClientConfig},
+		{"no group", build(kgo.ConsumeTopics(topic)), g, noop, dlq, kafka.ErrClientConfig},
+		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(topic)), g, noop, dlq, kafka.ErrClientConfig},
+		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), g, noop, dlq, kafka.ErrClientConfig},
 		{"no dead-letter topic", good("g3"), g, noop, kafka.Options{}, idem.ErrInvalidOptions},
-		{"negative max deliveries", good("g4"), g, noop, kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: -1}, DeadLetterTopic: e.dlq}, idem.ErrInvalidOptions},
-		{"negative claim batch", good("g6"), g, noop, kafka.Options{DeadLetterTopic: e.dlq, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
+		{"negative max deliveries", good("g4"), g, noop, kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: -1}, DeadLetterTopic: dlqTopic}, idem.ErrInvalidOptions},
+		{"negative claim batch", good("g6"), g, noop, kafka.Options{DeadLetterTopic: dlqTopic, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
 		{"nil guard", good("g7"), nil, noop, dlq, idem.ErrInvalidOptions},
 		{"no handler", good("g8"), g, kafka.Handle(nil), dlq, broker.ErrNoHandler},
 		{"zero handler", good("g9"), g, kafka.Handler{}, dlq, idem.ErrInvalidOptions},
@@ -64,14 +75,13 @@ func TestNewConsumerValidates(t *testing.T) {
 		t.Errorf("nil client: %v", err)
 	}
 
-	cl := e.consumerClient()
-	defer cl.Close()
+	cl := good(group)
 	c, err := kafka.NewConsumer(cl, g, noop, dlq)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Scope() != e.group {
-		t.Errorf("scope %q, want the guard's %q", c.Scope(), e.group)
+	if c.Scope() != group {
+		t.Errorf("scope %q, want the guard's %q", c.Scope(), group)
 	}
 	if _, err := kafka.NewConsumer(cl, g, noop, dlq); !errors.Is(err, kafka.ErrClientConfig) {
 		t.Errorf("second consumer on one client: %v", err)
@@ -95,34 +105,41 @@ func TestNewConsumerValidates(t *testing.T) {
 // idempotency-key header through MessageOf; a key function set on the
 // guard is used instead.
 func TestConsumerGuard(t *testing.T) {
-	e := newEnv(t, "guard", 1)
-	rec := kafka.Record(e.topic, "", "order-42", []byte("v"), kafka.WithHeader("other", "o-1"))
+	const topic, group = "guard", "guard-group"
+	client := func() *kgo.Client {
+		cl, err := kgo.NewClient(kafka.ClientOptions(kgo.SeedBrokers(unreachable), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	rec := kafka.Record(topic, "", "order-42", []byte("v"), kafka.WithHeader("other", "o-1"))
 
-	cl := e.consumerClient()
+	cl := client()
 	defer cl.Close()
 	g, err := kafka.NewGuard(memory.New(), cl, idem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	noop := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { return nil, nil })
-	c, err := kafka.NewConsumer(cl, g, noop, kafka.Options{DeadLetterTopic: e.dlq})
+	c, err := kafka.NewConsumer(cl, g, noop, kafka.Options{DeadLetterTopic: topic + ".dlq"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, err := c.Key(rec); err != nil || k != (idem.Key{Scope: e.group, ID: "order-42"}) {
+	if k, err := c.Key(rec); err != nil || k != (idem.Key{Scope: group, ID: "order-42"}) {
 		t.Errorf("default Key = %+v, %v; want the group and the idempotency-key header", k, err)
 	}
-	if _, err := c.Key(&kgo.Record{Topic: e.topic}); !errors.Is(err, idem.ErrNoKey) {
+	if _, err := c.Key(&kgo.Record{Topic: topic}); !errors.Is(err, idem.ErrNoKey) {
 		t.Errorf("Key of a record without the header = %v, want ErrNoKey", err)
 	}
 
-	cl2 := e.consumerClient()
+	cl2 := client()
 	defer cl2.Close()
 	g2, err := kafka.NewGuard(memory.New(), cl2, idem.Options{Scope: "mine", Key: idem.HeaderKey("other")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := kafka.NewConsumer(cl2, g2, noop, kafka.Options{DeadLetterTopic: e.dlq})
+	c2, err := kafka.NewConsumer(cl2, g2, noop, kafka.Options{DeadLetterTopic: topic + ".dlq"})
 	if err != nil {
 		t.Fatal(err)
 	}

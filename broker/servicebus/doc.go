@@ -149,5 +149,7 @@
 //
 // broker/servicebus/servicebustest is an in-process Service Bus the real
 // client runs against (no Azure, no emulator container); this package's
-// tests, broker/brokertest's conformance suite included, run on it.
+// tests run on it, and so does broker/brokertest's conformance suite, in
+// broker/servicebus/internal/integration (a test-only module, which keeps
+// brokertest out of this module's requirements).
 package servicebus

@@ -1,4 +1,4 @@
-package kafka_test
+package integration_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 // which no Consumer is built is assigned its partitions and, instead of
 // waiting for ever for a Consumer (its polls then returning nothing, for
 // ever), its polls report ErrNoConsumer in a kgo.ErrGroupSession. A
-// Consumer built on it afterwards takes over and consumes everything.
+// Consumer built on it afterwards takes over and consumes everything. The
+// error comes kafka.ConsumerWait (5 s) after the assignment.
 func TestClientOptionsWithoutConsumer(t *testing.T) {
-	defer kafka.SetConsumerWait(50 * time.Millisecond)()
 	e := newEnv(t, "noconsumer", 2)
 	recs := make([]*kgo.Record, 20)
 	for n := range recs {
@@ -28,8 +28,8 @@ func TestClientOptionsWithoutConsumer(t *testing.T) {
 	e.produce(recs...)
 	cl := e.consumerClient()
 
-	// A bound on the test, not a timing assertion: the error comes once
-	// the group is joined, long before.
+	// A bound on the test, not a timing assertion: the error comes
+	// ConsumerWait after the group is joined, long before.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var got error

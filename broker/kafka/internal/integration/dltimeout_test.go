@@ -1,4 +1,4 @@
-package kafka_test
+package integration_test
 
 import (
 	"context"

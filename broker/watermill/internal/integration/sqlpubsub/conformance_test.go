@@ -1,7 +1,7 @@
 // Package sqlpubsub runs broker/brokertest on watermill-sql, a Pub/Sub on
 // PostgreSQL: durable, with competing consumers of one consumer group. It
-// is a module of its own so that broker/watermill's users carry no SQL
-// driver.
+// is in broker/watermill/internal/integration, a module of its own, so that
+// broker/watermill's users carry no SQL driver.
 package sqlpubsub
 
 import (
@@ -19,7 +19,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemgo/idem/broker/brokertest"
-	"github.com/idemgo/idem/broker/watermill/internal/suite"
+	"github.com/idemgo/idem/broker/watermill/internal/integration/suite"
 	"github.com/idemgo/idem/internal/testenv"
 )
 

@@ -1,4 +1,4 @@
-package watermillidem_test
+package integration_test
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/idemgo/idem/broker/brokertest"
-	"github.com/idemgo/idem/broker/watermill/internal/suite"
+	"github.com/idemgo/idem/broker/watermill/internal/integration/suite"
 )
 
 // TestConformance runs broker/brokertest on Watermill's in-process

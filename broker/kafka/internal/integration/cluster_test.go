@@ -1,4 +1,4 @@
-package kafka_test
+package integration_test
 
 import (
 	"context"
@@ -46,7 +46,7 @@ import (
 // is dead-lettered again, as after any redelivery, which the suite's count
 // of dead letters does not allow.
 //
-//	go test -run TestClusterLeadershipMoves ./broker/kafka/
+//	go test -run TestClusterLeadershipMoves ./broker/kafka/internal/integration/
 func TestClusterLeadershipMoves(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Broker {
 		if !clusterCases[path.Base(t.Name())] {

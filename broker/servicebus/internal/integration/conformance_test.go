@@ -1,4 +1,4 @@
-package servicebus_test
+package integration_test
 
 import (
 	"context"
@@ -62,29 +62,20 @@ type sbBroker struct {
 	dlq      *azservicebus.Receiver
 }
 
-func newServer(t *testing.T) *servicebustest.Server {
-	t.Helper()
+// newBroker is a case's broker on a server of its own, with a client of
+// its own for publishing and reading dead letters.
+func newBroker(t *testing.T) *sbBroker {
 	srv, err := servicebustest.NewServer()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	return srv
-}
-
-func newClient(t *testing.T, srv *servicebustest.Server) *azservicebus.Client {
-	t.Helper()
 	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close(context.Background()) })
-	return client
-}
-
-func newBroker(t *testing.T) *sbBroker {
-	srv := newServer(t)
-	return &sbBroker{t: t, srv: srv, queue: fmt.Sprintf("q%d", queues.Add(1)), client: newClient(t, srv)}
+	return &sbBroker{t: t, srv: srv, queue: fmt.Sprintf("q%d", queues.Add(1)), client: client}
 }
 
 // ready creates the case's queue on first use, with the entity's
