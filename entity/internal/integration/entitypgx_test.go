@@ -1,4 +1,4 @@
-package entitypgx_test
+package integration_test
 
 import (
 	"context"
@@ -102,7 +102,7 @@ func TestEntityOnPgx(t *testing.T) {
 var _ idem.TxStore[pgx.Tx] = (*entitypgx.Store)(nil)
 
 // entitypgx.Store keeps no records, so it is no idem.Store: idem.New cannot
-// take it (entity's TestNewDoesNotCompileWithEntityStores builds the misuse).
+// take it (TestNewDoesNotCompileWithEntityStores builds the misuse).
 func TestStoreIsNotAStore(t *testing.T) {
 	var s any = entitypgx.NewStore(nil)
 	if _, ok := s.(idem.Store); ok {

@@ -1,4 +1,4 @@
-package entity_test
+package integration_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package entitypgx_test
+package integration_test
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func workers8(b *testing.B, n int, op func(ctx context.Context, id string) error
 // caller writes by hand, pgx.BeginFunc: BEGIN, INSERT and COMMIT, three
 // round trips; entity mode's InTx sends its BEGIN with the insert, two.
 //
-//	go test -run '^$' -bench PostgresModes -benchtime 10x ./entity/entitypgx
+//	go test -run '^$' -bench PostgresModes -benchtime 10x ./entity/internal/integration
 func BenchmarkPostgresModes(b *testing.B) {
 	pool, schema := setup(b)
 	insert := "INSERT INTO " + schema + ".orders (order_id, fp, amount) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
