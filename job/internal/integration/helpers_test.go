@@ -1,4 +1,4 @@
-package job_test
+package integration_test
 
 import (
 	"context"

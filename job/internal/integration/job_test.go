@@ -1,10 +1,9 @@
-package job_test
+package integration_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -452,18 +451,5 @@ func TestNoWindow(t *testing.T) {
 	backwards := job.Window{Start: tick, End: tick.Add(-time.Hour)}
 	if _, err := j.RunWindow(context.Background(), backwards, nil); !errors.Is(err, job.ErrNoWindow) {
 		t.Errorf("window ending before its start: %v", err)
-	}
-}
-
-// The package imports the standard library and idem only.
-func TestDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p != "github.com/idemgo/idem" && p != "github.com/idemgo/idem/job" {
-			t.Errorf("job imports %s", p)
-		}
 	}
 }
