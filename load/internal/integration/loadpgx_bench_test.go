@@ -1,4 +1,4 @@
-package loadpgx_test
+package integration_test
 
 import (
 	"bytes"
@@ -171,7 +171,7 @@ func copyInsert(ctx context.Context, st *entitypgx.Store, table string, rows spa
 // keyed load through the inbox (load.Marked on store/postgres: a marker row
 // per row, then the same plain insert of the new rows).
 //
-//	go test ./load/loadpgx -run '^$' -bench Load1M -benchtime 1x
+//	go test ./load/internal/integration -run '^$' -bench Load1M -benchtime 1x
 func BenchmarkLoad1M(b *testing.B) {
 	ctx := context.Background()
 	pool, schema := testDB(b)

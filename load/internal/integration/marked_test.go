@@ -1,4 +1,4 @@
-package load_test
+package integration_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,18 @@ import (
 	"github.com/idemgo/idem/store/postgres"
 	"github.com/idemgo/idem/store/sqlite"
 )
+
+// pairs is a CSV source of the rows given as "id=v": key id, fingerprint
+// the hash of v, values (id, v).
+func pairs(t *testing.T, kv ...string) load.Source {
+	t.Helper()
+	csv := "id,v\n" + strings.ReplaceAll(strings.Join(kv, "\n"), "=", ",")
+	src, err := load.NewCSV(strings.NewReader(csv), load.CSVOptions{Key: []string{"id"}, Fingerprint: []string{"v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
 
 // The inbox on SQLite: one marker per row (Mark), in the batch's
 // transaction with the rows.
@@ -53,11 +66,11 @@ func TestMarkedSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail = true
-	if sum, err := l.Run(ctx, rowsOf("a=1", "b=2", "c=3", "d=4")); err == nil || sum.New != 2 {
+	if sum, err := l.Run(ctx, pairs(t, "a=1", "b=2", "c=3", "d=4")); err == nil || sum.New != 2 {
 		t.Fatalf("failing load: %v, %v", sum, err)
 	}
 	fail = false
-	sum, err := l.Run(ctx, rowsOf("a=1", "b=2", "c=3", "d=4", "b=X"))
+	sum, err := l.Run(ctx, pairs(t, "a=1", "b=2", "c=3", "d=4", "b=X"))
 	if !errors.Is(err, idem.ErrConflict) || sum.New != 2 || sum.Duplicate != 2 || sum.Conflict != 1 || sum.Conflicts[0].Row != 5 {
 		t.Fatalf("rerun: %v, %v", sum, err)
 	}
@@ -111,11 +124,11 @@ func TestMarkedPostgres(t *testing.T) {
 	sums := make([]load.Summary, 4)
 	errs := make([]error, 4)
 	for i := range sums {
+		src := pairs(t, input(i*100, i*100+200)...) // four loads; the second half of each overlaps the next
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Four loads; the second half of each overlaps the next.
-			sums[i], errs[i] = l.Run(ctx, rowsOf(input(i*100, i*100+200)...))
+			sums[i], errs[i] = l.Run(ctx, src)
 		}()
 	}
 	wg.Wait()
@@ -133,7 +146,7 @@ func TestMarkedPostgres(t *testing.T) {
 	if rows != 500 || distinct != 500 || total != 500 {
 		t.Errorf("%d rows (%d distinct), %d new: want every one of the 500 once", rows, distinct, total)
 	}
-	sum, err := l.Run(ctx, rowsOf("o0001=changed", "o9999=new"))
+	sum, err := l.Run(ctx, pairs(t, "o0001=changed", "o9999=new"))
 	if !errors.Is(err, idem.ErrConflict) || sum.New != 1 || sum.Conflict != 1 || sum.Conflicts[0].Key != "o0001" {
 		t.Errorf("changed row: %v, %v", sum, err)
 	}

@@ -1,4 +1,4 @@
-package load_test
+package integration_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // A CSV export is loaded into SQLite through the transactional inbox; the
 // same file again writes nothing, and a later export that changed an order
 // reports it instead of overwriting it.
-func ExampleLoader_Run() {
+func Example_markedSQLite() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "load-example")
 	defer os.RemoveAll(dir)

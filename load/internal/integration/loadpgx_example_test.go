@@ -1,4 +1,4 @@
-package loadpgx_test
+package integration_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // key, order_id) and fingerprint (load_fp):
 //
 //	CREATE TABLE orders (order_id bigint PRIMARY KEY, customer text, amount_cents bigint, load_fp text)
-func Example() {
+func Example_loadpgx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {

@@ -1,4 +1,4 @@
-package loadpgx_test
+package integration_test
 
 import (
 	"context"
