@@ -1,4 +1,4 @@
-package console_test
+package integration_test
 
 import (
 	"context"

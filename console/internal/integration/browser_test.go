@@ -1,4 +1,4 @@
-package console_test
+package integration_test
 
 import (
 	"context"
@@ -22,7 +22,8 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 )
 
-var updateScreenshot = flag.Bool("update-screenshot", false, "write the screenshots of the overview and a record to testdata/ (the README's pictures)")
+// The README's pictures are the console module's: console/testdata.
+var updateScreenshot = flag.Bool("update-screenshot", false, "write the screenshots of the overview and a record to console/testdata/ (the README's pictures)")
 
 // browser starts Debian's chromium, headless, with a fresh profile and
 // nothing that reaches the network on its own. Without chromium the test is
@@ -391,7 +392,7 @@ func TestBrowserKeyboardPhoneAndScreenshot(t *testing.T) {
 		}
 		t.Logf("screenshot: %s", p)
 		if keep && *updateScreenshot {
-			if err := os.WriteFile(filepath.Join("testdata", name), png, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join("..", "..", "testdata", name), png, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

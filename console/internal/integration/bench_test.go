@@ -1,4 +1,4 @@
-package console_test
+package integration_test
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // of 1k and 1M records and reports each page's p50 and p99 (the issue's
 // target: p99 at 1M at most twice p99 at 1k). Run it with
 //
-//	go test ./console -run '^$' -bench PostgresPages -benchtime 2000x
+//	go test ./console/internal/integration -run '^$' -bench PostgresPages -benchtime 2000x
 //
 // The tables are the benchmark's own (idem_console_bench_N), loaded with one
 // INSERT .. SELECT generate_series and dropped at the end (kept for the next
