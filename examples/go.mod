@@ -10,6 +10,7 @@ require (
 	github.com/idemgo/idem/broker/nats v0.1.0
 	github.com/idemgo/idem/broker/servicebus v0.1.0
 	github.com/idemgo/idem/entity v0.1.0
+	github.com/idemgo/idem/entity/entitypgx v0.1.0
 	github.com/idemgo/idem/idemhttp v0.1.0
 	github.com/idemgo/idem/internal/pgtest v0.1.0
 	github.com/idemgo/idem/job v0.1.0

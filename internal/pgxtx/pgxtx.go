@@ -2,8 +2,9 @@
 // the first statement instead of costing a round trip of its own. The
 // PostgreSQL store's InTx (the transactional inbox) and entitypgx's InTx
 // (entity mode) both run on it, and their tests are its tests
-// (TestInTx* in store/postgres, TestInTxRollsBack in entity/entitypgx; for
-// Defer, the store's TestMarkWithFirstStatement*).
+// (TestInTx* in store/postgres, TestInTxRollsBack in
+// entity/internal/integration; for Defer, the store's
+// TestMarkWithFirstStatement*).
 package pgxtx
 
 import (
