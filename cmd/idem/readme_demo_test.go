@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -40,10 +41,7 @@ func TestREADMEDemoOutput(t *testing.T) {
 	for i := range got {
 		g, w := got[i], want[i]
 		label := strings.TrimSpace(strings.SplitN(strings.TrimSpace(w), "  ", 2)[0])
-		isExact := false
-		for _, e := range exact {
-			isExact = isExact || label == e
-		}
+		isExact := slices.Contains(exact, label)
 		switch {
 		case isExact && label == "conflicts dead-lettered":
 			// The count and the ids are the seed's; how many messages
