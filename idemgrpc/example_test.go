@@ -12,13 +12,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/idemgo/idem/idemgrpc"
+	"github.com/idemgo/idem/idemgrpc/internal/idemgrpctest"
 	"github.com/idemgo/idem/store/memory"
 )
 
 // A Charge method that a client may retry safely: the retry with the same
-// key gets the first reply again, and the charge runs once. (paymentsDesc
-// is the hand-written grpc.ServiceDesc of this package's tests; a real
-// service registers its generated one.)
+// key gets the first reply again, and the charge runs once.
+// (idemgrpctest.PaymentsDesc is the hand-written grpc.ServiceDesc of this
+// module's tests; a real service registers its generated one.)
 func ExampleNewServer() {
 	ids, err := idemgrpc.NewServer(memory.New(), idemgrpc.Options{ // any idem.Store
 		Scope: "payments",
@@ -34,8 +35,8 @@ func ExampleNewServer() {
 	}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ids.UnaryInterceptor()))
-	svc := &payments{}
-	srv.RegisterService(&paymentsDesc, svc)
+	svc := &idemgrpctest.Payments{}
+	srv.RegisterService(&idemgrpctest.PaymentsDesc, svc)
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
 
@@ -58,7 +59,7 @@ func ExampleNewServer() {
 		}
 		fmt.Printf("charge %v of %v, replayed %v\n", out.AsMap()["run"], out.AsMap()["amount"], header.Get(idemgrpc.MetadataReplayed))
 	}
-	fmt.Println("charges:", svc.charges.Load())
+	fmt.Println("charges:", svc.Charges.Load())
 	// Output:
 	// charge 1 of 42, replayed []
 	// charge 1 of 42, replayed [true]

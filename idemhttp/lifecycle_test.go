@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/idemhttp/internal/idemhttptest"
 )
 
 // TestClientDisconnect: the client gives up while the handler runs. The
@@ -25,7 +26,7 @@ func TestClientDisconnect(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte("done anyway"))
 	})
-	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{
+	srv := idemhttptest.Server(t, newStore(), idemhttp.Options{Guard: idem.Options{
 		Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) { events <- e }),
 	}}, h)
 
@@ -50,8 +51,8 @@ func TestClientDisconnect(t *testing.T) {
 		t.Fatalf("outcome %v (%v), want processed", e.Outcome, e.Err)
 	}
 	r := post(t, srv.URL, "{}", "X-User", "u", idemhttp.HeaderKey, "k")
-	if r.status != http.StatusCreated || !r.replayed() || r.body != "done anyway" {
-		t.Fatalf("retry: %d %q replayed=%v", r.status, r.body, r.replayed())
+	if r.Status != http.StatusCreated || !r.Replayed() || r.Body != "done anyway" {
+		t.Fatalf("retry: %d %q replayed=%v", r.Status, r.Body, r.Replayed())
 	}
 }
 
@@ -71,12 +72,12 @@ func TestHijackReleases(t *testing.T) {
 		_ = buf.Flush()
 	})
 	events := make(chan idem.Event, 2)
-	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{
+	srv := idemhttptest.Server(t, newStore(), idemhttp.Options{Guard: idem.Options{
 		Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) { events <- e }),
 	}}, h)
 	for i := range 2 {
-		if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated || r.replayed() {
-			t.Fatalf("request %d: %d replayed=%v", i, r.status, r.replayed())
+		if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.Status != http.StatusCreated || r.Replayed() {
+			t.Fatalf("request %d: %d replayed=%v", i, r.Status, r.Replayed())
 		}
 		// The client has its answer as soon as the handler flushes it; the
 		// middleware releases the key after the handler returns.
@@ -102,11 +103,11 @@ func TestEarlyHintsAndFlush(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("part2"))
 	})
-	srv := server(t, newStore(), idemhttp.Options{}, h)
+	srv := idemhttptest.Server(t, newStore(), idemhttp.Options{}, h)
 	first := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
 	again := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
-	if first.status != 200 || first.body != "part1 part2" || again.status != 200 || again.body != first.body || !again.replayed() {
-		t.Fatalf("first %d %q, replay %d %q", first.status, first.body, again.status, again.body)
+	if first.Status != 200 || first.Body != "part1 part2" || again.Status != 200 || again.Body != first.Body || !again.Replayed() {
+		t.Fatalf("first %d %q, replay %d %q", first.Status, first.Body, again.Status, again.Body)
 	}
 }
 
@@ -124,16 +125,16 @@ func (c *fakeClock) Advance(d time.Duration) { c.now.Add(int64(d)) }
 // Keys are replayed for the retention and forgotten after it.
 func TestRetention(t *testing.T) {
 	clock := newFakeClock()
-	c := &counting{}
-	srv := server(t, newStore(), idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Retention: time.Hour}}, c)
+	c := &idemhttptest.Counting{}
+	srv := idemhttptest.Server(t, newStore(), idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Retention: time.Hour}}, c)
 	post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k")
 	clock.Advance(59 * time.Minute)
-	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); !r.replayed() {
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); !r.Replayed() {
 		t.Fatal("not replayed within the retention")
 	}
 	clock.Advance(time.Minute)
-	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.replayed() || c.calls.Load() != 2 {
-		t.Fatalf("after the retention: replayed=%v calls=%d", r.replayed(), c.calls.Load())
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.Replayed() || c.Calls.Load() != 2 {
+		t.Fatalf("after the retention: replayed=%v calls=%d", r.Replayed(), c.Calls.Load())
 	}
 }
 
@@ -150,16 +151,16 @@ func (completeFails) Complete(context.Context, idem.CompleteRequest) error {
 // a crash.
 func TestCompleteFails(t *testing.T) {
 	clock := newFakeClock()
-	c := &counting{}
-	srv := server(t, completeFails{newStore()}, idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Lease: time.Minute}}, c)
-	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated {
-		t.Fatalf("first: %d", r.status)
+	c := &idemhttptest.Counting{}
+	srv := idemhttptest.Server(t, completeFails{newStore()}, idemhttp.Options{Guard: idem.Options{Clock: clock.Now, Lease: time.Minute}}, c)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.Status != http.StatusCreated {
+		t.Fatalf("first: %d", r.Status)
 	}
-	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusConflict {
-		t.Fatalf("within the lease: %d, want 409", r.status)
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.Status != http.StatusConflict {
+		t.Fatalf("within the lease: %d, want 409", r.Status)
 	}
 	clock.Advance(time.Minute)
-	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.status != http.StatusCreated || c.calls.Load() != 2 {
-		t.Fatalf("after the lease: %d calls %d", r.status, c.calls.Load())
+	if r := post(t, srv.URL, "", "X-User", "u", idemhttp.HeaderKey, "k"); r.Status != http.StatusCreated || c.Calls.Load() != 2 {
+		t.Fatalf("after the lease: %d calls %d", r.Status, c.Calls.Load())
 	}
 }

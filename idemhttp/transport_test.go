@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/idemhttp/internal/idemhttptest"
 )
 
 // echoKey answers with the Idempotency-Key it received.
@@ -90,7 +91,7 @@ func TestTransportDerivesStableKeys(t *testing.T) {
 // API behind the middleware: the API runs the charge once and replays it.
 func TestTransportEndToEnd(t *testing.T) {
 	var charges atomic.Int64
-	api := server(t, newStore(), idemhttp.Options{AllowAnonymous: true, Required: true},
+	api := idemhttptest.Server(t, newStore(), idemhttp.Options{AllowAnonymous: true, Required: true},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			charges.Add(1)
 			w.WriteHeader(http.StatusCreated)

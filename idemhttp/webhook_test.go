@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemhttp"
+	"github.com/idemgo/idem/idemhttp/internal/idemhttptest"
 )
 
 func webhookServer(t *testing.T, store idem.Store, opts idemhttp.WebhookOptions, h http.Handler) *httptest.Server {
@@ -54,42 +55,42 @@ func TestWebhookGitHubDeliveries(t *testing.T) {
 	srv := webhookServer(t, store, idemhttp.WebhookOptions{Sender: "github", IDHeader: "X-GitHub-Delivery", Verify: verify}, h)
 	body := `{"action":"opened"}`
 	sig := githubSignature(secret, []byte(body))
-	deliver := func(id, body, sig string) reply {
+	deliver := func(id, body, sig string) idemhttptest.Reply {
 		return post(t, srv.URL, body, "X-GitHub-Delivery", id, "X-Hub-Signature-256", sig, "Content-Type", "application/json")
 	}
 
 	// A forged delivery claims nothing: the real one still runs.
-	if r := deliver("d1", body, "sha256=00"); r.status != http.StatusUnauthorized || r.problem(t).Type != idemhttp.ProblemWebhookUnverified {
-		t.Fatalf("forged: %d %s", r.status, r.body)
+	if r := deliver("d1", body, "sha256=00"); r.Status != http.StatusUnauthorized || r.Problem(t).Type != idemhttp.ProblemWebhookUnverified {
+		t.Fatalf("forged: %d %s", r.Status, r.Body)
 	}
-	if r := deliver("d1", body, sig); r.status != http.StatusAccepted || r.replayed() {
-		t.Fatalf("first delivery: %d replayed=%v", r.status, r.replayed())
+	if r := deliver("d1", body, sig); r.Status != http.StatusAccepted || r.Replayed() {
+		t.Fatalf("first delivery: %d replayed=%v", r.Status, r.Replayed())
 	}
-	if r := deliver("d1", body, sig); r.status != http.StatusOK || !r.replayed() {
-		t.Fatalf("redelivery: %d replayed=%v", r.status, r.replayed())
+	if r := deliver("d1", body, sig); r.Status != http.StatusOK || !r.Replayed() {
+		t.Fatalf("redelivery: %d replayed=%v", r.Status, r.Replayed())
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", calls.Load())
 	}
 	// The same id with another body is a conflict, never a silent drop.
 	other := `{"action":"closed"}`
-	if r := deliver("d1", other, githubSignature(secret, []byte(other))); r.status != http.StatusUnprocessableEntity {
-		t.Fatalf("changed body: %d", r.status)
+	if r := deliver("d1", other, githubSignature(secret, []byte(other))); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("changed body: %d", r.Status)
 	}
 	// A failing handler releases the id: the sender's redelivery runs it again.
 	fail.Store(true)
-	if r := deliver("d2", body, sig); r.status != http.StatusInternalServerError {
-		t.Fatalf("failing delivery: %d", r.status)
+	if r := deliver("d2", body, sig); r.Status != http.StatusInternalServerError {
+		t.Fatalf("failing delivery: %d", r.Status)
 	}
 	fail.Store(false)
-	if r := deliver("d2", body, sig); r.status != http.StatusAccepted || r.replayed() {
-		t.Fatalf("redelivery after failure: %d replayed=%v", r.status, r.replayed())
+	if r := deliver("d2", body, sig); r.Status != http.StatusAccepted || r.Replayed() {
+		t.Fatalf("redelivery after failure: %d replayed=%v", r.Status, r.Replayed())
 	}
 	if calls.Load() != 3 {
 		t.Fatalf("handler ran %d times, want 3", calls.Load())
 	}
-	if r := deliver("", body, sig); r.status != http.StatusBadRequest || r.problem(t).Type != idemhttp.ProblemWebhookNoID {
-		t.Fatalf("no delivery id: %d", r.status)
+	if r := deliver("", body, sig); r.Status != http.StatusBadRequest || r.Problem(t).Type != idemhttp.ProblemWebhookNoID {
+		t.Fatalf("no delivery id: %d", r.Status)
 	}
 	// Keys are scoped by sender.
 	if _, err := store.Get(t.Context(), idem.Key{Scope: "webhook/github", ID: "d1"}); err != nil {
@@ -105,20 +106,20 @@ func TestWebhookStripeEventID(t *testing.T) {
 	evt := `{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"payment_intent.succeeded"}`
 	for i, want := range []bool{false, true, true} {
 		r := post(t, srv.URL, evt, "Content-Type", "application/json")
-		if r.status != http.StatusOK || r.replayed() != want {
-			t.Fatalf("delivery %d: %d replayed=%v", i, r.status, r.replayed())
+		if r.Status != http.StatusOK || r.Replayed() != want {
+			t.Fatalf("delivery %d: %d replayed=%v", i, r.Status, r.Replayed())
 		}
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", calls.Load())
 	}
-	if r := post(t, srv.URL, `{"type":"x"}`); r.status != http.StatusBadRequest {
-		t.Fatalf("event without id: %d", r.status)
+	if r := post(t, srv.URL, `{"type":"x"}`); r.Status != http.StatusBadRequest {
+		t.Fatalf("event without id: %d", r.Status)
 	}
 	// Another sender's id space is separate.
 	gh := webhookServer(t, store, idemhttp.WebhookOptions{Sender: "github", Key: idem.JSONFieldsKey("id")}, h)
-	if r := post(t, gh.URL, evt); r.replayed() || calls.Load() != 2 {
-		t.Fatalf("same id from another sender: replayed=%v calls=%d", r.replayed(), calls.Load())
+	if r := post(t, gh.URL, evt); r.Replayed() || calls.Load() != 2 {
+		t.Fatalf("same id from another sender: replayed=%v calls=%d", r.Replayed(), calls.Load())
 	}
 }
 

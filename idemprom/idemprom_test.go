@@ -2,38 +2,18 @@ package idemprom_test
 
 import (
 	"context"
-	"errors"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemprom"
+	"github.com/idemgo/idem/idemprom/internal/idempromtest"
 	"github.com/idemgo/idem/outbox"
 	outboxmem "github.com/idemgo/idem/outbox/memory"
 	"github.com/idemgo/idem/store/memory"
 )
-
-// scrape fetches the endpoint and parses what Prometheus would read.
-func scrape(t testing.TB, h http.Handler) map[string]*dto.MetricFamily {
-	t.Helper()
-	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if rr.Code != http.StatusOK {
-		t.Fatalf("scrape: %d %s", rr.Code, rr.Body)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(rr.Body)
-	if err != nil {
-		t.Fatalf("parse the scrape: %v", err)
-	}
-	return fams
-}
 
 // value sums the samples of family name whose labels include want.
 func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
@@ -67,46 +47,6 @@ next:
 	return sum, found
 }
 
-// traffic runs messages through a guard observed by exp: 3 processed, 2
-// duplicates, 1 conflict, 1 failure; and leaves one in-progress record
-// stale and one completed record expired.
-func traffic(t testing.TB, st *memory.Store, exp *idemprom.Exporter, now time.Time) {
-	t.Helper()
-	ctx := context.Background()
-	clock := func() time.Time { return now }
-	g, err := idem.New(st, idem.Options{Scope: "billing", Observer: exp.Observer(), Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
-	for _, id := range []string{"a", "b", "c", "a", "b"} {
-		if _, err := g.Do(ctx, idem.Message{ID: id, Payload: []byte(id)}, ok); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := g.Do(ctx, idem.Message{ID: "a", Payload: []byte("other")}, ok); !errors.Is(err, idem.ErrConflict) {
-		t.Fatalf("conflict: %v", err)
-	}
-	boom := errors.New("boom")
-	if _, err := g.Do(ctx, idem.Message{ID: "d", Payload: []byte("d")}, func(context.Context) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("failure: %v", err)
-	}
-	// A crashed owner: in progress, lease ended a minute ago.
-	if _, err := st.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Scope: "billing", ID: "stuck"}, Now: now.Add(-2 * time.Minute),
-		LeaseUntil: now.Add(-time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	// Expired: completed with a retention that ended.
-	k := idem.Key{Scope: "mailer", ID: "old"}
-	c, err := st.Claim(ctx, idem.ClaimRequest{Key: k, Now: now.Add(-3 * time.Hour), LeaseUntil: now.Add(-3 * time.Hour).Add(time.Minute), ExpiresAt: now.Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Complete(ctx, idem.CompleteRequest{Key: k, Token: c.Record.Token, Now: now.Add(-3 * time.Hour), ExpiresAt: now.Add(-time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestEndpointCountsWhatHappened(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := memory.New()
@@ -115,8 +55,8 @@ func TestEndpointCountsWhatHappened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer exp.Shutdown(context.Background())
-	traffic(t, st, exp, now)
-	fams := scrape(t, exp)
+	idempromtest.Traffic(t, st, exp, now)
+	fams := idempromtest.Scrape(t, exp)
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -143,7 +83,7 @@ func TestEndpointCountsWhatHappened(t *testing.T) {
 	sw := idem.Sweeper{Store: st, Clock: func() time.Time { return now }, OnSweep: exp.OnSweep}
 	n, err := sw.SweepOnce(context.Background())
 	exp.OnSweep(n, err)
-	fams = scrape(t, exp)
+	fams = idempromtest.Scrape(t, exp)
 	if got, _ := value(fams, "idem_sweep_deleted_total", nil); got != 1 {
 		t.Errorf("idem_sweep_deleted_total = %v, want 1", got)
 	}
@@ -166,7 +106,7 @@ func TestRecordsCountedAtMostOncePerInterval(t *testing.T) {
 	}
 	defer exp.Shutdown(context.Background())
 	for range 4 {
-		scrape(t, exp)
+		idempromtest.Scrape(t, exp)
 	}
 	if st.n != 1 {
 		t.Fatalf("four scrapes counted the store %d times, want 1", st.n)
@@ -201,7 +141,7 @@ func TestOutboxGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer exp.Shutdown(ctx)
-	fams := scrape(t, exp)
+	fams := idempromtest.Scrape(t, exp)
 	if got, _ := value(fams, "idem_outbox_messages", map[string]string{"idem_state": "pending"}); got != 2 {
 		t.Errorf("pending = %v, want 2", got)
 	}

@@ -158,5 +158,7 @@
 // exactly-once flag (the client then waits for every ack's answer), but
 // never refuses an ack itself and applies no retry policy's back-off; a
 // refused ack is shown by a test that injects Pub/Sub's
-// PERMANENT_FAILURE_INVALID_ACK_ID answer into pstest.
+// PERMANENT_FAILURE_INVALID_ACK_ID answer into pstest. Those tests are in
+// broker/pubsub/internal/integration, a test-only module of their own (go
+// test ./broker/pubsub/internal/integration/).
 package pubsubidem

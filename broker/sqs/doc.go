@@ -117,5 +117,7 @@
 // broker/sqs/sqstest is an in-process SQS that the real client runs
 // against (it speaks the AWS JSON 1.0 protocol the SDK uses); this
 // package's tests, broker/brokertest's conformance suite on a standard
-// and on a FIFO queue included, run on it.
+// and on a FIFO queue included, run on it from
+// broker/sqs/internal/integration, a test-only module of their own (go
+// test ./broker/sqs/internal/integration/).
 package sqsidem

@@ -1,4 +1,4 @@
-package pubsubidem_test
+package integration_test
 
 import (
 	"context"

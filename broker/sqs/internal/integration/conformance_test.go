@@ -1,4 +1,4 @@
-package sqsidem_test
+package integration_test
 
 import (
 	"context"

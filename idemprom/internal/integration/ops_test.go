@@ -1,4 +1,4 @@
-package idemprom_test
+package integration_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/idemotel"
 	"github.com/idemgo/idem/idemprom"
+	"github.com/idemgo/idem/idemprom/internal/idempromtest"
 	"github.com/idemgo/idem/outbox"
 	outboxmem "github.com/idemgo/idem/outbox/memory"
 	"github.com/idemgo/idem/store/memory"
@@ -28,9 +29,9 @@ import (
 // ALERTS.md.
 
 const (
-	rulesFile     = "../ops/prometheus/idem-alerts.yml"
-	dashboardFile = "../ops/grafana/idem-dashboard.json"
-	alertsDoc     = "../ops/ALERTS.md"
+	rulesFile     = "../../../ops/prometheus/idem-alerts.yml"
+	dashboardFile = "../../../ops/grafana/idem-dashboard.json"
+	alertsDoc     = "../../../ops/ALERTS.md"
 )
 
 type ruleFile struct {
@@ -81,13 +82,13 @@ func served(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { exp.Shutdown(context.Background()) })
-	traffic(t, st, exp, now)
+	idempromtest.Traffic(t, st, exp, now)
 	exp.OnSweep(0, nil)
 	// A renewal that fails gives idem_step_errors_total a sample.
 	exp.Observer().(idem.StepObserver).ObserveStep(ctx, idem.Step{Key: idem.Key{Scope: "billing", ID: "x"}, Op: "renew", Err: errors.New("store down")})
 	consumerReports(t, exp)
 	names := map[string]bool{}
-	for name, f := range scrape(t, exp) {
+	for name, f := range idempromtest.Scrape(t, exp) {
 		names[name] = true
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {

@@ -1,4 +1,4 @@
-package idemotel_test
+package integration_test
 
 import (
 	"context"

@@ -1,4 +1,12 @@
-package idemgrpc_test
+// Package idemgrpctest holds what idemgrpc's tests share with their runs on
+// the SQLite store in idemgrpc/internal/integration: a Payments service
+// registered by hand, an in-process server and its client, the server
+// interceptor with the tests' defaults, and the behaviours that go through
+// the store (Run) and the benchmark's (Bench), each run on the store a
+// caller opens. It imports the idemgrpc module's own dependencies and the
+// root module only, so idemgrpc's tests run them on store/memory without a
+// test store in its go.mod.
+package idemgrpctest
 
 import (
 	"context"
@@ -15,8 +23,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemgrpc"
-	"github.com/idemgo/idem/store/memory"
-	"github.com/idemgo/idem/store/sqlite/sqlitetest"
 )
 
 // The test service is registered by hand (a grpc.ServiceDesc written in Go)
@@ -27,8 +33,8 @@ import (
 //	  rpc Refund(google.protobuf.Struct) returns (google.protobuf.Struct);
 //	}
 const (
-	methodCharge = "/idemtest.Payments/Charge"
-	methodRefund = "/idemtest.Payments/Refund"
+	MethodCharge = "/idemtest.Payments/Charge"
+	MethodRefund = "/idemtest.Payments/Refund"
 )
 
 type paymentsServer interface {
@@ -36,12 +42,13 @@ type paymentsServer interface {
 	Refund(context.Context, *structpb.Struct) (*structpb.Struct, error)
 }
 
-var paymentsDesc = grpc.ServiceDesc{
+// PaymentsDesc is the Payments service's description, registered by hand.
+var PaymentsDesc = grpc.ServiceDesc{
 	ServiceName: "idemtest.Payments",
 	HandlerType: (*paymentsServer)(nil),
 	Methods: []grpc.MethodDesc{
-		{MethodName: "Charge", Handler: unary(methodCharge, paymentsServer.Charge)},
-		{MethodName: "Refund", Handler: unary(methodRefund, paymentsServer.Refund)},
+		{MethodName: "Charge", Handler: unary(MethodCharge, paymentsServer.Charge)},
+		{MethodName: "Refund", Handler: unary(MethodRefund, paymentsServer.Refund)},
 	},
 	Metadata: "idemtest.proto",
 }
@@ -63,27 +70,27 @@ func unary(fullMethod string, call func(paymentsServer, context.Context, *struct
 	}
 }
 
-// payments counts its charges and answers each with its run number, the
-// caller and the amount asked. fail, when set, decides the error of run n.
-type payments struct {
-	charges atomic.Int64
-	refunds atomic.Int64
-	fail    func(n int64) error
-	block   func(ctx context.Context) // runs inside Charge, before it answers
-	header  bool                      // Charge sets an x-charge header
+// Payments counts its charges and answers each with its run number, the
+// caller and the amount asked. Fail, when set, decides the error of run n.
+type Payments struct {
+	Charges atomic.Int64
+	Refunds atomic.Int64
+	Fail    func(n int64) error
+	Block   func(ctx context.Context) // runs inside Charge, before it answers
+	Header  bool                      // Charge sets an x-charge header
 }
 
-func (p *payments) Charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
-	n := p.charges.Add(1)
-	if p.block != nil {
-		p.block(ctx)
+func (p *Payments) Charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	n := p.Charges.Add(1)
+	if p.Block != nil {
+		p.Block(ctx)
 	}
-	if p.fail != nil {
-		if err := p.fail(n); err != nil {
+	if p.Fail != nil {
+		if err := p.Fail(n); err != nil {
 			return nil, err
 		}
 	}
-	if p.header {
+	if p.Header {
 		// Through the guard's context, which must still reach the call's
 		// stream. (Off by default: gRPC does not retry an attempt whose
 		// server sent headers, and the retry tests need it to.)
@@ -91,18 +98,18 @@ func (p *payments) Charge(ctx context.Context, in *structpb.Struct) (*structpb.S
 			return nil, err
 		}
 	}
-	user, _ := userPrincipal(ctx)
+	user, _ := UserPrincipal(ctx)
 	return structpb.NewStruct(map[string]any{"run": float64(n), "user": user, "amount": in.AsMap()["amount"]})
 }
 
-func (p *payments) Refund(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
-	n := p.refunds.Add(1)
+func (p *Payments) Refund(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	n := p.Refunds.Add(1)
 	return structpb.NewStruct(map[string]any{"run": float64(n)})
 }
 
-// userPrincipal reads the caller from x-user metadata, standing in for an
+// UserPrincipal reads the caller from x-user metadata, standing in for an
 // authentication interceptor.
-func userPrincipal(ctx context.Context) (string, error) {
+func UserPrincipal(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if u := md.Get("x-user"); len(u) == 1 && u[0] != "" {
 		return u[0], nil
@@ -110,13 +117,13 @@ func userPrincipal(ctx context.Context) (string, error) {
 	return "", errors.New("unauthenticated")
 }
 
-// serve starts a gRPC server on an in-process listener with the service
+// Serve starts a gRPC server on an in-process listener with the service
 // behind interceptors and returns a client connection to it.
-func serve(t testing.TB, svc paymentsServer, interceptors []grpc.UnaryServerInterceptor, dial ...grpc.DialOption) *grpc.ClientConn {
+func Serve(t testing.TB, svc *Payments, interceptors []grpc.UnaryServerInterceptor, dial ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
-	srv.RegisterService(&paymentsDesc, svc)
+	srv.RegisterService(&PaymentsDesc, svc)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	dial = append(dial,
@@ -130,17 +137,17 @@ func serve(t testing.TB, svc paymentsServer, interceptors []grpc.UnaryServerInte
 	return conn
 }
 
-// interceptor builds the server interceptor with the test's defaults.
-func interceptor(t testing.TB, store idem.Store, opts idemgrpc.Options) *idemgrpc.Server {
+// Interceptor builds the server interceptor with the test's defaults.
+func Interceptor(t testing.TB, store idem.Store, opts idemgrpc.Options) *idemgrpc.Server {
 	t.Helper()
 	if opts.Scope == "" {
 		opts.Scope = "payments"
 	}
 	if opts.Principal == nil && !opts.AllowAnonymous {
-		opts.Principal = userPrincipal
+		opts.Principal = UserPrincipal
 	}
 	if opts.Methods == nil && opts.Match == nil {
-		opts.Methods = []string{methodCharge}
+		opts.Methods = []string{MethodCharge}
 	}
 	s, err := idemgrpc.NewServer(store, opts)
 	if err != nil {
@@ -149,9 +156,9 @@ func interceptor(t testing.TB, store idem.Store, opts idemgrpc.Options) *idemgrp
 	return s
 }
 
-// call invokes method as user with key (none when empty) and returns the
+// Call invokes method as user with key (none when empty) and returns the
 // reply, the header and trailer metadata and the error.
-func call(t *testing.T, conn *grpc.ClientConn, method, user, key string, amount float64) (*structpb.Struct, metadata.MD, metadata.MD, error) {
+func Call(t *testing.T, conn *grpc.ClientConn, method, user, key string, amount float64) (*structpb.Struct, metadata.MD, metadata.MD, error) {
 	t.Helper()
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-user", user)
 	if key != "" {
@@ -167,25 +174,11 @@ func call(t *testing.T, conn *grpc.ClientConn, method, user, key string, amount 
 	return out, header, trailer, err
 }
 
-func run(reply *structpb.Struct) float64 { return reply.GetFields()["run"].GetNumberValue() }
+// RunOf is the run number of a Charge reply.
+func RunOf(reply *structpb.Struct) float64 { return reply.GetFields()["run"].GetNumberValue() }
 
-func replayed(md metadata.MD) bool {
+// Replayed reports whether md (a header or a trailer) marks a replay.
+func Replayed(md metadata.MD) bool {
 	v := md.Get(idemgrpc.MetadataReplayed)
 	return len(v) == 1 && v[0] == "true"
-}
-
-// stores are the stores every behaviour runs on: the in-process one and the
-// embedded SQLite file store (two-phase).
-var stores = []struct {
-	name string
-	open func(testing.TB) idem.Store
-}{
-	{"memory", func(testing.TB) idem.Store { return memory.New() }},
-	{"sqlite", func(t testing.TB) idem.Store { return sqlitetest.Open(t) }},
-}
-
-func forStores(t *testing.T, f func(t *testing.T, store idem.Store)) {
-	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) { f(t, s.open(t)) })
-	}
 }
