@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
-	"github.com/idemgo/idem/entity/internal/inboxcheck"
+	"github.com/idemgo/idem/internal/inboxcheck"
 	"github.com/idemgo/idem/store/storekit"
 )
 

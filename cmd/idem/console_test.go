@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,44 +16,26 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+	"github.com/idemgo/idem/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startConsole serves the console of store until the test ends, and returns
 // its base URL and what it printed.
-func startConsole(t *testing.T, store string, actions bool) (base string, stdout, stderr *syncBuffer) {
+func startConsole(t *testing.T, store string, actions bool) (base string, stdout, stderr *testenv.SyncBuffer) {
 	t.Helper()
 	return startConsoleWith(t, consoleConfig{store: storeFlags{dsn: store}, addr: "127.0.0.1:0", actions: actions})
 }
 
 // startConsoleWith serves the console configured by cfg until the test ends.
-func startConsoleWith(t *testing.T, cfg consoleConfig) (base string, stdout, stderr *syncBuffer) {
+func startConsoleWith(t *testing.T, cfg consoleConfig) (base string, stdout, stderr *testenv.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &testenv.SyncBuffer{}, &testenv.SyncBuffer{}
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() { done <- serveConsole(ctx, cfg, stdout, stderr, func(a string) { addr <- a }) }()
@@ -214,7 +195,7 @@ var loginLinkRE = regexp.MustCompile(`Login link \(works once, for one browser\)
 
 // signIn opens the login link the console printed in a new browser-like
 // client, and returns the client and the link.
-func signIn(t *testing.T, stdout *syncBuffer) (*http.Client, string) {
+func signIn(t *testing.T, stdout *testenv.SyncBuffer) (*http.Client, string) {
 	t.Helper()
 	m := loginLinkRE.FindStringSubmatch(stdout.String())
 	if m == nil {

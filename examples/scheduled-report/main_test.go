@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/pgtest"
+	"github.com/idemgo/idem/internal/testenv"
 )
 
 // clock is the fleet's clock, moved by the test: leases end when the test
@@ -127,7 +128,7 @@ func TestRun(t *testing.T) {
 	_, _, pgURL := pgtest.Schema(t, "example_report")
 	clk := &clock{now: time.Date(2030, 1, 2, 16, 0, 0, 3e6, time.UTC)}
 	const lease = 30 * time.Second
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	var ran steps
 
 	// Scheduler A is killed while it publishes the 15:00 report.
@@ -261,7 +262,7 @@ func TestBackfillAndSchedule(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	var waits []time.Duration
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cfg := config{PostgresURL: pgURL, Instance: "r", Clock: clk.Now, Backfill: 4 * time.Hour, Out: &out,
 		onStep: ran.hook("r", nil),
 		// The scheduler's timer: the test moves the clock to the tick
@@ -304,22 +305,4 @@ func TestBackfillAndSchedule(t *testing.T) {
 	if !strings.Contains(out.String(), "r: backfill: 4 periods checked") {
 		t.Errorf("log:\n%s", out.String())
 	}
-}
-
-// syncBuffer is a strings.Builder safe for the schedulers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

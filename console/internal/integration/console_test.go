@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"html"
@@ -20,27 +19,10 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/console"
+	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/outbox"
 	outboxmem "github.com/idemgo/idem/outbox/memory"
 )
-
-// logBuffer collects the console's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // fixture is a console over a seeded store behind an httptest server,
 // mounted under /ops/idem/ as an application would.
@@ -49,7 +31,7 @@ type fixture struct {
 	sd   seeded
 	srv  *httptest.Server
 	base string // the console's URL
-	logs *logBuffer
+	logs *testenv.SyncBuffer
 	c    *console.Console
 	ob   *outboxmem.Store
 }
@@ -71,7 +53,7 @@ func newFixtureWith(t testing.TB, st console.Store, authorize func(*http.Request
 	more ...func(*console.Options)) *fixture {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Second)
-	f := &fixture{st: st, sd: seedWith(t, st, now, hostile), logs: &logBuffer{}, ob: seedOutbox(t, now)}
+	f := &fixture{st: st, sd: seedWith(t, st, now, hostile), logs: &testenv.SyncBuffer{}, ob: seedOutbox(t, now)}
 	opts := console.Options{
 		Authorize: authorize, Recorder: rec, Clock: func() time.Time { return now }, Outbox: f.ob,
 		Logger: slog.New(slog.NewJSONHandler(f.logs, nil)), CountsMaxAge: -1, PageSize: 5,

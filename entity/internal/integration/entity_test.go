@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -18,7 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/entity"
-	"github.com/idemgo/idem/entity/internal/inboxcheck"
+	"github.com/idemgo/idem/internal/inboxcheck"
 	"github.com/idemgo/idem/internal/testenv"
 )
 
@@ -95,44 +94,11 @@ func TestEntityInsert(t *testing.T) {
 			name := table(t, db, "orders", "order_id "+d.text+" PRIMARY KEY, fp "+d.text+", amount INTEGER")
 			orders := &entity.Table{Dialect: d.dialect, Name: name, KeyColumn: "order_id", FingerprintColumn: "fp", Scope: "orders"}
 			ctx := context.Background()
-			const goroutines = 24
-			for k := range 5 {
-				id := fmt.Sprintf("o-%d", k)
-				var (
-					wg       sync.WaitGroup
-					start    = make(chan struct{})
-					mu       sync.Mutex
-					inserted int
-					dups     int
-					errs     []error
-				)
-				for range goroutines {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						err := inTx(ctx, db, func(tx *sql.Tx) error {
-							return orders.Insert(ctx, entity.SQL(tx), id, "fp-A", []string{"amount"}, []any{10})
-						})
-						mu.Lock()
-						defer mu.Unlock()
-						var de *idem.DuplicateError
-						switch {
-						case err == nil:
-							inserted++
-						case errors.As(err, &de):
-							dups++
-						default:
-							errs = append(errs, err)
-						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				if len(errs) > 0 || inserted != 1 || dups != goroutines-1 {
-					t.Fatalf("%s: inserted %d, duplicates %d, errors %v", id, inserted, dups, errs)
-				}
-			}
+			inboxcheck.InsertRace(t, 5, 24, func(id string) error {
+				return inTx(ctx, db, func(tx *sql.Tx) error {
+					return orders.Insert(ctx, entity.SQL(tx), id, "fp-A", []string{"amount"}, []any{10})
+				})
+			})
 			if n := count(t, db, name); n != 5 {
 				t.Fatalf("%d rows, want 5", n)
 			}
@@ -160,51 +126,22 @@ func TestEntityThroughGuard(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			var applied sync.Map // id -> *atomic.Int32: inserts that went through
-			handler := func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-				k, _ := idem.KeyFromContext(ctx)
-				fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(k.ID)})
-				if err := payments.Insert(ctx, entity.SQL(tx), k.ID, fp, []string{"amount"}, []any{5}); err != nil {
-					return nil, err
+			// Each payment delivered four times; a second row for the same
+			// message commits with the first.
+			inboxcheck.Deliveries(t, g, &counter, 40, 10, func(ctx context.Context, tx *sql.Tx, id string) error {
+				fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(id)})
+				if err := payments.Insert(ctx, entity.SQL(tx), id, fp, []string{"amount"}, []any{5}); err != nil {
+					return err
 				}
-				n, _ := applied.LoadOrStore(k.ID, new(atomic.Int32))
-				n.(*atomic.Int32).Add(1)
-				// A second row for the same message commits with the first.
 				q := "INSERT INTO " + lines + " (payment_id, line) VALUES (?, 1)"
 				if d.dialect == entity.Postgres {
 					q = strings.Replace(q, "?", "$1", 1)
 				}
-				_, err := tx.ExecContext(ctx, q, k.ID)
-				return nil, err
-			}
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range 40 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					id := fmt.Sprintf("p-%d", i%10) // each payment delivered four times
-					res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, handler)
-					if err != nil || idem.Decide(res, err) != idem.ActionAck {
-						t.Errorf("DoTx(%s) = %v, %v", id, res.Outcome, err)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
+				_, err := tx.ExecContext(ctx, q, id)
+				return err
+			})
 			if n, l := count(t, db, name), count(t, db, lines); n != 10 || l != 10 {
 				t.Fatalf("payments %d, lines %d; want 10 and 10", n, l)
-			}
-			for i := range 10 {
-				id := fmt.Sprintf("p-%d", i)
-				n, ok := applied.Load(id)
-				if !ok || n.(*atomic.Int32).Load() != 1 {
-					t.Fatalf("%s applied %v times, want once", id, n)
-				}
-			}
-			if p, dup := counter.Count(idem.OutcomeProcessed), counter.Count(idem.OutcomeDuplicate); p != 10 || dup != 30 {
-				t.Fatalf("processed %d duplicates %d", p, dup)
 			}
 			res, err := idem.DoTx(ctx, g, idem.Message{ID: "p-1", Payload: []byte("p-1")}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 				return nil, payments.Insert(ctx, entity.SQL(tx), "p-1", "other content", nil, nil)

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/inboxcheck"
 	mongoidem "github.com/idemgo/idem/store/mongo"
 )
 
@@ -40,41 +40,9 @@ func TestEntityInsert(t *testing.T) {
 	c := newClient(t)
 	orders := &mongoidem.Entities{Collection: entityColl(t, c), Scope: "orders"}
 	ctx := context.Background()
-	const goroutines = 24
-	for k := range 5 {
-		id := fmt.Sprintf("o-%d", k)
-		var (
-			wg             sync.WaitGroup
-			start          = make(chan struct{})
-			mu             sync.Mutex
-			inserted, dups int
-			errs           []error
-		)
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				err := orders.Insert(ctx, id, "fp-A", bson.D{{Key: "amount", Value: 10}})
-				mu.Lock()
-				defer mu.Unlock()
-				var de *idem.DuplicateError
-				switch {
-				case err == nil:
-					inserted++
-				case errors.As(err, &de):
-					dups++
-				default:
-					errs = append(errs, err)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if len(errs) > 0 || inserted != 1 || dups != goroutines-1 {
-			t.Fatalf("%s: inserted %d, duplicates %d, errors %v", id, inserted, dups, errs)
-		}
-	}
+	inboxcheck.InsertRace(t, 5, 24, func(id string) error {
+		return orders.Insert(ctx, id, "fp-A", bson.D{{Key: "amount", Value: 10}})
+	})
 	if n := count(t, orders.Collection); n != 5 {
 		t.Fatalf("%d documents, want 5", n)
 	}
@@ -134,44 +102,12 @@ func TestEntityThroughGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var applied sync.Map
-	handler := func(ctx context.Context, _ *mongo.Session) ([]byte, error) {
-		k, _ := idem.KeyFromContext(ctx)
-		fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(k.ID)})
-		if err := payments.Insert(ctx, k.ID, fp, bson.D{{Key: "amount", Value: 5}}); err != nil {
-			return nil, err
-		}
-		n, _ := applied.LoadOrStore(k.ID, new(atomic.Int32))
-		n.(*atomic.Int32).Add(1)
-		return nil, nil
-	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			id := fmt.Sprintf("p-%d", i%10)
-			res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, handler)
-			if err != nil || idem.Decide(res, err) != idem.ActionAck {
-				t.Errorf("DoTx(%s) = %v, %v", id, res.Outcome, err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	inboxcheck.Deliveries(t, g, &counter, 40, 10, func(ctx context.Context, _ *mongo.Session, id string) error {
+		fp, _ := idem.PayloadFingerprint(idem.Message{Payload: []byte(id)})
+		return payments.Insert(ctx, id, fp, bson.D{{Key: "amount", Value: 5}})
+	})
 	if n := count(t, payments.Collection); n != 10 {
 		t.Fatalf("payments %d, want 10", n)
-	}
-	for i := range 10 {
-		n, ok := applied.Load(fmt.Sprintf("p-%d", i))
-		if !ok || n.(*atomic.Int32).Load() != 1 {
-			t.Fatalf("p-%d applied %v times, want once", i, n)
-		}
-	}
-	if p, d := counter.Count(idem.OutcomeProcessed), counter.Count(idem.OutcomeDuplicate); p != 10 || d != 30 {
-		t.Fatalf("processed %d duplicates %d", p, d)
 	}
 	res, err := idem.DoTx(ctx, g, idem.Message{ID: "p-1", Payload: []byte("p-1")}, func(ctx context.Context, _ *mongo.Session) ([]byte, error) {
 		return nil, payments.Insert(ctx, "p-1", "other content", nil)
@@ -179,14 +115,13 @@ func TestEntityThroughGuard(t *testing.T) {
 	if res.Outcome != idem.OutcomeConflict || idem.Decide(res, err) != idem.ActionDeadLetter {
 		t.Fatalf("conflict through the guard = %v, %v", res.Outcome, err)
 	}
-	// Two-phase work on this guard would deduplicate nothing.
-	var store any = inbox
-	if _, ok := store.(idem.Store); ok {
-		t.Fatal("EntityInbox is an idem.Store")
-	}
-	ran := false
-	if _, err := g.Do(ctx, idem.Message{ID: "p-2", Payload: []byte("p-2")}, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); !errors.Is(err, idem.ErrNoRecords) || ran {
-		t.Fatalf("Do on an entity guard = %v (ran %v); want ErrNoRecords", err, ran)
+	// Two-phase work on this guard would deduplicate nothing: the inbox
+	// is no idem.Store, and the guard refuses Do, DoKey and ClaimBatch
+	// without running the handler.
+	inboxcheck.NotAStore[*mongo.Session](t, inbox)
+	inboxcheck.Refuses(t, g, idem.Message{ID: "p-2", Payload: []byte("p-2")})
+	if n := count(t, payments.Collection); n != 10 {
+		t.Fatalf("payments %d after the refused calls, want 10", n)
 	}
 }
 

@@ -116,7 +116,7 @@ func TestTwoProcessRace(t *testing.T) {
 		cmd    *exec.Cmd
 		stdin  io.WriteCloser
 		out    *bufio.Scanner
-		stderr *lockedBuffer
+		stderr *testenv.SyncBuffer
 	}
 	racers := make([]*racer, 2)
 	for i := range racers {
@@ -132,7 +132,7 @@ func TestTwoProcessRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &racer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), stderr: &lockedBuffer{}}
+		r := &racer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), stderr: &testenv.SyncBuffer{}}
 		r.out.Buffer(nil, 1<<20)
 		cmd.Stderr = r.stderr
 		if err := cmd.Start(); err != nil {
@@ -318,26 +318,6 @@ func nextLine(sc *bufio.Scanner, want string) (string, bool) {
 		}
 	}
 	return last, false
-}
-
-// lockedBuffer is a child's stderr, written by exec's copier and read by
-// the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	return len(p), nil
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }
 
 // completeRetrying is Complete retried on an error that is neither
