@@ -27,6 +27,7 @@ import (
 // topic the consumers publish to, each consumer on a client (a gRPC
 // connection) of its own so that Kill cuts it off alone.
 func TestConformance(t *testing.T) {
+	t.Parallel() // beside TestConformanceExactlyOnce: each case has a server of its own
 	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newBroker(t, false) })
 }
 
@@ -35,6 +36,7 @@ func TestConformance(t *testing.T) {
 // every ack and nack (AckWithResult), which pstest gives (it models the
 // confirmation, not a refused ack: see TestExactlyOnceAckRefused).
 func TestConformanceExactlyOnce(t *testing.T) {
+	t.Parallel()
 	brokertest.Run(t, func(t *testing.T) brokertest.Broker { return newBroker(t, true) })
 }
 
