@@ -98,7 +98,8 @@
 //     key. Claimers of one key queue on its record lock, each taking one lock,
 //     so they cannot deadlock; should InnoDB report a deadlock anyway (a claim
 //     meeting a sweep of the same expired row), the store retries its own
-//     transaction, at most 5 times in all.
+//     transaction, at most 5 times in all, 1 to 8 ms apart with jitter so
+//     that the two do not meet again.
 //   - Complete, Release and Renew are one fenced UPDATE each (token and state
 //     in the WHERE clause); no matching row means idem.ErrLeaseLost. A renewal
 //     to the very lease it has changes no row, which without clientFoundRows

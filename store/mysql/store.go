@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -278,17 +279,33 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && me.Number == errDeadlock
 }
 
+// retryBackoff spaces the attempts of retry: 1, 2, 4, 8 ms, each with
+// jitter (idem.ExponentialBackoff), so that the transactions that deadlocked
+// together do not start again together and meet again.
+var retryBackoff = idem.ExponentialBackoff(time.Millisecond, 8*time.Millisecond)
+
 // retry runs fn until it succeeds, fails with a non-retryable error, or has
-// been tried maxAttempts times.
+// been tried maxAttempts times, waiting retryBackoff between attempts; a
+// context done while it waits ends it with the last error.
 func retry(ctx context.Context, fn func() error) error {
 	var err error
-	for range maxAttempts {
+	for attempt := 1; ; attempt++ {
 		if err = fn(); err == nil || !retryable(err) {
 			return err
 		}
-		if ctx.Err() != nil {
-			return err
+		if attempt == maxAttempts || ctx.Err() != nil {
+			break
 		}
+		t := time.NewTimer(retryBackoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+	if ctx.Err() != nil {
+		return err
 	}
 	return fmt.Errorf("mysql: gave up after %d attempts: %w", maxAttempts, err)
 }
