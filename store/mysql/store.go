@@ -288,13 +288,13 @@ var retryBackoff = idem.ExponentialBackoff(time.Millisecond, 8*time.Millisecond)
 // been tried maxAttempts times, waiting retryBackoff between attempts; a
 // context done while it waits ends it with the last error.
 func retry(ctx context.Context, fn func() error) error {
-	var err error
 	for attempt := 1; ; attempt++ {
-		if err = fn(); err == nil || !retryable(err) {
+		err := fn()
+		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
-		if attempt == maxAttempts || ctx.Err() != nil {
-			break
+		if attempt == maxAttempts {
+			return fmt.Errorf("mysql: gave up after %d attempts: %w", maxAttempts, err)
 		}
 		t := time.NewTimer(retryBackoff(attempt))
 		select {
@@ -304,10 +304,6 @@ func retry(ctx context.Context, fn func() error) error {
 		case <-t.C:
 		}
 	}
-	if ctx.Err() != nil {
-		return err
-	}
-	return fmt.Errorf("mysql: gave up after %d attempts: %w", maxAttempts, err)
 }
 
 // inTxRC runs fn in a READ COMMITTED transaction of the store's own. READ
