@@ -19,13 +19,15 @@ import (
 type flaw int
 
 const (
-	racyClaim       flaw = iota + 1 // reads and writes a claim in two steps: two claimers both acquire
-	unfencedFinish                  // completes, releases and renews with any token
-	leaseIgnored                    // takes over in-progress records whose lease is live
-	tokenKept                       // a retake keeps the token: the zombie still matches
-	forgetsContent                  // a released record takes the next claim's fingerprint
-	losesLiveRecord                 // an in-progress record vanishes before its lease ends
-	sweepsLive                      // Sweep deletes records that have not expired
+	racyClaim            flaw = iota + 1 // reads and writes a claim in two steps: two claimers both acquire
+	unfencedFinish                       // completes, releases and renews with any token
+	leaseIgnored                         // takes over in-progress records whose lease is live
+	tokenKept                            // a retake keeps the token: the zombie still matches
+	forgetsContent                       // a released record takes the next claim's fingerprint
+	losesLiveRecord                      // an in-progress record vanishes before its lease ends
+	sweepsLive                           // Sweep deletes records that have not expired
+	supersedesOwner                      // Supersede takes the content of a record in progress
+	supersedeKeepsResult                 // a superseded record still replays the old content's result
 )
 
 // brokenStore is an idem.Store with one flaw, on a map behind a mutex.
@@ -103,6 +105,31 @@ func (s *brokenStore) Renew(ctx context.Context, req idem.RenewRequest) error {
 	})
 }
 
+func (s *brokenStore) Supersede(ctx context.Context, req idem.SupersedeRequest) error {
+	req, err := storekit.PrepareSupersede(req)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[req.Key]
+	if !ok {
+		return idem.ErrNotFound
+	}
+	if s.flaw == supersedesOwner && r.State == idem.StateInProgress && r.Token == req.Token {
+		r.State = idem.StateCompleted // checked as a settled record
+	}
+	result := r.Result
+	if err := storekit.ApplySupersede(&r, req); err != nil {
+		return err
+	}
+	if s.flaw == supersedeKeepsResult {
+		r.Result = result
+	}
+	s.recs[req.Key] = r
+	return nil
+}
+
 func (s *brokenStore) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,6 +170,8 @@ func TestBrokenStoresRejected(t *testing.T) {
 		{"ReleaseForgetsContent", forgetsContent},
 		{"LosesLiveRecord", losesLiveRecord},
 		{"SweepsLiveRecords", sweepsLive},
+		{"SupersedesOwner", supersedesOwner},
+		{"SupersedeKeepsResult", supersedeKeepsResult},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range attempts {
@@ -207,6 +236,10 @@ func (s *flakyStore) Release(ctx context.Context, req idem.ReleaseRequest) error
 
 func (s *flakyStore) Renew(ctx context.Context, req idem.RenewRequest) error {
 	return s.fail(func() error { return s.Store.Renew(ctx, req) })
+}
+
+func (s *flakyStore) Supersede(ctx context.Context, req idem.SupersedeRequest) error {
+	return s.fail(func() error { return idem.Supersede(ctx, s.Store, req) })
 }
 
 func TestUnknownOutcomesAccepted(t *testing.T) {

@@ -4,9 +4,11 @@
 //
 // Where store/storetest tests the contract case by case, lincheck lets
 // eight goroutines call Claim (alone, or in a ClaimBatch when the store is
-// an storekit.BatchStore), Complete, Release, Renew, Get and Sweep on four
-// shared keys at random: with the token they hold, with stale ones (zombies), with the
-// current owner's stolen from a record, and with tokens one off. Each call
+// an storekit.BatchStore), Complete, Release, Renew, Get, Sweep and
+// Supersede (when the store is an idem.Superseder: an operator accepting
+// another content) on four shared keys at random: with the token they
+// hold, with stale ones (zombies), with the current owner's stolen from a
+// record, and with tokens one off. Each call
 // is recorded with its real call and return times, its request and the
 // store's answer; porcupine then looks, key by key, for an order of the calls
 // that is consistent with those times and in which every answer is the one
@@ -15,7 +17,8 @@
 // ended by the requests' clock, sweeps that delete only expired records,
 // tokens +1 within a record's lifetime and
 // ClaimRequest.NewToken for a record created where none is, fingerprints
-// kept across releases and retakes.
+// kept across releases and retakes and changed only by a Supersede of the
+// settled record under its token.
 //
 // The requests' Now comes from a fake clock (the caller's clock is the one
 // clock of idem), so leases of tens of milliseconds end within a few calls

@@ -21,11 +21,12 @@ const (
 	opRelease
 	opRenew
 	opGet
-	opSweep // on every key: the history holds one copy per key
+	opSweep     // on every key: the history holds one copy per key
+	opSupersede // an operator's idem.Superseder call (stores that have it)
 )
 
 func (k kind) String() string {
-	return [...]string{"?", "claim", "complete", "release", "renew", "get", "sweep"}[k]
+	return [...]string{"?", "claim", "complete", "release", "renew", "get", "sweep", "supersede"}[k]
 }
 
 // input is one call as the history records it. Times are milliseconds
@@ -36,12 +37,12 @@ type input struct {
 	kind     kind
 	key      int // index into the run's keys
 	now      int64
-	lease    int64 // claim, renew: LeaseUntil
-	expires  int64 // claim, complete: ExpiresAt
-	fp       string
+	lease    int64  // claim, renew: LeaseUntil
+	expires  int64  // claim, complete: ExpiresAt
+	fp       string // claim; supersede: the new content
 	takeOver bool
 	newToken int64 // claim: the token of a record the claim creates
-	token    int64 // complete, release, renew: the token presented
+	token    int64 // complete, release, renew, supersede: the token presented
 	result   string
 	batch    bool // claim sent in a ClaimBatch
 	limit    int  // sweep: SweepRequest.Limit
@@ -56,8 +57,8 @@ type output struct {
 	outcome   idem.ClaimOutcome
 	retaken   bool
 	rec       record // claim and get
-	notFound  bool   // get: ErrNotFound
-	leaseLost bool   // complete, release, renew: ErrLeaseLost
+	notFound  bool   // get, supersede: ErrNotFound
+	leaseLost bool   // complete, release, renew, supersede: ErrLeaseLost
 	wrongKey  string // a returned record naming another key
 	swept     int    // sweep: records deleted, of all keys
 	ret       int64  // real time of the return, ns of the run (the end of time when unknown)
@@ -131,6 +132,8 @@ func apply(p record, in input) (output, record) {
 		return output{rec: p}, p
 	case opSweep:
 		return output{}, p // the record kept; step adds its deletion
+	case opSupersede:
+		return applySupersede(p, in)
 	}
 	panic("lincheck: unknown operation kind")
 }
@@ -180,6 +183,25 @@ func applyClaim(p record, in input) (output, record) {
 	return acquire(n, true)
 }
 
+// applySupersede is idem.Superseder's rule: a settled record under the
+// token takes the new content, released, without its result; token,
+// attempts, creation and retention stay.
+func applySupersede(p record, in input) (output, record) {
+	switch {
+	case !p.present || p.expired(in.now):
+		return output{notFound: true}, p
+	case p.state == idem.StateInProgress || p.token != in.token:
+		return output{leaseLost: true}, p
+	}
+	n := p
+	n.state, n.fp, n.result, n.lease = idem.StateReleased, in.fp, "", 0
+	// The retention is kept, and a native expiry with it: kept as it was
+	// (a TTL field) or written again from this call's Now to the same
+	// ExpiresAt (a Redis TTL). The earlier of the two ends is the bound.
+	n.ttlEnd = min(p.ttlEnd, written(n, in).ttlEnd)
+	return output{}, n
+}
+
 // same reports whether the store's answer got is the one the specification
 // gives, want.
 func same(k kind, want, got output) bool {
@@ -192,6 +214,8 @@ func same(k kind, want, got output) bool {
 		return want.outcome == got.outcome && want.retaken == got.retaken && want.rec == got.rec
 	case opGet:
 		return want.notFound == got.notFound && (want.notFound || want.rec == got.rec)
+	case opSupersede:
+		return want.notFound == got.notFound && want.leaseLost == got.leaseLost
 	}
 	return want.leaseLost == got.leaseLost
 }
@@ -298,6 +322,8 @@ func describeInput(in input) string {
 		fmt.Fprintf(&b, " token=%d lease=%s", in.token, ms(in.lease))
 	case opSweep:
 		fmt.Fprintf(&b, " limit=%d", in.limit)
+	case opSupersede:
+		fmt.Fprintf(&b, " token=%d fp=%q", in.token, in.fp)
 	}
 	return b.String()
 }
@@ -321,6 +347,10 @@ func describeOutput(k kind, out output) string {
 			return "not found"
 		}
 		return "{" + out.rec.String() + "}"
+	case opSupersede:
+		if out.notFound {
+			return "ErrNotFound"
+		}
 	case opSweep:
 		return fmt.Sprintf("%d deleted (of all keys)", out.swept)
 	}

@@ -58,6 +58,19 @@ func releaseThenClaim(stored string) []porcupine.Operation {
 	}
 }
 
+// supersedeThenClaim: a claim of fp-a completed, superseded with fp-b (the
+// store answering out), then claimed with fp-a; the store answers with the
+// fingerprint stored.
+func supersedeThenClaim(out output, stored string) []porcupine.Operation {
+	return []porcupine.Operation{
+		op(0, 0, 1, claimIn(0, t1), acquired(inProgress(t1, 1, 0, 0))),
+		op(0, 2, 3, completeIn(5, t1), output{}),
+		op(1, 4, 5, input{kind: opSupersede, now: 6, token: t1, fp: "fp-b"}, out),
+		op(1, 6, 7, input{kind: opClaim, now: 7, lease: 57, expires: 107, fp: "fp-a", newToken: t2},
+			acquired(record{present: true, state: idem.StateInProgress, token: t1 + 1, attempts: 2, fp: stored, lease: 57, expires: 107})),
+	}
+}
+
 func check(t *testing.T, ops []porcupine.Operation) error {
 	for i := range ops {
 		in := ops[i].Input.(input)
@@ -176,6 +189,18 @@ func TestModel(t *testing.T) {
 			op(0, 2, -1, completeIn(10, t1), output{}),
 			op(1, 3, 4, claimIn(20, t2), inProg(fresh)),
 			op(1, 5, 6, claimIn(21, t2), output{outcome: idem.ClaimDuplicate, rec: completed(fresh, 10)}),
+		}, true},
+		{"SupersedeThenClaim", supersedeThenClaim(output{}, "fp-b"), true},
+		{"SupersedeIgnored", supersedeThenClaim(output{}, "fp-a"), false},
+		{"SupersedeRefusedKeepsContent", supersedeThenClaim(output{leaseLost: true}, "fp-a"), false},
+		{"SupersedeOwner", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(1, 2, 3, input{kind: opSupersede, now: 5, token: t1, fp: "fp-b"}, output{}),
+		}, false},
+		{"SupersedeExpired", []porcupine.Operation{
+			op(0, 0, 1, claimIn(0, t1), acquired(fresh)),
+			op(0, 2, 3, completeIn(10, t1), output{}),
+			op(1, 4, 5, input{kind: opSupersede, now: 110, token: t1, fp: "fp-b"}, output{notFound: true}),
 		}, true},
 		{"ReleaseKeepsFingerprint", releaseThenClaim("fp-a"), true},
 		{"ReleaseForgetsFingerprint", releaseThenClaim("fp-b"), false},

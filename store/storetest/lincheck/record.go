@@ -146,8 +146,9 @@ type History struct {
 
 // Record drives s with opts.Clients goroutines making opts.Ops calls of
 // Claim (one by one or in a ClaimBatch when s is an storekit.BatchStore),
-// Complete, Release, Renew, Get and Sweep over opts.Keys keys, with fresh,
-// stale, stolen and guessed tokens, and returns the history. It fails only when
+// Complete, Release, Renew, Get, Sweep and Supersede (when s is an
+// idem.Superseder) over opts.Keys keys, with fresh, stale, stolen and
+// guessed tokens, and returns the history. It fails only when
 // opts is invalid; store errors are part of the history.
 func Record(ctx context.Context, s idem.Store, opts Options) (*History, error) {
 	n, err := opts.ops()
@@ -165,6 +166,7 @@ func Record(ctx context.Context, s idem.Store, opts Options) (*History, error) {
 	}
 	r := &recorder{h: h, s: s, clk: &clock{start: time.Now()}, budget: int64(n)}
 	r.batch, _ = s.(storekit.BatchStore)
+	r.sup, _ = s.(idem.Superseder)
 	var wg sync.WaitGroup
 	for c := range opts.Clients {
 		wg.Add(1)
@@ -183,6 +185,7 @@ type recorder struct {
 	h      *History
 	s      idem.Store
 	batch  storekit.BatchStore
+	sup    idem.Superseder // nil: supersedes are left out
 	clk    *clock
 	budget int64
 	mu     sync.Mutex // guards h's slices and counts
@@ -228,6 +231,9 @@ func (r *recorder) client(ctx context.Context, id int, rng *mrand.Rand) {
 			mix = ownerMix
 		}
 		c := mix[rng.IntN(len(mix))]
+		if c.kind == opSupersede && r.sup == nil {
+			c.kind = opGet
+		}
 		switch c.kind {
 		case opComplete, opRelease, opRenew:
 			tok := held[k]
@@ -255,6 +261,14 @@ func (r *recorder) client(ctx context.Context, id int, rng *mrand.Rand) {
 			}
 		case opSweep:
 			r.sweep(ctx, id, 1+rng.IntN(3))
+		case opSupersede:
+			// An operator sends the token of the record as read: mostly
+			// one seen, sometimes the client's own claim's.
+			tok := zombie(k)
+			if !c.zombie && held[k] != 0 {
+				tok = held[k]
+			}
+			r.supersede(ctx, id, k, tok, rng)
 		}
 	}
 }
@@ -282,10 +296,11 @@ var (
 	ownerMix = mix(map[choice]int{
 		{opComplete, false}: 6, {opRelease, false}: 2, {opRenew, false}: 3, {opClaim, false}: 4,
 		{opGet, false}: 2, {opComplete, true}: 2, {opRenew, true}: 1, {opSweep, false}: 1,
+		{opSupersede, false}: 1,
 	})
 	strangerMix = mix(map[choice]int{
 		{opClaim, false}: 11, {opGet, false}: 3, {opComplete, true}: 3, {opRelease, true}: 1, {opRenew, true}: 2,
-		{opSweep, false}: 1,
+		{opSweep, false}: 1, {opSupersede, true}: 2,
 	})
 )
 
@@ -314,6 +329,10 @@ type claimed struct {
 }
 
 var fingerprints = []string{"", "fp-a", "fp-b"}
+
+// accepted are the contents an operator supersedes with (never empty: a
+// request without one is invalid data).
+var accepted = []string{"fp-a", "fp-b", "fp-c"}
 
 func (r *recorder) claimInput(k int, rng *mrand.Rand) input {
 	now := r.clk.now()
@@ -442,6 +461,32 @@ func (r *recorder) finish(ctx context.Context, client int, op kind, k int, tok i
 	r.h.calls++
 	r.mu.Unlock()
 	return err == nil, o.leaseLost
+}
+
+// supersede asks the store to make one of the accepted contents key k's,
+// under token tok.
+func (r *recorder) supersede(ctx context.Context, client, k int, tok int64, rng *mrand.Rand) {
+	in := input{kind: opSupersede, key: k, now: r.clk.now(), token: tok, fp: accepted[rng.IntN(len(accepted))]}
+	ctx, cancel := context.WithTimeout(ctx, r.h.opts.OpTimeout)
+	defer cancel()
+	call := r.since()
+	err := r.sup.Supersede(ctx, idem.SupersedeRequest{Key: r.h.keys[k], Token: tok, Fingerprint: in.fp, Now: at(in.now)})
+	ret := r.since()
+	var o output
+	name := "supersede:ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, idem.ErrLeaseLost):
+		o.leaseLost, name = true, "supersede:lease_lost"
+	case errors.Is(err, idem.ErrNotFound):
+		o.notFound, name = true, "supersede:not_found"
+	default:
+		o, name = r.unknown(err), "supersede:unknown"
+	}
+	r.add(client, in, o, call, ret, name)
+	r.mu.Lock()
+	r.h.calls++
+	r.mu.Unlock()
 }
 
 // get reads key k. A failed read changed nothing and is left out of the
