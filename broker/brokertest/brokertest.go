@@ -177,6 +177,7 @@ var cases = []suiteCase{
 	{name: "StoreOutage", fn: testStoreOutage},
 	{name: "LastDeliveryCrash", needs: needsDeliveryLimit, fn: testLastDeliveryCrash},
 	{name: "DeadLetterHeadersEveryReason", fn: testDeadLetterHeadersEveryReason},
+	{name: "DeadLetterHeadersTx", fn: testDeadLetterHeadersTx},
 	{name: "OrderKept", needs: func(f Features) string {
 		if !f.Ordered {
 			return "no order guarantee"
