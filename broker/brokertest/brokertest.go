@@ -172,6 +172,7 @@ var cases = []suiteCase{
 	{name: "ConflictDeadLetterHeaders", fn: testConflictHeaders},
 	{name: "InProgressWaitsForLease", fn: testInProgressWaits},
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
+	{name: "StaleParkedByDefault", fn: testStaleParkedByDefault},
 	{name: "Replay", fn: testReplay},
 	{name: "DeliveryLimitDeadLetters", needs: needsDeliveryLimit, fn: testDeliveryLimit},
 	{name: "StoreOutage", fn: testStoreOutage},
