@@ -98,6 +98,9 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
+			if g.opts.KeepPayload > 0 {
+				h = g.keepingPayload(key, fp, msg.Payload, h)
+			}
 			return g.doKey(ctx, key, fp, h, start)
 		}
 	}

@@ -110,6 +110,16 @@ type Options struct {
 	// MaxResultSize bounds the recorded result in bytes. Default 64 KiB;
 	// negative: no result is recorded.
 	MaxResultSize int
+	// KeepPayload, when positive, keeps a copy of the first KeepPayload
+	// bytes of each content that claims a key, beside its record (a record
+	// of scope Scope+PayloadScopeSuffix, read with KeptPayload), so that an
+	// operator deciding a conflict sees the content that holds the key
+	// beside the dead letter's (idem dlq show, the console) before
+	// accepting one of them (idem resolve --supersede). It costs a claim
+	// and a complete on the store per new content, kept as long as
+	// Retention; off by default. Only two-phase and DoTx calls with a
+	// Message (not DoKey) keep one; DoTx keeps it after its commit.
+	KeepPayload int
 	// Observer receives one Event per message (logs, metrics, traces);
 	// observers that also implement StartObserver or StepObserver see the
 	// start of each message and the failed steps (renewals, releases).
@@ -146,8 +156,8 @@ func (o *Options) validate() error {
 	if err := (Key{Scope: o.Scope, ID: "x"}).Validate(); err != nil {
 		return fmt.Errorf("%w: Scope: %v", ErrInvalidOptions, err)
 	}
-	if o.Lease < 0 || o.Retention < 0 {
-		return fmt.Errorf("%w: Lease and Retention must not be negative", ErrInvalidOptions)
+	if o.Lease < 0 || o.Retention < 0 || o.KeepPayload < 0 {
+		return fmt.Errorf("%w: Lease, Retention and KeepPayload must not be negative", ErrInvalidOptions)
 	}
 	if o.Lease == 0 {
 		o.Lease = DefaultLease

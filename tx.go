@@ -57,7 +57,13 @@ func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) 
 			return v, err
 		}, "tx")
 	}
-	return doTx(ctx, g, ts, key, fp, fn)
+	res, err := doTx(ctx, g, ts, key, fp, fn)
+	if err == nil && res.Outcome == OutcomeProcessed && g.opts.KeepPayload > 0 {
+		// After the commit: the store's own writes must not wait on the
+		// transaction (SQLite has one writer).
+		g.keepPayload(ctx, key, fp, msg.Payload)
+	}
+	return res, err
 }
 
 // DoTxKey is DoTx with a key and fingerprint computed by the caller.
