@@ -35,7 +35,8 @@ import (
 //   - Content. The fingerprint of a record's first claim sticks to the key
 //     until the record expires: releases and retakes keep it (a release
 //     means "may be retried", never "content forgotten"). A record stored
-//     without one takes the next claim's.
+//     without one takes the next claim's. Only an operator changes it, on
+//     a settled record, through Superseder.
 //   - One clock: the caller's. Every time a store compares or writes comes
 //     from the request (Now, LeaseUntil, ExpiresAt, read from the guard's
 //     Options.Clock); a store never decides a record's fate by its own

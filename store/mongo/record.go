@@ -45,16 +45,17 @@ type recordDoc struct {
 
 // Field names, for filters and updates.
 const (
-	fState      = "state"
-	fResult     = "result"
-	fToken      = "token"
-	fLeaseUntil = "lease_until"
-	fExpiresAt  = "expires_at"
-	fCreatedAt  = "created_at"
-	fUpdatedAt  = "updated_at"
-	fTTLAt      = "ttl_at"
-	fTTLHold    = "ttl_hold"
-	fScope      = "scope"
+	fState       = "state"
+	fFingerprint = "fingerprint"
+	fResult      = "result"
+	fToken       = "token"
+	fLeaseUntil  = "lease_until"
+	fExpiresAt   = "expires_at"
+	fCreatedAt   = "created_at"
+	fUpdatedAt   = "updated_at"
+	fTTLAt       = "ttl_at"
+	fTTLHold     = "ttl_hold"
+	fScope       = "scope"
 )
 
 // docOf is r as stored, with its times at millisecond precision (BSON

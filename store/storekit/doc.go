@@ -1,13 +1,14 @@
 // Package storekit is for the authors of idem stores: the record
 // transitions of the Store contract computed in Go, the checks every store
 // runs on a request before taking it, the optional interfaces the guard
-// looks for, and the helpers for stores that filter, count or retain in Go.
+// looks for, and the helpers for stores that filter, count, retain or
+// supersede in Go.
 //
 // A consumer author never needs it: package idem keeps what a consumer, an
 // HTTP handler or an operator's tool uses (Guard, Key, Record, Store and
-// its optional Inspector, ActivityCounter and Retainer). A store author
-// implements idem.Store with this package's help and proves it with
-// store/storetest:
+// its optional Inspector, ActivityCounter, Retainer and Superseder). A
+// store author implements idem.Store with this package's help and proves
+// it with store/storetest:
 //
 //	func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
 //		req, err := storekit.PrepareClaim(req)

@@ -74,6 +74,7 @@ func Run(t *testing.T, newStore NewStore) {
 	tests = append(tests, lifetimeStaleTests...)
 	tests = append(tests, epochTests...)
 	tests = append(tests, retainTests...)
+	tests = append(tests, supersedeTests...)
 	tests = append(tests, activityTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

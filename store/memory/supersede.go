@@ -1,0 +1,25 @@
+package memory
+
+import (
+	"context"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/storekit"
+)
+
+var _ idem.Superseder = (*Store)(nil)
+
+// Supersede implements idem.Superseder: it releases a settled record with
+// the content an operator accepted.
+func (s *Store) Supersede(ctx context.Context, req idem.SupersedeRequest) error {
+	req, err := storekit.PrepareSupersede(req)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return storekit.ApplySupersede(s.recs[keyOf(req.Key)], req)
+}
