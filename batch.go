@@ -126,7 +126,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			sctx.cancel(nil)
 			at = time.Now()
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
-				g.release(ctx, t.key, c.Record.Token) // let the redelivery claim it at once
+				g.release(ctx, t.key, c.Record.Token, nil) // let the redelivery claim it at once
 			}
 		}
 	}

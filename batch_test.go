@@ -129,7 +129,7 @@ func TestTicketRenewsOrLosesItsLease(t *testing.T) {
 	}
 	// "late" waited past its lease and another consumer took it over.
 	clk.Advance(time.Minute)
-	if _, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Hour}).Do(ctx, idem.Message{ID: "late", Payload: []byte("p")}, ok("other owner")); err != nil {
+	if _, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Hour, Stale: idem.StaleRetake}).Do(ctx, idem.Message{ID: "late", Payload: []byte("p")}, ok("other owner")); err != nil {
 		t.Fatal(err)
 	}
 	res, err = tickets[1].Do(ctx, func(context.Context) ([]byte, error) {

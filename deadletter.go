@@ -28,13 +28,21 @@ const (
 	HeaderStoredAttempts    = "Idem-Stored-Attempts"    // how many times the key was claimed
 )
 
+// StoredStateNone is the Idem-Stored-State of a dead letter whose key has
+// no record once its delivery is settled: a transactional inbox whose
+// marker rolled back with the failed transaction, a key swept since.
+const StoredStateNone = "none"
+
 // DeadLetterHeaders returns the idem headers of a dead letter for the call
 // that returned (res, err): the reason and error always; the key when the
 // message had one; the message's fingerprint for a conflict; and the stored
-// record (fingerprint, state, token, attempts, first-claim time) whenever the
-// call read one (a conflict, a parked record, a permanent failure under the
-// consumer's own claim). Broker integrations add their own transport
-// headers.
+// record (fingerprint, state, token, attempts, first-claim time) as
+// res.Record holds it, when it holds one. Result.Record is the record as the
+// call left it (released after a failed two-phase handler, none after a
+// rolled-back inbox transaction); broker integrations read the store once
+// the delivery is settled and set what it holds with SetStoredHeaders, so
+// that the headers never describe a record that does not exist. Broker
+// integrations add their own transport headers.
 func DeadLetterHeaders(res Result, err error) map[string]string {
 	h := map[string]string{HeaderReason: DeadLetterReason(err)}
 	if err != nil {
@@ -46,18 +54,36 @@ func DeadLetterHeaders(res Result, err error) map[string]string {
 	var ce *ConflictError
 	if errors.As(err, &ce) {
 		h[HeaderFingerprint] = ce.Fingerprint
-		res.Record = ce.Record
-	}
-	if r := res.Record; r.State != "" {
-		h[HeaderStoredFingerprint] = r.Fingerprint
-		h[HeaderStoredState] = string(r.State)
-		h[HeaderStoredToken] = strconv.FormatInt(r.Token, 10)
-		h[HeaderStoredAttempts] = strconv.Itoa(r.Attempts)
-		if !r.CreatedAt.IsZero() {
-			h[HeaderStoredCreatedAt] = r.CreatedAt.UTC().Format(time.RFC3339Nano)
+		if res.Record.State == "" {
+			res.Record = ce.Record
 		}
 	}
+	if res.Record.State != "" {
+		SetStoredHeaders(h, &res.Record)
+	}
 	return h
+}
+
+// SetStoredHeaders sets the Idem-Stored-* headers of h to describe r, the
+// record the store holds for the dead letter's key, replacing any set
+// before. With r nil (the store holds no record for the key),
+// Idem-Stored-State is StoredStateNone and the other stored headers are
+// removed.
+func SetStoredHeaders(h map[string]string, r *Record) {
+	for _, name := range []string{HeaderStoredFingerprint, HeaderStoredState, HeaderStoredToken, HeaderStoredCreatedAt, HeaderStoredAttempts} {
+		delete(h, name)
+	}
+	if r == nil {
+		h[HeaderStoredState] = StoredStateNone
+		return
+	}
+	h[HeaderStoredFingerprint] = r.Fingerprint
+	h[HeaderStoredState] = string(r.State)
+	h[HeaderStoredToken] = strconv.FormatInt(r.Token, 10)
+	h[HeaderStoredAttempts] = strconv.Itoa(r.Attempts)
+	if !r.CreatedAt.IsZero() {
+		h[HeaderStoredCreatedAt] = r.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
 }
 
 // oneLine makes s one line of valid UTF-8 of at most max bytes, cut at a

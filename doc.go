@@ -16,8 +16,10 @@
 //     Duplicate: skip the handler and return the recorded result.
 //     In progress elsewhere: [ErrInProgress], retry later.
 //     Same key, other content: [ErrConflict], dead-letter it.
-//     Stale in-progress (the owner crashed): retake, reconcile or park,
-//     as [Options.Stale] says.
+//     Stale in-progress (the owner crashed, perhaps after its side
+//     effect): reconciled with [Options.Reconcile] when given, else
+//     parked for an operator ([ErrStale]); retaken (the handler run
+//     again) only with [StaleRetake], as [Options.Stale] says.
 //  4. A handler error releases the claim so a redelivery retries it; an error
 //     wrapped with [Permanent] is reported for dead-lettering.
 //

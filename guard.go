@@ -98,6 +98,9 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
+			if g.opts.KeepPayload > 0 {
+				h = g.keepingPayload(key, fp, msg.Payload, h)
+			}
 			return g.doKey(ctx, key, fp, h, start)
 		}
 	}
@@ -213,7 +216,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	// back at once.
 	if conflicting(fingerprint, c.Record.Fingerprint) {
 		if c.Outcome == ClaimAcquired {
-			g.release(ctx, key, c.Record.Token)
+			g.release(ctx, key, c.Record.Token, &res.Record)
 		}
 		res.Outcome = OutcomeConflict
 		return res, &ConflictError{Key: key, Fingerprint: fingerprint, Record: c.Record}
@@ -240,7 +243,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		value, done, rerr := g.opts.Reconcile(ContextWithKey(ctx, key), c.Record)
 		ev.Handler += time.Since(hs)
 		if rerr != nil {
-			g.release(ctx, key, token)
+			g.release(ctx, key, token, &res.Record)
 			res.Outcome = failedOutcome(rerr)
 			return res, rerr
 		}
@@ -273,7 +276,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		return g.complete(ctx, res, token, v, r.settleCtx(he), he)
 	}
 	if herr != nil {
-		g.release(ctx, key, token)
+		g.release(ctx, key, token, &res.Record)
 		res.Outcome = failedOutcome(herr)
 		return res, herr
 	}
@@ -342,13 +345,23 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 	return res, tooLarge
 }
 
-func (g *Guard) release(ctx context.Context, key Key, token int64) {
+// release gives the claim of key held with token back. When rec is not
+// nil (the record as the call read it), it is set to the record as the
+// release left it, so that the call's Result.Record says what the store
+// holds: released, its lease ended, when the store took the release;
+// unchanged (in progress until its lease ends) when it did not.
+func (g *Guard) release(ctx context.Context, key Key, token int64, rec *Record) {
 	sctx := g.settleCtx(ctx, time.Now())
 	defer sctx.cancel(nil)
 	// A failed release is harmless: the lease ends and the key is retaken.
 	// The observer hears of it.
-	if err := g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: g.opts.Clock()}); err != nil {
+	now := g.opts.Clock()
+	if err := g.store.Release(sctx, ReleaseRequest{Key: key, Token: token, Now: now}); err != nil {
 		g.step(ctx, Step{Key: key, Op: "release", Token: token, Err: err})
+		return
+	}
+	if rec != nil && rec.Token == token {
+		rec.State, rec.LeaseUntil, rec.UpdatedAt, rec.Result = StateReleased, now, now, nil
 	}
 }
 

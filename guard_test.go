@@ -208,7 +208,7 @@ func TestStalePolicies(t *testing.T) {
 	t.Run("retake", func(t *testing.T) {
 		s, clk := memory.New(), newClock()
 		crashed(t, s, clk, "s1", "p")
-		g := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute})
+		g := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute, Stale: idem.StaleRetake})
 		res, err := g.Do(ctx, idem.Message{ID: "s1", Payload: []byte("p")}, ok("x"))
 		if !errors.Is(err, idem.ErrInProgress) || idem.Decide(res, err) != idem.ActionRetry {
 			t.Fatalf("live owner: %v %v", res.Outcome, err)
@@ -259,6 +259,52 @@ func TestStalePolicies(t *testing.T) {
 		res, err := g.Do(ctx, idem.Message{ID: "s3", Payload: []byte("p")}, ok("redone"))
 		if err != nil || res.Outcome != idem.OutcomeProcessed || string(res.Value) != "redone" {
 			t.Fatalf("reconcile not done: %+v %v", res, err)
+		}
+	})
+	t.Run("default parks", func(t *testing.T) {
+		// The pattern's rule: a crashed owner may have done its side
+		// effect, so without a Reconcile the record waits for an operator
+		// and the handler never runs again unasked.
+		s, clk := memory.New(), newClock()
+		crashed(t, s, clk, "s5", "p")
+		clk.Advance(time.Hour)
+		g := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute})
+		if p := g.Options().Stale; p != idem.StalePark {
+			t.Fatalf("default policy without Reconcile: %v, want park", p)
+		}
+		res, err := g.Do(ctx, idem.Message{ID: "s5", Payload: []byte("p")}, func(context.Context) ([]byte, error) {
+			t.Fatal("the default policy ran the handler over a crashed owner")
+			return nil, nil
+		})
+		if !errors.Is(err, idem.ErrStale) || res.Outcome != idem.OutcomeStale || idem.DeadLetterReason(err) != "parked" {
+			t.Fatalf("default policy: %v %v, want parked", res.Outcome, err)
+		}
+		if r, _ := s.Get(ctx, idem.Key{Scope: "test", ID: "s5"}); r.State != idem.StateInProgress || r.Attempts != 1 {
+			t.Fatalf("default policy changed the parked record: %+v", r)
+		}
+	})
+	t.Run("default reconciles", func(t *testing.T) {
+		s, clk := memory.New(), newClock()
+		crashed(t, s, clk, "s6", "p")
+		clk.Advance(time.Hour)
+		var derived string
+		g := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Minute,
+			Reconcile: func(ctx context.Context, r idem.Record) ([]byte, bool, error) {
+				derived = idem.DeriveKey(ctx, "charge") // the key the crashed owner's call carried
+				return []byte("found"), true, nil
+			}})
+		if p := g.Options().Stale; p != idem.StaleReconcile {
+			t.Fatalf("default policy with Reconcile: %v, want reconcile", p)
+		}
+		res, err := g.Do(ctx, idem.Message{ID: "s6", Payload: []byte("p")}, func(ctx context.Context) ([]byte, error) {
+			t.Fatal("handler ran although reconcile found the effect")
+			return nil, nil
+		})
+		if err != nil || res.Outcome != idem.OutcomeReconciled {
+			t.Fatalf("default with Reconcile: %v %v", res.Outcome, err)
+		}
+		if want := (idem.Key{Scope: "test", ID: "s6"}).Derive("charge"); derived == "" || derived != want {
+			t.Fatalf("DeriveKey inside Reconcile: %q, want the handler's %q", derived, want)
 		}
 	})
 	t.Run("park", func(t *testing.T) {
@@ -327,7 +373,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	res, err := g.Do(context.Background(), msg, func(ctx context.Context) ([]byte, error) {
 		clk.Advance(time.Hour)
 		// Another instance takes the key over while this handler stalls.
-		if r, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Hour}).Do(context.WithoutCancel(ctx), msg, ok("new owner")); err != nil || !r.Retaken {
+		if r, err := guard(t, s, idem.Options{Clock: clk.Now, Lease: time.Hour, Stale: idem.StaleRetake}).Do(context.WithoutCancel(ctx), msg, ok("new owner")); err != nil || !r.Retaken {
 			return nil, fmt.Errorf("takeover: %v %v", r.Outcome, err)
 		}
 		<-ctx.Done() // the next renewal finds the lease lost

@@ -173,7 +173,7 @@ func (g *Guard) runLeased(r *run, key Key, h Handler, started time.Time) (value 
 		r.ctx.cancel(nil) // ends a renewal in flight
 		r.renewing.Wait()
 		if p := recover(); p != nil {
-			g.release(r.outer, key, r.token)
+			g.release(r.outer, key, r.token, nil)
 			panic(p)
 		}
 	}()

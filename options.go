@@ -7,23 +7,49 @@ import (
 )
 
 // StalePolicy says what a claim does with an in-progress record whose lease
-// has ended (its owner crashed mid-way, or stalled without renewing).
+// has ended: its owner crashed mid-way (between its side effect and
+// Complete, perhaps), or stalled without renewing.
 type StalePolicy int
 
 // Stale policies.
 const (
-	// StaleRetake takes the key over with a higher fencing token and runs the
-	// handler again. Safe when downstream calls carry a key derived with
-	// DeriveKey, so they deduplicate the repeat. The default.
-	StaleRetake StalePolicy = iota
-	// StaleReconcile takes the key over and asks Options.Reconcile whether the
-	// previous owner's effect happened; if it did, the record is completed
-	// without running the handler.
+	// StaleDefault is the pattern's rule, and the zero value: a stale
+	// record is reconciled when Options.Reconcile is given (StaleReconcile)
+	// and parked for an operator otherwise (StalePark). An earlier attempt
+	// may have done its side effect, so the handler is never run again
+	// unasked. Options() reports the policy it chose.
+	StaleDefault StalePolicy = iota
+	// StaleRetake takes the key over with a higher fencing token and runs
+	// the handler again. Choose it only when running the handler twice is
+	// safe: every downstream call carries a key derived with DeriveKey (so
+	// the downstream deduplicates the repeat), or the handler resumes from
+	// its own durable progress (package job's steps). Without that, a crash
+	// between the side effect and Complete repeats the side effect.
+	StaleRetake
+	// StaleReconcile takes the key over and asks Options.Reconcile whether
+	// the previous owner's effect happened; if it did, the record is
+	// completed without running the handler; if not, the handler runs.
 	StaleReconcile
 	// StalePark leaves the record alone and reports ErrStale: the message is
-	// dead-lettered and an operator resolves the record (idem resolve).
+	// dead-lettered (reason parked) and an operator resolves the record
+	// (idem resolve --complete or --release) before replaying it.
 	StalePark
 )
+
+// String is the policy's name (default, retake, reconcile, park).
+func (p StalePolicy) String() string {
+	switch p {
+	case StaleDefault:
+		return "default"
+	case StaleRetake:
+		return "retake"
+	case StaleReconcile:
+		return "reconcile"
+	case StalePark:
+		return "park"
+	}
+	return fmt.Sprintf("StalePolicy(%d)", int(p))
+}
 
 // MissingKeyPolicy says what to do with a message that has no key.
 type MissingKeyPolicy int
@@ -38,10 +64,13 @@ const (
 	MissingKeyProcess
 )
 
-// ReconcileFunc decides whether a stale owner's effect happened. Return
-// done=true with the result to record to complete the key without running the
-// handler; done=false to run the handler; an error to release the key and
-// retry later.
+// ReconcileFunc decides whether a stale owner's effect happened (look it up
+// downstream: the payment provider, the mail log). Return done=true with the
+// result to record to complete the key without running the handler;
+// done=false to run the handler; an error to release the key and retry
+// later. Its context carries the message's key, as a handler's does:
+// KeyFromContext and DeriveKey work inside it, so the lookup can use the
+// very key the previous owner's downstream call carried.
 type ReconcileFunc func(ctx context.Context, stale Record) (result []byte, done bool, err error)
 
 // Defaults for Options.
@@ -68,15 +97,29 @@ type Options struct {
 	// Retention is how long completed records are kept. It must outlast the
 	// broker's redelivery window, dead-letter replays included. Default 7 days.
 	Retention time.Duration
-	// Stale is the policy for in-progress records whose lease ended.
+	// Stale is the policy for in-progress records whose lease ended (an
+	// owner that crashed between its side effect and Complete). Default
+	// (StaleDefault): reconcile when Reconcile is set, else park for an
+	// operator; StaleRetake only when a repeated handler is safe.
 	Stale StalePolicy
-	// Reconcile is required with StaleReconcile.
+	// Reconcile is required with StaleReconcile, and chooses it under
+	// StaleDefault.
 	Reconcile ReconcileFunc
 	// MissingKey is the policy for messages without a key.
 	MissingKey MissingKeyPolicy
 	// MaxResultSize bounds the recorded result in bytes. Default 64 KiB;
 	// negative: no result is recorded.
 	MaxResultSize int
+	// KeepPayload, when positive, keeps a copy of the first KeepPayload
+	// bytes of each content that claims a key, beside its record (a record
+	// of scope Scope+PayloadScopeSuffix, read with KeptPayload), so that an
+	// operator deciding a conflict sees the content that holds the key
+	// beside the dead letter's (idem dlq show, the console) before
+	// accepting one of them (idem resolve --supersede). It costs a claim
+	// and a complete on the store per new content, kept as long as
+	// Retention; off by default. Only two-phase and DoTx calls with a
+	// Message (not DoKey) keep one; DoTx keeps it after its commit.
+	KeepPayload int
 	// Observer receives one Event per message (logs, metrics, traces);
 	// observers that also implement StartObserver or StepObserver see the
 	// start of each message and the failed steps (renewals, releases).
@@ -113,8 +156,8 @@ func (o *Options) validate() error {
 	if err := (Key{Scope: o.Scope, ID: "x"}).Validate(); err != nil {
 		return fmt.Errorf("%w: Scope: %v", ErrInvalidOptions, err)
 	}
-	if o.Lease < 0 || o.Retention < 0 {
-		return fmt.Errorf("%w: Lease and Retention must not be negative", ErrInvalidOptions)
+	if o.Lease < 0 || o.Retention < 0 || o.KeepPayload < 0 {
+		return fmt.Errorf("%w: Lease, Retention and KeepPayload must not be negative", ErrInvalidOptions)
 	}
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
@@ -128,11 +171,17 @@ func (o *Options) validate() error {
 	if o.Retention < o.Lease {
 		return fmt.Errorf("%w: Retention (%v) shorter than Lease (%v)", ErrInvalidOptions, o.Retention, o.Lease)
 	}
+	if o.Stale < StaleDefault || o.Stale > StalePark {
+		return fmt.Errorf("%w: unknown stale policy %d", ErrInvalidOptions, o.Stale)
+	}
+	if o.Stale == StaleDefault {
+		o.Stale = StalePark
+		if o.Reconcile != nil {
+			o.Stale = StaleReconcile
+		}
+	}
 	if o.Stale == StaleReconcile && o.Reconcile == nil {
 		return fmt.Errorf("%w: StaleReconcile needs a Reconcile function", ErrInvalidOptions)
-	}
-	if o.Stale < StaleRetake || o.Stale > StalePark {
-		return fmt.Errorf("%w: unknown stale policy %d", ErrInvalidOptions, o.Stale)
 	}
 	if o.Key == nil {
 		o.Key = MessageID

@@ -47,8 +47,13 @@ type Result struct {
 	Outcome Outcome
 	Key     Key
 	Value   []byte // the handler's result, or the recorded one for duplicates
-	Record  Record // the stored record where one was read (duplicate, conflict, in progress)
-	Retaken bool   // the key was taken over from a stale in-progress owner
+	// Record is the stored record as the call left it, where one was read
+	// (duplicate, conflict, in progress, stale, a claim of its own):
+	// released after a failed two-phase handler whose claim was given
+	// back; zero after a transactional inbox call whose marker rolled
+	// back with its transaction.
+	Record  Record
+	Retaken bool // the key was taken over from a stale in-progress owner
 }
 
 // Action is what a broker integration does with a delivery.

@@ -57,7 +57,13 @@ func DoTx[Tx any](ctx context.Context, g *Guard, msg Message, fn TxHandler[Tx]) 
 			return v, err
 		}, "tx")
 	}
-	return doTx(ctx, g, ts, key, fp, fn)
+	res, err := doTx(ctx, g, ts, key, fp, fn)
+	if err == nil && res.Outcome == OutcomeProcessed && g.opts.KeepPayload > 0 {
+		// After the commit: the store's own writes must not wait on the
+		// transaction (SQLite has one writer).
+		g.keepPayload(ctx, key, fp, msg.Payload)
+	}
+	return res, err
 }
 
 // DoTxKey is DoTx with a key and fingerprint computed by the caller.
@@ -86,13 +92,14 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 	var (
 		outcomeErr error // a decision made inside the transaction
 		handlerErr error
+		marked     bool // the last attempt wrote its marker (the handler ran)
 	)
 	txErr := ts.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		// A store may run fn again (after a deadlock or serialization
 		// failure, or a deferred marker that met a recorded key): only the
 		// last attempt's decisions count.
 		ev.TxRuns++
-		handlerErr = nil
+		handlerErr, marked = nil, false
 		res, outcomeErr = markTx(ctx, g, ts, tx, key, fp, &ev, true)
 		if outcomeErr != nil {
 			return outcomeErr
@@ -100,6 +107,7 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		if res.Outcome != OutcomeProcessed {
 			return errSkip
 		}
+		marked = true
 		hs := time.Now()
 		value, herr := fn(ContextWithKey(ctx, key), tx)
 		ev.Handler = time.Since(hs)
@@ -137,6 +145,12 @@ func doTx[Tx any](ctx context.Context, g *Guard, ts TxStore[Tx], key Key, fp str
 		res.Value = value
 		return nil
 	})
+	if marked && (handlerErr != nil || outcomeErr != nil || txErr != nil) {
+		// The marker rolled back with the transaction: the call leaves no
+		// record of its own, and Result.Record must not describe one (a
+		// dead letter's stored headers are built from it).
+		res.Record = Record{}
+	}
 	if outcome, v, skip := skipOutcome(handlerErr); skip {
 		// The handler found its effect in place (entity mode, version
 		// guards): the transaction rolled back, nothing changed; ack.

@@ -213,7 +213,7 @@ func (c *Consumer[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Rep
 	case idem.ActionDeadLetter:
 		// Kept alive until the dead letter is durable (or has failed and
 		// its back-off is waited out): the delivery stays ours meanwhile.
-		h := DeadLetterHeaders(c.g, d.im, d.res, d.err, r.Reason)
+		h := DeadLetterHeaders(actx, c.g, d.im, d.res, d.err, r.Reason)
 		r.Reason = h[idem.HeaderReason]
 		err := c.t.DeadLetter(actx, d.msg, DeadLetter{Reason: r.Reason, Headers: h, Attempt: d.d.Attempt})
 		if err != nil {

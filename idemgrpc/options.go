@@ -82,8 +82,14 @@ type Options struct {
 	RetryAfter time.Duration
 
 	// Guard sets the advanced guard options: Lease, Retention (default here
-	// 24h), Stale (StaleRetake or StalePark), Observer, Clock, StoreTimeout.
-	// Scope, Key, Fingerprint and MaxResultSize are set by the interceptor.
+	// 24h), Stale, Observer, Clock, StoreTimeout. Scope, Key, Fingerprint
+	// and MaxResultSize are set by the interceptor.
+	//
+	// Stale defaults here to idem.StaleRetake, not to the guard's park: a
+	// client retrying with its key after a crashed call expects a reply,
+	// not FailedPrecondition until an operator acts. Choose idem.StalePark
+	// when the method's effects outside its database cannot be repeated
+	// safely (no key derived with idem.DeriveKey downstream).
 	Guard idem.Options
 }
 
@@ -103,9 +109,9 @@ func (o Options) config() (*config, error) {
 			"receives that client's reply (set AllowAnonymous to accept that risk)", idem.ErrInvalidOptions)
 	case len(o.Methods) == 0 && o.Match == nil:
 		return nil, fmt.Errorf("%w: idemgrpc: list the methods to deduplicate in Methods or select them with Match", idem.ErrInvalidOptions)
-	case o.Guard.Stale == idem.StaleReconcile:
-		return nil, fmt.Errorf("%w: idemgrpc: Guard.Stale cannot be StaleReconcile: a reconciled call has no "+
-			"reply to replay (use StaleRetake, the default, or StalePark)", idem.ErrInvalidOptions)
+	case o.Guard.Stale == idem.StaleReconcile || o.Guard.Reconcile != nil:
+		return nil, fmt.Errorf("%w: idemgrpc: Guard.Stale cannot be StaleReconcile (nor Guard.Reconcile set): a reconciled call has no "+
+			"reply to replay (use StaleRetake, the default here, or StalePark)", idem.ErrInvalidOptions)
 	case o.MaxResponseSize < 0 || o.RetryAfter < 0:
 		return nil, fmt.Errorf("%w: idemgrpc: negative MaxResponseSize or RetryAfter", idem.ErrInvalidOptions)
 	}
@@ -141,6 +147,9 @@ func (c *config) guardOptions() idem.Options {
 	g.MaxResultSize = c.MaxResponseSize + recordOverhead
 	if g.Retention == 0 {
 		g.Retention = DefaultRetention
+	}
+	if g.Stale == idem.StaleDefault {
+		g.Stale = idem.StaleRetake // see Options.Guard: the client's retry expects a reply
 	}
 	return g
 }

@@ -97,8 +97,16 @@ type Options struct {
 	RetryAfter time.Duration
 
 	// Guard sets the advanced guard options: Lease, Retention (default here
-	// 24h), Stale (StaleRetake or StalePark), Observer, Clock, StoreTimeout.
-	// Scope, Key, Fingerprint and MaxResultSize are set by the middleware.
+	// 24h), Stale, Observer, Clock, StoreTimeout. Scope, Key, Fingerprint
+	// and MaxResultSize are set by the middleware.
+	//
+	// Stale defaults here to idem.StaleRetake, not to the guard's park: a
+	// client retrying with its key after a crashed attempt expects an
+	// answer, not a 409 until an operator acts, and the request is the
+	// client's own retry. Choose idem.StalePark when the handler's effects
+	// outside the request's database cannot be repeated safely (a charge
+	// without a key derived with idem.DeriveKey): the client then gets
+	// 409 ProblemStale until an operator resolves the key.
 	Guard idem.Options
 }
 
@@ -150,9 +158,9 @@ func (o Options) config() (*config, error) {
 
 // checkGuard rejects guard options that cannot work over HTTP.
 func checkGuard(g idem.Options) error {
-	if g.Stale == idem.StaleReconcile {
-		return fmt.Errorf("%w: idemhttp: Guard.Stale cannot be StaleReconcile: a reconciled request has no "+
-			"response to replay (use StaleRetake, the default, or StalePark)", idem.ErrInvalidOptions)
+	if g.Stale == idem.StaleReconcile || g.Reconcile != nil {
+		return fmt.Errorf("%w: idemhttp: Guard.Stale cannot be StaleReconcile (nor Guard.Reconcile set): a reconciled request has no "+
+			"response to replay (use StaleRetake, the default here, or StalePark)", idem.ErrInvalidOptions)
 	}
 	return nil
 }
@@ -165,6 +173,9 @@ func guardOptions(scope string, g idem.Options, maxResult int, retention time.Du
 	g.MaxResultSize = maxResult
 	if g.Retention == 0 {
 		g.Retention = retention
+	}
+	if g.Stale == idem.StaleDefault {
+		g.Stale = idem.StaleRetake // see Options.Guard: the client's retry expects an answer
 	}
 	return g
 }

@@ -38,9 +38,15 @@ type Options struct {
 	Retention time.Duration
 	// Stale says what a trigger does with a window whose run crashed (its
 	// lease ended): retake it and run again, skipping the steps recorded
-	// as done (idem.StaleRetake, the default), ask Reconcile, or leave it
-	// to an operator (idem.StalePark: ErrStale). Steps follow the same
-	// policy.
+	// as done (idem.StaleRetake), ask Reconcile, or leave it to an
+	// operator (idem.StalePark: ErrStale). Steps follow the same policy.
+	//
+	// The default here is idem.StaleRetake, not the guard's park, with
+	// Reconcile unset: a run resumes after its last finished step, so a
+	// retake repeats at most the step the crash interrupted. Split a step
+	// whose effect must not repeat (a payment) into its own Step with a
+	// key derived with idem.DeriveKey downstream, or choose StalePark or
+	// StaleReconcile. With Reconcile set, the default is StaleReconcile.
 	Stale idem.StalePolicy
 	// Reconcile is required with idem.StaleReconcile.
 	Reconcile idem.ReconcileFunc
@@ -78,12 +84,16 @@ func New(store idem.Store, opts Options) (*Job, error) {
 		return nil, fmt.Errorf("%w: job %q has no Schedule (job.Every(time.Hour), job.Daily(loc), job.Tick(), ...)",
 			idem.ErrInvalidOptions, opts.Name)
 	}
+	stale := opts.Stale
+	if stale == idem.StaleDefault && opts.Reconcile == nil {
+		stale = idem.StaleRetake // see Options.Stale: a run resumes after its last finished step
+	}
 	g, err := idem.New(store, idem.Options{
 		Scope:         opts.Name,
 		Fingerprint:   idem.NoFingerprint,
 		Lease:         opts.Lease,
 		Retention:     opts.Retention,
-		Stale:         opts.Stale,
+		Stale:         stale,
 		Reconcile:     opts.Reconcile,
 		MaxResultSize: opts.MaxResultSize,
 		Observer:      opts.Observer,

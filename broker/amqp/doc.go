@@ -21,8 +21,8 @@
 //     so it adds nothing to a quorum queue's x-delivery-count. The
 //     consumer claims the key again on the back-off, at the latest when
 //     the holder's lease ends: it then finds the key completed (acked as a
-//     duplicate), renewed (held on) or orphaned (retaken as stale and
-//     processed). Past MaxHold it is requeued after the holder's lease;
+//     duplicate), renewed (held on) or orphaned (stale: reconciled,
+//     parked or retaken, by the guard's Stale policy). Past MaxHold it is requeued after the holder's lease;
 //     on a quorum queue's last allowed delivery it is held without bound;
 //   - the store cannot be reached: the delivery is held, unacked, and
 //     claimed again on the back-off until the store answers, spending no

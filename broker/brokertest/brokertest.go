@@ -172,11 +172,13 @@ var cases = []suiteCase{
 	{name: "ConflictDeadLetterHeaders", fn: testConflictHeaders},
 	{name: "InProgressWaitsForLease", fn: testInProgressWaits},
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
+	{name: "StaleParkedByDefault", fn: testStaleParkedByDefault},
 	{name: "Replay", fn: testReplay},
 	{name: "DeliveryLimitDeadLetters", needs: needsDeliveryLimit, fn: testDeliveryLimit},
 	{name: "StoreOutage", fn: testStoreOutage},
 	{name: "LastDeliveryCrash", needs: needsDeliveryLimit, fn: testLastDeliveryCrash},
 	{name: "DeadLetterHeadersEveryReason", fn: testDeadLetterHeadersEveryReason},
+	{name: "DeadLetterHeadersTx", fn: testDeadLetterHeadersTx},
 	{name: "OrderKept", needs: func(f Features) string {
 		if !f.Ordered {
 			return "no order guarantee"

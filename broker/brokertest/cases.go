@@ -563,7 +563,8 @@ func testInProgressWaits(t *testing.T, b Broker) {
 // dead-lettered.
 func testOrphanedClaim(t *testing.T, b Broker) {
 	store := memory.New()
-	g := newGuard(t, store, idem.Options{Lease: 1500 * time.Millisecond})
+	// Retaken because the user chose it: the default parks (testStaleParkedByDefault).
+	g := newGuard(t, store, idem.Options{Lease: 1500 * time.Millisecond, Stale: idem.StaleRetake})
 	eff, out := newEffects(), newOutcomes()
 	m := Message{ID: "orphan-1", Payload: []byte("x")}
 	k := idem.Key{Scope: g.Options().Scope, ID: m.ID}
@@ -586,6 +587,50 @@ func testOrphanedClaim(t *testing.T, b Broker) {
 	waitFor(t, "the orphaned claim retaken and applied", func() bool { return eff.count("orphan-1") == 1 }, out.String)
 	if dls := deadLetters(t, b); len(dls) != 0 {
 		t.Fatalf("orphaned claim dead-lettered (%q) instead of retaken: %s", dls[0].Reason(), out)
+	}
+}
+
+// testStaleParkedByDefault: the pattern's rule is the default. A claim
+// orphaned by a consumer that crashed between its side effect and
+// Complete may have done its effect, so under default options (no
+// Reconcile) the redelivery never runs the handler again: it is
+// dead-lettered as parked, the record left in progress for an operator
+// (idem resolve), and nothing is applied twice.
+func testStaleParkedByDefault(t *testing.T, b Broker) {
+	store := memory.New()
+	g := newGuard(t, store, idem.Options{Lease: 500 * time.Millisecond})
+	eff, out := newEffects(), newOutcomes()
+	m := Message{ID: "crashed-1", Payload: []byte("x")}
+	k := idem.Key{Scope: g.Options().Scope, ID: m.ID}
+	fp, _ := g.Fingerprint(idem.Message{ID: m.ID, Payload: m.Payload})
+	now := time.Now()
+	orphan, err := store.Claim(context.Background(), idem.ClaimRequest{
+		Key: k, Fingerprint: fp, Now: now, LeaseUntil: now.Add(500 * time.Millisecond), ExpiresAt: now.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Consumer{
+		Guard:        g,
+		RetryBackoff: 10 * time.Millisecond,
+		Handle:       func(ctx context.Context, m idem.Message) ([]byte, error) { eff.apply(m); return nil, nil },
+		Hooks:        broker.Hooks[idem.Message]{AfterSettle: out.hook},
+	}
+	start(t, b, c)
+	publish(t, b, m)
+	d := waitDeadLetters(t, b, 1)[0]
+	if d.Reason() != "parked" || d.ID != m.ID {
+		t.Fatalf("dead letter %q reason %q, want %s parked (%s)", d.ID, d.Reason(), m.ID, out)
+	}
+	if n := eff.count(m.ID); n != 0 {
+		t.Fatalf("the handler ran %d times over a crashed owner's claim under the default policy", n)
+	}
+	r, err := store.Get(context.Background(), k)
+	if err != nil || r.State != idem.StateInProgress || r.Token != orphan.Record.Token {
+		t.Fatalf("record after parking: %+v %v; want the crashed owner's, in progress, for an operator", r, err)
+	}
+	if got := d.Header(idem.HeaderStoredState); got != string(idem.StateInProgress) {
+		t.Errorf("parked dead letter's %s = %q, want in_progress", idem.HeaderStoredState, got)
 	}
 }
 

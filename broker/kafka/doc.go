@@ -24,8 +24,8 @@
 //     hold, broker.Options.MaxHold). The claim then finds the key
 //     completed (a duplicate: done), given back by a holder whose handler
 //     failed (processed here, within a second), renewed by a live holder
-//     (held on) or orphaned (its lease ran out: retaken as stale, or
-//     parked, by the guard's Stale policy). Past MaxHold the record waits
+//     (held on) or orphaned (its lease ran out: reconciled, parked or
+//     retaken, by the guard's Stale policy). Past MaxHold the record waits
 //     out the holder's lease before its next claim;
 //   - a store that cannot be reached (down, restarting): the partition is
 //     held and the record claimed again on the back-off until the store

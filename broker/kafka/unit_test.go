@@ -190,7 +190,7 @@ func TestDeadLetterRecord(t *testing.T) {
 	orig := &kgo.Record{Topic: "orders", Partition: 3, Offset: 77, Key: []byte("k"), Value: []byte("v"),
 		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: kafka.HeaderReason, Value: []byte("old")}, {Key: "a", Value: []byte("2")}}}
 	res := idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "s", ID: "id-1"}}
-	dl := kafka.DeadLetter("orders.dlq", orig, broker.DeadLetterHeaders(nil, kafka.MessageOf(orig), res, errors.New(strings.Repeat("é", 5000)), broker.ReasonMaxDeliver))
+	dl := kafka.DeadLetter("orders.dlq", orig, broker.DeadLetterHeaders(context.Background(), nil, kafka.MessageOf(orig), res, errors.New(strings.Repeat("é", 5000)), broker.ReasonMaxDeliver))
 	if dl.Topic != "orders.dlq" || string(dl.Key) != "k" || string(dl.Value) != "v" {
 		t.Fatalf("dead letter %+v", dl)
 	}

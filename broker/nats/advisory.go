@@ -264,7 +264,7 @@ func (c *Consumer) deadLetterGivenUp(ctx context.Context, t *transport, raw *jet
 	}
 	md := &jetstream.MsgMetadata{Stream: e.Stream, NumDelivered: deliveries, Timestamp: raw.Time}
 	md.Sequence.Stream = raw.Sequence
-	h := broker.DeadLetterHeaders(c.g, im, res, cause, reason)
+	h := broker.DeadLetterHeaders(ctx, c.g, im, res, cause, reason)
 	e.Reason = h[idem.HeaderReason]
 	return t.publishDeadLetter(ctx, raw.Subject, raw.Header, raw.Data, md, h)
 }

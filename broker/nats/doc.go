@@ -19,7 +19,8 @@
 //     spends no delivery of the consumer's MaxDeliver) and claims the key
 //     again on the back-off, at the latest when the holder's lease ends:
 //     it then finds the key completed (acked as a duplicate), renewed (held
-//     on) or orphaned (retaken as stale and processed). Past
+//     on) or orphaned (stale: reconciled, parked or retaken, by the
+//     guard's Stale policy). Past
 //     [broker.Options.MaxHold], or when Run shuts down, it is nak'ed with the delay
 //     until the holder's lease ends ([idem.RetryAfter]); on its last allowed
 //     delivery it is held without bound, so a live duplicate is not

@@ -83,6 +83,10 @@ func newApp(ctx context.Context, cfg config) (*app, error) {
 		Scope:     "payments",
 		Principal: bearerUser, // keys are per caller: another user's key never replays your response
 		Required:  true,       // a POST without Idempotency-Key is refused (400)
+		// A request whose handler crashed is run again on the client's retry
+		// (the middleware's default, said here): the charge below carries a
+		// key derived with idem.DeriveKey, so the provider applies it once.
+		Guard: idem.Options{Stale: idem.StaleRetake},
 	})
 	if err != nil {
 		store.Close()

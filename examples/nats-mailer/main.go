@@ -89,8 +89,12 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	g, err := natsidem.NewGuard(store, cons, idem.Options{
-		Key:      idem.CloudEventsKey, // the event's source and id, the same on every re-send
-		Lease:    30 * time.Second,    // renewed while the handler runs
+		Key:   idem.CloudEventsKey, // the event's source and id, the same on every re-send
+		Lease: 30 * time.Second,    // renewed while the handler runs
+		// A consumer that crashed mid-send left its claim in progress: run
+		// the send again rather than park it for an operator, because the
+		// mail API deduplicates on the derived key every send carries.
+		Stale:    idem.StaleRetake,
 		Observer: idem.NewSlogObserver(cfg.Logger),
 	})
 	if err != nil {

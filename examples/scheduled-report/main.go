@@ -164,7 +164,10 @@ func (a *app) setup(ctx context.Context) error {
 		Name:     "hourly-sales-report",
 		Schedule: job.Every(a.cfg.Every),
 		Lease:    a.cfg.Lease,
-		Clock:    a.cfg.Clock,
+		// A run that crashed is retaken and resumes after its last finished
+		// step; the mail step's outbox row is keyed, so a repeat is a no-op.
+		Stale: idem.StaleRetake,
+		Clock: a.cfg.Clock,
 	})
 	return err
 }

@@ -260,7 +260,7 @@ func testOrphanedClaimRetaken(t *testing.T, batch bool) {
 			clock.release()
 		}
 	}
-	g, err := idem.New(st, idem.Options{Scope: e.group, Lease: lease, Clock: clock.Now})
+	g, err := idem.New(st, idem.Options{Scope: e.group, Lease: lease, Clock: clock.Now, Stale: idem.StaleRetake})
 	if err != nil {
 		t.Fatal(err)
 	}

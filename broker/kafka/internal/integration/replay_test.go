@@ -107,7 +107,7 @@ func TestReplayRecord(t *testing.T) {
 		Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: idem.HeaderReason, Value: []byte("old")},
 			{Key: kafka.HeaderOriginalOffset, Value: []byte("9")}, {Key: "a", Value: []byte("2")}}}
 	res := idem.Result{Outcome: idem.OutcomePermanent, Key: idem.Key{Scope: "s", ID: "id-1"}}
-	dl := kafka.DeadLetter(e.dlq, orig, broker.DeadLetterHeaders(nil, kafka.MessageOf(orig), res, idem.Permanent(errors.New("no")), "permanent"))
+	dl := kafka.DeadLetter(e.dlq, orig, broker.DeadLetterHeaders(context.Background(), nil, kafka.MessageOf(orig), res, idem.Permanent(errors.New("no")), "permanent"))
 	if err := kafka.Replay(context.Background(), e.cl, dl); err != nil {
 		t.Fatal(err)
 	}

@@ -105,10 +105,14 @@ func (l *ledger) close() {
 }
 
 // options are the guard's options: two-phase takes the short lease the
-// kills need to be retaken within the run.
+// kills need to be retaken within the run, and retakes a killed
+// consumer's claims (idem.StaleRetake, chosen over the default park)
+// because its one side effect, the bank's charge, carries the key derived
+// with idem.DeriveKey, which the bank deduplicates: the retake repeats the
+// call, never the charge. The inbox never takes a stale record over.
 func (l *ledger) options() idem.Options {
 	if l.kind == "redis" {
-		return idem.Options{Lease: l.cfg.Lease}
+		return idem.Options{Lease: l.cfg.Lease, Stale: idem.StaleRetake}
 	}
 	return idem.Options{}
 }
