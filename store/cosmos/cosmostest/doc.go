@@ -1,0 +1,2 @@
+// Package cosmostest is an in-process Azure Cosmos DB for NoSQL account.
+package cosmostest
