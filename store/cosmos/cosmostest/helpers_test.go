@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -17,7 +18,15 @@ import (
 // newServer starts a server and a client of it, both closed at the end.
 func newServer(t *testing.T) (*cosmostest.Server, *azcosmos.Client) {
 	t.Helper()
-	srv, err := cosmostest.NewServer(cosmostest.Options{})
+	return newServerWith(t, cosmostest.Options{})
+}
+
+// frozen is a clock that stands still (Advance moves the server's).
+func frozen() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+func newServerWith(t *testing.T, opts cosmostest.Options) (*cosmostest.Server, *azcosmos.Client) {
+	t.Helper()
+	srv, err := cosmostest.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,18 +26,23 @@ type Options struct {
 	// Key is the account key (base64) requests must be signed with;
 	// default EmulatorKey.
 	Key string
+	// Now is the server's clock, which items' _ts and time to live
+	// follow; default time.Now. Advance moves it further. (Signatures'
+	// x-ms-date is checked against the wall clock.)
+	Now func() time.Time
 }
 
 // Server is an in-process Azure Cosmos DB for NoSQL account over HTTPS.
 // It is safe for concurrent use. See the package doc for what it models.
 type Server struct {
 	http *httptest.Server
-	key  []byte
-	keyB string
+	key   []byte
+	keyB  string
+	clock func() time.Time
 
 	mu        sync.Mutex
 	dbs       map[string]*database
-	offset    time.Duration // Advance's total: the server's clock is time.Now() + offset
+	offset    time.Duration // Advance's total: the server's time is clock() + offset
 	lsn       int64         // the account's log sequence number, one per write
 	throttled int           // how many document requests still get 429
 	retry     time.Duration // the x-ms-retry-after-ms of a throttled request
@@ -52,8 +59,14 @@ func NewServer(opts Options) (*Server, error) {
 	if err != nil || len(key) == 0 {
 		return nil, fmt.Errorf("cosmostest: Options.Key is not a base64 account key: %v", err)
 	}
-	s := &Server{key: key, keyB: opts.Key, dbs: map[string]*database{}}
-	s.http = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{key: key, keyB: opts.Key, clock: opts.Now, dbs: map[string]*database{}}
+	s.http = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	// A client that goes away mid-handshake at Close is no news.
+	s.http.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.http.StartTLS()
 	return s, nil
 }
 
@@ -124,7 +137,7 @@ func (s *Server) Stats() Stats {
 }
 
 // now is the server's clock. Callers hold s.mu.
-func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
+func (s *Server) now() time.Time { return s.clock().Add(s.offset) }
 
 // newRID returns a resource id: random, base64, as Cosmos DB's look.
 func newRID() string {
