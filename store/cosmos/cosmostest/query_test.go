@@ -77,7 +77,9 @@ func ids(prefix string, from, to, step int) []string {
 // The query forms a store uses, in one partition and across partitions.
 func TestQueries(t *testing.T) {
 	cc := fill(t)
-	param := func(name string, v any) []azcosmos.QueryParameter { return []azcosmos.QueryParameter{{Name: name, Value: v}} }
+	param := func(name string, v any) []azcosmos.QueryParameter {
+		return []azcosmos.QueryParameter{{Name: name, Value: v}}
+	}
 	for _, tc := range []struct {
 		name   string
 		query  string

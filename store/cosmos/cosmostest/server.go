@@ -35,7 +35,7 @@ type Options struct {
 // Server is an in-process Azure Cosmos DB for NoSQL account over HTTPS.
 // It is safe for concurrent use. See the package doc for what it models.
 type Server struct {
-	http *httptest.Server
+	http  *httptest.Server
 	key   []byte
 	keyB  string
 	clock func() time.Time
