@@ -45,7 +45,7 @@ func TestSignatureCoversRequest(t *testing.T) {
 		{"another key", "GET", "/", sign("d3Jvbmcga2V5", "GET", "", "", now), now, http.StatusUnauthorized},
 		{"no token", "GET", "/", "", now, http.StatusUnauthorized},
 		{"an AAD token", "GET", "/", url.QueryEscape("type=aad&ver=1.0&sig=x"), now, http.StatusUnauthorized},
-		{"a date 20 minutes old", "GET", "/", sign(srv.Key(), "GET", "", "", time.Now().Add(-20 * time.Minute).UTC().Format(http.TimeFormat)),
+		{"a date 20 minutes old", "GET", "/", sign(srv.Key(), "GET", "", "", time.Now().Add(-20*time.Minute).UTC().Format(http.TimeFormat)),
 			time.Now().Add(-20 * time.Minute).UTC().Format(http.TimeFormat), http.StatusUnauthorized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
