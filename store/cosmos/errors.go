@@ -20,7 +20,8 @@ func statusOf(err error) int {
 	return 0
 }
 
-// wrap names the operation and classifies err: a write the server refuses
+// wrap names the operation and classifies err (the contract's answers,
+// idem.ErrLeaseLost and idem.ErrNotFound, pass as they are): a write the server refuses
 // as too large (413) or as invalid (400) is an *idem.InvalidDataError,
 // permanent (the same record would be refused again); everything else
 // (throttling after the client's retries, timeouts, an unreachable
@@ -30,7 +31,7 @@ func wrap(op string, err error) error {
 		return nil
 	}
 	var ide *idem.InvalidDataError
-	if errors.As(err, &ide) {
+	if errors.As(err, &ide) || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
 		return err
 	}
 	switch statusOf(err) {

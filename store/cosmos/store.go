@@ -134,6 +134,21 @@ func (s *Store) read(ctx context.Context, a address) (recordDoc, azcore.ETag, er
 	return d, resp.ETag, err
 }
 
+// held reads the record at a, held in progress under token, or returns
+// idem.ErrLeaseLost when there is none.
+func (s *Store) held(ctx context.Context, a address, token int64) (recordDoc, error) {
+	cur, _, err := s.read(ctx, a)
+	switch {
+	case statusOf(err) == http.StatusNotFound:
+		return cur, idem.ErrLeaseLost
+	case err != nil:
+		return cur, err
+	case cur.State != string(idem.StateInProgress) || int64(cur.Token) != token:
+		return cur, idem.ErrLeaseLost
+	}
+	return cur, nil
+}
+
 // ClaimBatch implements storekit.BatchStore: the claims run as concurrent
 // creates (Options.BatchConcurrency at a time), each as Claim; results
 // are in request order. Every request is checked before any is sent, so a
@@ -259,14 +274,9 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	}
 	a := addressOf(req.Key)
 	for range maxClaimRounds {
-		cur, _, err := s.read(ctx, a)
-		switch {
-		case statusOf(err) == http.StatusNotFound:
-			return idem.ErrLeaseLost
-		case err != nil:
+		cur, err := s.held(ctx, a, req.Token)
+		if err != nil {
 			return wrap("release", err)
-		case cur.State != string(idem.StateInProgress) || int64(cur.Token) != req.Token:
-			return idem.ErrLeaseLost
 		}
 		var ops azcosmos.PatchOperations
 		ops.AppendSet("/state", idem.StateReleased)
@@ -309,14 +319,8 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 		if err != nil || ok {
 			return wrap("renew", err)
 		}
-		cur, _, err := s.read(ctx, addressOf(req.Key))
-		switch {
-		case statusOf(err) == http.StatusNotFound:
-			return idem.ErrLeaseLost
-		case err != nil:
+		if _, err := s.held(ctx, addressOf(req.Key), req.Token); err != nil {
 			return wrap("renew", err)
-		case cur.State != string(idem.StateInProgress) || int64(cur.Token) != req.Token:
-			return idem.ErrLeaseLost
 		}
 		// Renewed by the same owner in between: once more.
 	}
