@@ -38,6 +38,11 @@
 //	patch: add, set, replace, remove, incr, all or none, under a     TestPatch
 //	  condition ("from c where ...", 412 when false); the id and the
 //	  partition key cannot be patched
+//	transactional batch (at most 100 operations: create, read,       TestTransactionalBatch
+//	  replace, upsert, delete, patch) in one logical partition, in
+//	  order, all or none: 200 with each operation's status, or 207
+//	  with the failing one's (409, 404, 412, 400 for an item of
+//	  another partition) and 424 for every other, nothing written
 //	session tokens returned and accepted; a consistency level at or  TestSessionAndConsistency
 //	  below the account's accepted, a stronger one refused
 //	time to live: the container's default (-1: only items with a    TestTimeToLive,
@@ -69,10 +74,11 @@
 // the trigger headers), user-defined functions, the change feed and read
 // feeds, attachments, partition key ranges, hierarchical (MultiHash) and
 // absent partition keys, unique key policies, indexing directives,
-// If-Match on an upsert, patches of array elements and move, transactional
-// batches, AAD and resource tokens, and in queries JOIN, GROUP BY,
-// DISTINCT, subqueries, functions other than IS_DEFINED, IS_NULL,
-// IS_STRING, IS_NUMBER and IS_BOOL, arithmetic and array indexes.
+// If-Match on an upsert (alone or in a batch), patches of array elements
+// and move, non-atomic (bulk) batches, AAD and resource tokens, and in
+// queries JOIN, GROUP BY, DISTINCT, subqueries, functions other than
+// IS_DEFINED, IS_NULL, IS_STRING, IS_NUMBER and IS_BOOL, arithmetic and
+// array indexes.
 //
 // Modelled differently, on purpose: strings compare bytewise (UTF-8); a
 // query's continuation is its position in the result, so a page after
@@ -89,5 +95,6 @@
 // published costs for small items, not its formula: a point read 1 RU per
 // started KB of the item; a create, replace, upsert, patch or delete 5 RU
 // per started KB; a query page 2.5 RU plus 1 RU per started KB of what it
-// returns; an error 1 RU. Stats totals them.
+// returns; a batch the sum of its operations'; an error 1 RU. Stats totals
+// them.
 package cosmostest

@@ -81,12 +81,22 @@ func (s *Server) lookup(c *container, pk, id string) *item {
 
 // put stores it (new or replacing) with a new etag and timestamp.
 func (s *Server) put(c *container, it *item) {
+	s.stamp(c, it)
+	c.store(it)
+}
+
+// stamp gives it a new etag and timestamp, and an identity when it is new.
+func (s *Server) stamp(c *container, it *item) {
 	it.etag, it.ts = s.etag(), s.now()
 	if it.rid == "" {
 		it.rid = newRID()
 		c.seq++
 		it.seq = c.seq
 	}
+}
+
+// store places it in its partition.
+func (c *container) store(it *item) {
 	p := c.parts[it.pk]
 	if p == nil {
 		p = map[string]*item{}

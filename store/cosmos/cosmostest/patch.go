@@ -21,6 +21,19 @@ type patchOp struct {
 // patch applies a partial update to it: every operation or none, and
 // none unless the condition (if any) holds on the item as it is.
 func (s *Server) patch(r *http.Request, c *container, it *item, body []byte) response {
+	next, resp, ok := patched(c, it, body)
+	if !ok {
+		return resp
+	}
+	s.put(c, next)
+	n, _ := json.Marshal(next.body)
+	return s.itemResponse(r, c, next, http.StatusOK, writeCharge(len(n)))
+}
+
+// patched returns it as body's patch leaves it (not yet stored), or the
+// answer that refuses the patch.
+func patched(c *container, it *item, body []byte) (*item, response, bool) {
+	refuse := func(resp response) (*item, response, bool) { return nil, resp, false }
 	var pb struct {
 		Condition  *string   `json:"condition"`
 		Operations []patchOp `json:"operations"`
@@ -28,39 +41,37 @@ func (s *Server) patch(r *http.Request, c *container, it *item, body []byte) res
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&pb); err != nil {
-		return errorResponse(http.StatusBadRequest, "The patch body is not valid JSON: "+err.Error())
+		return refuse(errorResponse(http.StatusBadRequest, "The patch body is not valid JSON: "+err.Error()))
 	}
 	if n := len(pb.Operations); n == 0 || n > maxPatchOps {
-		return errorResponse(http.StatusBadRequest, fmt.Sprintf("A patch has 1 to %d operations, not %d", maxPatchOps, n))
+		return refuse(errorResponse(http.StatusBadRequest, fmt.Sprintf("A patch has 1 to %d operations, not %d", maxPatchOps, n)))
 	}
 	if pb.Condition != nil {
 		q, err := parseCondition(*pb.Condition)
 		if err != nil {
-			return queryError(err)
+			return refuse(queryError(err))
 		}
 		if !truthy(q.where.eval(&env{doc: c.doc(it)})) {
-			return errorResponse(http.StatusPreconditionFailed, "Precondition for the patch not met: "+*pb.Condition)
+			return refuse(errorResponse(http.StatusPreconditionFailed, "Precondition for the patch not met: "+*pb.Condition))
 		}
 	}
 	doc, err := deepCopy(it.body)
 	if err != nil {
-		return errorResponse(http.StatusInternalServerError, err.Error())
+		return refuse(errorResponse(http.StatusInternalServerError, err.Error()))
 	}
 	for _, op := range pb.Operations {
 		if resp, ok := applyOp(c, doc, op); !ok {
-			return resp
+			return refuse(resp)
 		}
 	}
 	if _, _, err := ttlOf(doc); err != nil {
-		return errorResponse(http.StatusBadRequest, err.Error())
+		return refuse(errorResponse(http.StatusBadRequest, err.Error()))
 	}
 	n, _ := json.Marshal(doc)
 	if len(n) > maxItemSize {
-		return errorResponse(http.StatusRequestEntityTooLarge, fmt.Sprintf("Request size is too large: the patched item is %d bytes, over %d", len(n), maxItemSize))
+		return refuse(errorResponse(http.StatusRequestEntityTooLarge, fmt.Sprintf("Request size is too large: the patched item is %d bytes, over %d", len(n), maxItemSize)))
 	}
-	next := &item{id: it.id, pk: it.pk, body: doc, rid: it.rid, seq: it.seq}
-	s.put(c, next)
-	return s.itemResponse(r, c, next, http.StatusOK, writeCharge(len(n)))
+	return &item{id: it.id, pk: it.pk, body: doc, rid: it.rid, seq: it.seq}, response{}, true
 }
 
 // applyOp applies one operation to doc.

@@ -19,6 +19,9 @@ type response struct {
 	header http.Header
 	body   []byte
 	charge float64 // request units (charge.go)
+	// unmodelled marks a refusal of what the server does not model, which
+	// a batch passes on as it is rather than as one operation's failure.
+	unmodelled bool
 }
 
 func newResponse(status int, body []byte) response {
@@ -49,7 +52,9 @@ func errorResponse(status int, msg string) response {
 
 // notModelled refuses at once what the server does not model, naming it.
 func notModelled(format string, args ...any) response {
-	return errorResponse(http.StatusBadRequest, "cosmostest does not model "+fmt.Sprintf(format, args...))
+	r := errorResponse(http.StatusBadRequest, "cosmostest does not model "+fmt.Sprintf(format, args...))
+	r.unmodelled = true
+	return r
 }
 
 func (r response) write(w http.ResponseWriter) {
