@@ -35,6 +35,9 @@ var (
 	server     *cosmostest.Server
 	serverErr  error
 	seq        atomic.Int64
+	// usedAccount is set once a test reached the account of
+	// IDEM_COSMOS_URL: TestMain then deletes the run's database there.
+	usedAccount atomic.Bool
 )
 
 // inProcess reports whether the tests run on cosmostest.
@@ -71,6 +74,7 @@ func newClient(t testing.TB) *azcosmos.Client {
 		return c
 	}
 	url := account.Need(t)
+	usedAccount.Store(true)
 	key := os.Getenv("IDEM_COSMOS_KEY")
 	if key == "" {
 		key = cosmostest.EmulatorKey
@@ -96,7 +100,7 @@ func TestMain(m *testing.M) {
 		if server != nil {
 			server.Close()
 		}
-	} else if c := clientForCleanup(); c != nil {
+	} else if c := clientForCleanup(); c != nil && usedAccount.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if db, err := c.NewDatabase(testDatabase()); err == nil {
 			_, _ = db.Delete(ctx, nil)
