@@ -19,19 +19,7 @@ import (
 // its request-unit totals are the benchmark's alone.
 func benchServer(b *testing.B) (*cosmostest.Server, *cosmos.Store) {
 	b.Helper()
-	if !inProcess() {
-		b.Skip("the request units are cosmostest's model")
-	}
-	srv, err := cosmostest.NewServer(cosmostest.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Close)
-	c, err := srv.NewClient()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return srv, newStore(b, c, cosmos.Options{})
+	return ownStore(b, cosmostest.Options{})
 }
 
 // reportRU reports the request units per operation charged since before.

@@ -22,18 +22,8 @@ import (
 // whose clock stands still until the test moves it (Advance).
 func ownServer(t *testing.T) (*cosmostest.Server, *cosmos.Store) {
 	t.Helper()
-	needServer(t)
 	at := time.Now()
-	srv, err := cosmostest.NewServer(cosmostest.Options{Now: func() time.Time { return at }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	c, err := srv.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, newStore(t, c, cosmos.Options{})
+	return ownStore(t, cosmostest.Options{Now: func() time.Time { return at }})
 }
 
 // item reads the record of k as the container holds it.

@@ -63,6 +63,26 @@ func needServer(t testing.TB) *cosmostest.Server {
 	return testServer(t)
 }
 
+// ownStore returns a migrated store on a cosmostest server of tb's own
+// (skipping tb where the tests run on IDEM_COSMOS_URL's account): its
+// clock, throttling and request-unit totals are tb's alone.
+func ownStore(tb testing.TB, opts cosmostest.Options) (*cosmostest.Server, *cosmos.Store) {
+	tb.Helper()
+	if !inProcess() {
+		tb.Skip("needs an in-process cosmostest server of its own (IDEM_COSMOS_URL is set)")
+	}
+	srv, err := cosmostest.NewServer(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(srv.Close)
+	c, err := srv.NewClient()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return srv, newStore(tb, c, cosmos.Options{})
+}
+
 // newClient returns a client of the test account.
 func newClient(t testing.TB) *azcosmos.Client {
 	t.Helper()
