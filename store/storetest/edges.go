@@ -493,13 +493,14 @@ func (r *renewSpy) waitRenewal(t *testing.T, at time.Time) bool {
 
 // testGuardConflictAfterCrash: A's owner crashes before Complete; B reuses
 // A's id with other content. B is a conflict every time (never processed);
-// A's own redelivery is processed, not dead-lettered.
+// A's own redelivery (the guard retakes stale claims: StaleRetake) is
+// processed, not dead-lettered.
 func testGuardConflictAfterCrash(t *testing.T, s idem.Store) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	clock := T0
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	g := newGuard(t, s, idem.Options{Lease: time.Second, Clock: now})
+	g := newGuard(t, s, idem.Options{Lease: time.Second, Clock: now, Stale: idem.StaleRetake})
 	a := idem.Message{ID: "order-7", Payload: []byte("A: charge 10")}
 	b := idem.Message{ID: "order-7", Payload: []byte("B: charge 99")}
 	// A's owner claims and crashes (no Complete, no Release).
