@@ -133,7 +133,9 @@ func TestSessionHolderCrash(t *testing.T) {
 	crashed.dead.Store(true)
 	killA()
 
-	gB, err := servicebus.NewGuard(store, "orders", idem.Options{Lease: lease})
+	// The survivor retakes the crashed holder's claim (chosen: the default
+	// would park it for an operator).
+	gB, err := servicebus.NewGuard(store, "orders", idem.Options{Lease: lease, Stale: idem.StaleRetake})
 	if err != nil {
 		t.Fatal(err)
 	}

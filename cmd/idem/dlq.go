@@ -210,20 +210,23 @@ content is the one recorded.`,
 				if err != nil {
 					return err
 				}
-				var rec *idem.Record
+				var st stored
 				if d.f.dsn != "" || os.Getenv("IDEM_STORE") != "" {
-					if rec, err = storedRecord(ctx, &d.f, dl); err != nil {
+					if st, err = storedRecord(ctx, &d.f, dl); err != nil {
 						return err
 					}
 				}
 				if d.f.json {
 					out := map[string]any{"broker": q.Name(), "dead_letter": dl}
-					if rec != nil {
-						out["record"] = toJSON(*rec, time.Now())
+					if st.rec != nil {
+						out["record"] = toJSON(*st.rec, time.Now())
+					}
+					if st.kept != nil {
+						out["record_payload"], out["record_payload_truncated"] = string(st.kept), st.cut
 					}
 					return writeJSON(c.OutOrStdout(), out)
 				}
-				return printDeadLetter(c.OutOrStdout(), dl, rec, d.f.dsn != "" || os.Getenv("IDEM_STORE") != "", time.Now())
+				return printDeadLetter(c.OutOrStdout(), dl, st, d.f.dsn != "" || os.Getenv("IDEM_STORE") != "", time.Now())
 			})
 		},
 	}
@@ -231,12 +234,21 @@ content is the one recorded.`,
 	return c
 }
 
-// storedRecord reads the record of the dead letter's key; nil when there
-// is none (never claimed, or swept).
-func storedRecord(ctx context.Context, f *storeFlags, dl dlq.DeadLetter) (*idem.Record, error) {
+// stored is what the store holds for a dead letter's key: its record (nil:
+// none, never claimed or swept) and the kept copy of the content that
+// holds it (nil: none kept; cut: truncated at the guard's KeepPayload).
+type stored struct {
+	rec  *idem.Record
+	kept []byte
+	cut  bool
+}
+
+// storedRecord reads the record of the dead letter's key, and the copy of
+// the content holding it where the guard kept one (Options.KeepPayload).
+func storedRecord(ctx context.Context, f *storeFlags, dl dlq.DeadLetter) (stored, error) {
 	h, err := f.open(ctx, true)
 	if err != nil {
-		return nil, err
+		return stored{}, err
 	}
 	defer h.Close()
 	for _, k := range dl.Splits() {
@@ -245,14 +257,19 @@ func storedRecord(ctx context.Context, f *storeFlags, dl dlq.DeadLetter) (*idem.
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get %s: %w", k, err)
+			return stored{}, fmt.Errorf("get %s: %w", k, err)
 		}
-		return &r, nil
+		st := stored{rec: &r}
+		if p, cut, err := idem.KeptPayload(ctx, h.Store, k, r.Fingerprint); err == nil {
+			st.kept, st.cut = p, cut
+		}
+		return st, nil
 	}
-	return nil, nil
+	return stored{}, nil
 }
 
-func printDeadLetter(w io.Writer, dl dlq.DeadLetter, rec *idem.Record, withStore bool, now time.Time) error {
+func printDeadLetter(w io.Writer, dl dlq.DeadLetter, st stored, withStore bool, now time.Time) error {
+	rec := st.rec
 	tw := newTable(w)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("id", dl.ID)
@@ -285,7 +302,19 @@ func printDeadLetter(w io.Writer, dl dlq.DeadLetter, rec *idem.Record, withStore
 			case dl.Fingerprint == rec.Fingerprint:
 				verdict = "this content holds the key, not completed: a replay processes it"
 			}
+			if st.kept != nil {
+				kept := clip(string(st.kept), 200)
+				if st.cut {
+					kept += " (first bytes only)"
+				}
+				side("payload", clip(string(dl.Body), 200), kept)
+			}
 			fmt.Fprintf(tw, "content\t%s\n", verdict)
+			if dl.Fingerprint != "" && rec.Fingerprint != "" && dl.Fingerprint != rec.Fingerprint && rec.State != idem.StateInProgress {
+				k := rec.Key()
+				fmt.Fprintf(tw, "to accept it\tidem resolve %q %q --supersede --fingerprint %s, then replay this dead letter\n",
+					k.Scope, k.ID, dl.Fingerprint)
+			}
 		}
 	}
 	fmt.Fprintln(tw, "\nHEADER\tVALUE")

@@ -94,7 +94,7 @@ func (b *natsDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h
 	if err != nil {
 		return err
 	}
-	g, err := natsidem.NewGuard(store, cons, idem.Options{})
+	g, err := natsidem.NewGuard(store, cons, idem.Options{KeepPayload: 1024})
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (b *amqpDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h
 	if err != nil {
 		return err
 	}
-	g, err := amqpidem.NewGuard(store, b.queue, idem.Options{})
+	g, err := amqpidem.NewGuard(store, b.queue, idem.Options{KeepPayload: 1024})
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (b *kafkaDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, 
 		return err
 	}
 	defer cl.Close()
-	g, err := kafka.NewGuard(store, cl, idem.Options{})
+	g, err := kafka.NewGuard(store, cl, idem.Options{KeepPayload: 1024})
 	if err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (b *sbDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h f
 	if err != nil {
 		return err
 	}
-	g, err := servicebus.NewGuard(store, "orders", idem.Options{})
+	g, err := servicebus.NewGuard(store, "orders", idem.Options{KeepPayload: 1024})
 	if err != nil {
 		return err
 	}

@@ -179,9 +179,15 @@ func runDLQScenario(t *testing.T, b dlqBroker) {
 	if rec == nil || rec["state"] != "completed" || rec["fingerprint"] == "" || dl["fingerprint"] == "" || rec["fingerprint"] == dl["fingerprint"] {
 		t.Fatalf("idem dlq show --json: record %v beside dead letter %v: want the completed record with another fingerprint", rec, dl)
 	}
+	// The content holding the key, kept by the guard (KeepPayload), beside
+	// the dead letter's, and the command that would accept the latter.
+	if shown["record_payload"] != "first" {
+		t.Errorf("idem dlq show --json: record_payload %q, want the winning content %q", shown["record_payload"], "first")
+	}
 	code, out, errs = runCmd(t, "dlq", "show", cid, "--broker", b.url(), "--store", store)
 	if code != exitOK || !strings.Contains(out, "STORED RECORD") || !strings.Contains(out, rec["fingerprint"].(string)) ||
-		!strings.Contains(out, dl["fingerprint"].(string)) || !strings.Contains(out, "other content") {
+		!strings.Contains(out, dl["fingerprint"].(string)) || !strings.Contains(out, "other content") ||
+		!strings.Contains(out, "first") || !strings.Contains(out, "--supersede --fingerprint "+dl["fingerprint"].(string)) {
 		t.Fatalf("idem dlq show: exit %d\n%s%s", code, out, errs)
 	}
 

@@ -493,9 +493,8 @@ func (r *renewSpy) waitRenewal(t *testing.T, at time.Time) bool {
 
 // testGuardConflictAfterCrash: A's owner crashes before Complete; B reuses
 // A's id with other content. B is a conflict every time (never processed);
-// A's own redelivery is processed (the guard retakes stale records: the
-// default parks them, and B's conflict must not depend on the policy),
-// not dead-lettered.
+// A's own redelivery (the guard retakes stale claims: StaleRetake) is
+// processed, not dead-lettered.
 func testGuardConflictAfterCrash(t *testing.T, s idem.Store) {
 	ctx := context.Background()
 	var mu sync.Mutex

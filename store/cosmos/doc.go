@@ -1,0 +1,92 @@
+// Package cosmos is an idem.Store on Azure Cosmos DB for NoSQL, through
+// the official SDK (azcosmos): the two-phase record of idem's guard, with
+// the create of an item as the atomic claim.
+//
+//	cred, err := azcosmos.NewKeyCredential(key)
+//	client, err := azcosmos.NewClientWithKey("https://<account>.documents.azure.com:443/", cred, nil)
+//	store, err := cosmos.New(client, cosmos.Options{})      // database "idem", container "idem_records"
+//	err = store.Migrate(ctx)                               // once, from any instance
+//	g, err := idem.New(store, idem.Options{Scope: "billing"})
+//
+// It implements idem.Store, storekit.BatchStore, idem.Inspector (the idem
+// command's list and stats), idem.Retainer and idem.ActivityCounter, and
+// passes store/storetest. Tests run it against cosmostest, an in-process
+// Cosmos DB the unmodified client talks to (package cosmostest here), or a
+// real account or emulator (IDEM_COSMOS_URL, IDEM_COSMOS_KEY).
+//
+// # Records and partitions
+//
+// A key's record is one item. Its id is the hex SHA-256 of the scope and
+// the stored id, so any key fits Cosmos DB's id rules (at most 255
+// characters, no / \ ? #); the scope, the stored id and the original id
+// are properties beside it. Its partition key (the property "pk", path
+// PartitionKeyPath) is one of Partitions values taken from the same
+// digest: claims spread evenly over Partitions logical partitions, so the
+// container can grow to Partitions times a logical partition's limits
+// (20 GB and 10,000 RU/s each). The count is fixed, because it is part of
+// every record's address.
+//
+// Why not one logical partition per key: List must return records in
+// (scope, id) order, and Cosmos DB's gateway refuses an ORDER BY across
+// partitions from a client without its query pipeline (azcosmos v1 has
+// none). With a fixed set of partitions, List asks each for its first page
+// in order (served by the container's index on "ord", the hex of scope and
+// id, which orders bytewise) and merges them.
+//
+// # Claims and fencing
+//
+// Claim creates the fresh in-progress record; 201 is the claim won. 409
+// means the key is recorded: the claim reads the record with its ETag,
+// decides with storekit.ApplyClaim (duplicate, in progress, stale, or a
+// write over a released, expired or retaken record), and writes only with
+// If-Match on the ETag it read; 412 (another writer came first) or 404
+// (the record expired meanwhile) start the claim over. Complete, Release,
+// Renew and Retain are patches conditional on the fencing token and the
+// state ("from c where c.token = N and c.state = ..."): a zombie whose
+// token is stale gets 412, idem.ErrLeaseLost. Tokens follow the Store
+// contract: a record created where none is starts at the request's random
+// NewToken, each reclaim adds 1.
+//
+// Every write is conditional at the server, so no read decides a write
+// alone: the account's default (Session) consistency is enough, and reads
+// that lag another instance's writes only delay an answer. Use a single
+// write region (the default): with multi-region writes, Cosmos DB resolves
+// concurrent writes to one item by last-writer-wins, and two regions could
+// both create a key.
+//
+// # Expiry
+//
+// One clock decides: the caller's. Lease and retention ends are properties
+// of the record (Unix milliseconds), compared with each request's Now.
+// Cosmos DB's time to live removes settled records by itself: Complete,
+// Release and Retain set the item's ttl to the seconds the retention
+// leaves from the request's Now (rounded up, at least 1), a duration the
+// server counts on its own clock, so a caller whose clock is off the
+// server's loses nothing. An in-progress record carries ttl -1 and never
+// expires, however long its lease has been over: it is stale, for the
+// Stale policy or an operator. Migrate gives the container a default time
+// to live of -1, without which Cosmos DB ignores the items' ttl. Sweep
+// (under a lock item, one instance at a time) deletes the records whose
+// retention ended by the callers' clock before the server's countdown, each
+// only if still as read (If-Match).
+//
+// # Costs
+//
+// A new key costs one create (a small item's write: some 5 to 10 RU), its
+// completion one patch; a duplicate one failed create and one point read.
+// List runs Partitions ordered queries per page; Stats, Activity and Sweep
+// one query across partitions each, reading the records they count (as a
+// SQL store scans them): an operator's page now and then, not a request
+// path.
+//
+// # Errors
+//
+// A request the store cannot take is an *idem.InvalidDataError (permanent):
+// a result over ResultLimit (items are at most 2 MB), a write the server
+// refuses as invalid (400) or too large (413). Everything else is returned
+// wrapped and retryable: throttling (429) after the client's own retries,
+// which wait out x-ms-retry-after-ms, timeouts, an unreachable account, a
+// refused key. Options errors wrap idem.ErrInvalidOptions (ErrInvalidName
+// for names); a container partitioned by another path is a
+// *PartitionKeyError from Migrate and CheckSchema.
+package cosmos
