@@ -9,8 +9,8 @@
 //	g, err := idem.New(store, idem.Options{Scope: "billing"})
 //
 // It implements idem.Store, storekit.BatchStore, idem.Inspector (the idem
-// command's list and stats), idem.Retainer and idem.ActivityCounter, and
-// passes store/storetest. Tests run it against cosmostest, an in-process
+// command's list and stats), idem.Retainer, idem.Superseder and
+// idem.ActivityCounter, and passes store/storetest. Tests run it against cosmostest, an in-process
 // Cosmos DB the unmodified client talks to (package cosmostest here), or a
 // real account or emulator (IDEM_COSMOS_URL, IDEM_COSMOS_KEY).
 //
