@@ -10,7 +10,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/servicebus"
-	"github.com/idemgo/idem/broker/servicebus/servicebustest"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -20,15 +19,7 @@ import (
 // Service Bus's and idem's reason; Replay sends the dead letter back, and
 // duplicate detection keeps it.
 func TestSendDuplicateDetection(t *testing.T) {
-	srv := newServer(t)
-	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{RequiresDuplicateDetection: true, LockDuration: testLock}); err != nil {
-		t.Fatal(err)
-	}
-	client := newClient(t, srv)
-	s, err := client.NewSender("orders", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, client, s := dedupQueue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, body := range []string{`{"amount":10}`, `{"amount":10}`, `{"amount":99}`} {

@@ -14,7 +14,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/servicebus"
-	"github.com/idemgo/idem/broker/servicebus/servicebustest"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -45,15 +44,7 @@ func TestReplayInsideDuplicateDetection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newServer(t)
-			if err := srv.CreateQueue("orders", servicebustest.QueueOptions{RequiresDuplicateDetection: true, LockDuration: testLock}); err != nil {
-				t.Fatal(err)
-			}
-			client := newClient(t, srv)
-			s, err := client.NewSender("orders", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, client, s := dedupQueue(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := tc.send(ctx, s); err != nil {
