@@ -20,8 +20,11 @@
 // refuses connections for three times the broker's retry budget
 // (StoreOutage: nothing dead-lettered, lost or applied twice), a consumer
 // killed on a message's last allowed delivery (LastDeliveryCrash: applied
-// once or dead-lettered, never gone), and one idem header set on the dead
-// letters of every reason (DeadLetterHeadersEveryReason).
+// once or dead-lettered, never gone), one idem header set on the dead
+// letters of every reason (DeadLetterHeadersEveryReason), and, on brokers
+// that deduplicate by a producer's id (Deduplicator), a replay that the
+// broker's duplicate window does not swallow
+// (ReplayInsideDuplicateWindow).
 package brokertest
 
 import (
@@ -174,6 +177,7 @@ var cases = []suiteCase{
 	{name: "OrphanedClaimRetaken", fn: testOrphanedClaim},
 	{name: "StaleParkedByDefault", fn: testStaleParkedByDefault},
 	{name: "Replay", fn: testReplay},
+	{name: "ReplayInsideDuplicateWindow", fn: testReplayInsideDuplicateWindow},
 	{name: "DeliveryLimitDeadLetters", needs: needsDeliveryLimit, fn: testDeliveryLimit},
 	{name: "StoreOutage", fn: testStoreOutage},
 	{name: "LastDeliveryCrash", needs: needsDeliveryLimit, fn: testLastDeliveryCrash},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemgo/idem"
@@ -146,5 +147,95 @@ func testReplay(t *testing.T, b Broker) {
 	eff.mu.Unlock()
 	if p != `{"amount":7}` {
 		t.Errorf("order-7 applied with %s, want the original", p)
+	}
+}
+
+// Deduplicator is a Broker that drops, inside a duplicate window, a
+// message whose broker duplicate id it has stored before: JetStream's
+// Nats-Msg-Id, Service Bus's MessageId on an entity with duplicate
+// detection, an SQS FIFO queue's MessageDeduplicationId. Brokers without
+// such deduplication do not implement it, and ReplayInsideDuplicateWindow
+// skips, saying so.
+type Deduplicator interface {
+	// PublishDeduplicated sends msgs as the adapter's producer helper does
+	// (natsidem.Publish, servicebus.Send, sqsidem.Send): each with the
+	// broker's duplicate id for its id and content (idem.DedupID), to the
+	// destination Start consumes, whose duplicate window is on and longer
+	// than the case (JetStream's default two minutes, say). The case calls
+	// it before it starts any consumer, so that an adapter whose broker
+	// fixes deduplication when the destination is created (Service Bus's
+	// RequiresDuplicateDetection) may create it then.
+	PublishDeduplicated(ctx context.Context, msgs ...Message) error
+}
+
+// testReplayInsideDuplicateWindow: a message published with the broker's
+// duplicate id, dead-lettered and replayed at once with the adapter's
+// Replay, well inside the broker's duplicate window that remembers the
+// original's id, reaches the consumer under its original id and is
+// processed once. A replay that kept the original's duplicate id would be
+// dropped by the broker (JetStream acknowledges it as a duplicate, Service
+// Bus and SQS drop it silently), and could only succeed once the window had
+// passed: a day, on a stream with a 24-hour window.
+func testReplayInsideDuplicateWindow(t *testing.T, b Broker) {
+	rp, ok := b.(Replayer)
+	if !ok {
+		t.Skip("the adapter's suite broker does not implement brokertest.Replayer")
+	}
+	dd, ok := b.(Deduplicator)
+	if !ok {
+		t.Skip("no broker-side deduplication: the adapter's suite broker does not implement brokertest.Deduplicator")
+	}
+	g := newGuard(t, nil, idem.Options{})
+	eff := newEffects()
+	s := &seen{out: map[string][]idem.Outcome{}}
+	var broken atomic.Bool
+	broken.Store(true)
+	c := Consumer{
+		Guard: g,
+		Handle: func(ctx context.Context, m idem.Message) ([]byte, error) {
+			if m.ID == "payment-1" && broken.Load() {
+				return nil, idem.Permanent(errors.New("account frozen"))
+			}
+			eff.apply(m)
+			return nil, nil
+		},
+		Hooks: broker.Hooks[idem.Message]{AfterSettle: s.hook},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	payment := Message{ID: "payment-1", Payload: []byte(`{"payment":1,"amount":25}`)}
+	if err := dd.PublishDeduplicated(ctx, payment); err != nil {
+		t.Fatalf("PublishDeduplicated: %v", err)
+	}
+	start(t, b, c)
+	dls := waitDeadLetters(t, b, 1)
+	if dls[0].ID != payment.ID || dls[0].Reason() != "permanent" {
+		t.Fatalf("dead letter %s reason %q, want %s permanent", dls[0].ID, dls[0].Reason(), payment.ID)
+	}
+
+	// The operator fixes the account and replays at once: the broker still
+	// remembers the original's duplicate id.
+	broken.Store(false)
+	n, err := rp.Replay(ctx)
+	if err != nil {
+		t.Fatalf("Replay inside the duplicate window: %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("replayed %d dead letters, want 1", n)
+	}
+	waitFor(t, "the replay processed under the original id", func() bool {
+		return s.count(payment.ID, idem.OutcomeProcessed) == 1
+	}, s.String)
+	if got := eff.count(payment.ID); got != 1 {
+		t.Errorf("%s applied %d times, want once (%s)", payment.ID, got, s)
+	}
+	eff.mu.Lock()
+	p := string(eff.payloads[payment.ID])
+	eff.mu.Unlock()
+	if p != string(payment.Payload) {
+		t.Errorf("%s applied with %s, want the original's payload", payment.ID, p)
+	}
+	if n := eff.distinct(); n != 1 {
+		t.Errorf("the handler applied %d ids, want only %s: a replay keyed by its own duplicate id? (%s)", n, payment.ID, s)
 	}
 }

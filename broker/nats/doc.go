@@ -172,16 +172,21 @@
 // # Replaying dead letters
 //
 // [Replay] publishes a dead letter back to its Idem-Subject with its data
-// and the original's headers as they were (Nats-Msg-Id restored from
-// Idem-Original-Nats-Msg-Id, Idem-Id among its own), without the headers
-// idem added. The consumer's record then decides, as for any redelivery: a
+// and the original's headers (Idem-Id among its own), without the headers
+// idem added, and with a Nats-Msg-Id of its own: the original's (from
+// Idem-Original-Nats-Msg-Id), "~replay-" and a random nonce. The stream's
+// duplicate window remembers the original's Nats-Msg-Id and would drop a
+// replay that carried it, for as long as the window lasts (a day, on a
+// stream with a 24-hour window); the consumer deduplicates by the key, and
+// [MessageOf] reads a replay's Nats-Msg-Id as the original's, so a replay
+// is never dropped by the window and the guard sees it as it saw the
+// original. The consumer's record then decides, as for any redelivery: a
 // key completed meanwhile is a duplicate (acknowledged, the handler does
 // not run), a key never completed is processed, a conflict is
 // dead-lettered again. Replays often come long after the redelivery
 // window: the guard's Retention must outlive the longest time a dead letter
 // may wait before it is replayed, or a replay of a processed message runs
-// again. Inside the stream's duplicate window the server drops the replay
-// as the original's duplicate ([ErrReplayDuplicate]).
+// again.
 //
 // # On a cluster
 //

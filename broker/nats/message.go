@@ -26,7 +26,10 @@ const HeaderID = "Idem-Id"
 // For a message sent by Publish, Headers["Nats-Msg-Id"] is the plain id too
 // (msg.Headers() keeps the dedup id), so a key read from that header
 // (idem.HeaderKey(jetstream.MsgIDHeader)) is the producer's id, as it was
-// before Publish derived the dedup id from the content.
+// before Publish derived the dedup id from the content. A replay's
+// Nats-Msg-Id (the original's, "~replay-" and a nonce: see Replay) reads
+// as the original's, in ID and in Headers: the guard sees a replay as it
+// saw the original.
 func MessageOf(msg jetstream.Msg) idem.Message {
 	return messageOf(msg.Headers(), msg.Data())
 }
@@ -43,6 +46,11 @@ func messageOf(h nats.Header, data []byte) idem.Message {
 		}
 	}
 	im.ID = h.Get(jetstream.MsgIDHeader)
+	if orig, ok := cutReplay(im.ID); ok {
+		// A replay reads as its original did (see Replay).
+		im.ID = orig
+		im.Headers[jetstream.MsgIDHeader] = orig
+	}
 	if plain := h.Get(HeaderID); plain != "" {
 		if isDedupID(im.ID, plain) {
 			im.Headers[jetstream.MsgIDHeader] = plain
@@ -60,15 +68,7 @@ func isDedupID(dedup, id string) bool {
 		return true
 	}
 	rest, ok := strings.CutPrefix(dedup, id+"~")
-	if !ok || len(rest) != 16 {
-		return false
-	}
-	for _, r := range rest {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
-			return false
-		}
-	}
-	return true
+	return ok && isHex16(rest)
 }
 
 // ScopeFor returns the scope a guard for cons should use:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -16,17 +17,16 @@ import (
 // letter of this package: it has no Idem-Subject header.
 var ErrNotDeadLetter = errors.New("natsidem: not a dead letter (no " + HeaderSubject + " header)")
 
-// ErrReplayDuplicate means the stream dropped a replayed dead letter as a
-// duplicate: its restored Nats-Msg-Id is still inside the stream's
-// duplicate window (Duplicates, two minutes by default), which remembers
-// the original. Nothing reached the consumers; replay it again once the
-// window has passed.
-var ErrReplayDuplicate = errors.New("natsidem: replay dropped by the stream's duplicate window")
+// ErrReplayDuplicate was returned by Replay when the stream dropped a
+// replay as a duplicate of the original, whose Nats-Msg-Id it carried.
+//
+// Deprecated: Replay gives every replay a Nats-Msg-Id of its own, which no
+// duplicate window remembers, and never returns it.
+var ErrReplayDuplicate = errors.New("natsidem: replay dropped as a duplicate")
 
 // Replay re-publishes dl, a dead letter a Consumer wrote (read back from
 // the dead-letter stream), to the subject it came from (its Idem-Subject
-// header), with its data and the original's headers as they were: its
-// Nats-Msg-Id restored from Idem-Original-Nats-Msg-Id, its Idem-Id (the
+// header), with its data and the original's headers: its Idem-Id (the
 // plain id Publish sets, which MessageOf reads) and every other header of
 // its own; without the headers idem put on it when dead-lettering it
 // (idem.DeadLetterHeaders, Idem-Subject, Idem-Stream, Idem-Stream-Seq,
@@ -35,10 +35,20 @@ var ErrReplayDuplicate = errors.New("natsidem: replay dropped by the stream's du
 // JetStream headers (Nats-Expected-*, Nats-Rollup, Nats-TTL, ...) are
 // left off: they were instructions to the stream for the original publish
 // (an expected last sequence that no longer holds, a roll-up that would
-// purge the subject), not part of the message. It returns once the stream
-// acknowledged the message, or ErrReplayDuplicate when the stream dropped
-// it as a duplicate of the original. dl itself is not acknowledged: ack or
-// term it once Replay returned nil.
+// purge the subject), not part of the message.
+//
+// The replay's Nats-Msg-Id is one of its own: the original's (restored
+// from Idem-Original-Nats-Msg-Id), "~replay-" and a random nonce. The
+// stream's duplicate window (Duplicates, two minutes by default) still
+// remembers the original's, and would drop a replay that carried it; the
+// consumer deduplicates by the key, not by Nats-Msg-Id, and MessageOf
+// reads a replay's Nats-Msg-Id as the original's, so the guard sees the
+// replay as it saw the original: same id, same key, same fingerprint. A
+// dead letter whose original had no Nats-Msg-Id is replayed without one.
+// Replay returns once the stream acknowledged the message; dl itself is
+// not acknowledged: ack or term it once Replay returned nil. Each call is
+// a replay of its own: replaying dl twice stores it twice, and the
+// consumer's record makes the second a duplicate.
 //
 // The consumer's record then decides, as for any redelivery: a key that
 // was completed meanwhile (a producer re-send processed after the dead
@@ -52,12 +62,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, dl jetstream.Msg) error
 	if err != nil {
 		return err
 	}
-	ack, err := js.PublishMsg(ctx, msg)
-	if err != nil {
+	// A Duplicate ack cannot mean the window dropped the replay: its
+	// Nats-Msg-Id is new, so only this publish, retried by the client, can
+	// have stored it before.
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("natsidem: replay to %s: %w", msg.Subject, err)
-	}
-	if ack.Duplicate {
-		return fmt.Errorf("%w (%s %s, stream %s)", ErrReplayDuplicate, jetstream.MsgIDHeader, msg.Header.Get(jetstream.MsgIDHeader), ack.Stream)
 	}
 	return nil
 }
@@ -75,7 +84,7 @@ func replayed(h nats.Header, data []byte) (*nats.Msg, error) {
 		case broker.IsDeadLetterHeader(k), hasPrefixFold(k, "Nats-"):
 		case hasPrefixFold(k, HeaderOriginalPrefix):
 			if strings.EqualFold(k[len(HeaderOriginalPrefix):], jetstream.MsgIDHeader) && len(v) > 0 {
-				msg.Header.Set(jetstream.MsgIDHeader, v[0])
+				msg.Header.Set(jetstream.MsgIDHeader, replayDedupID(v[0]))
 			}
 		case replayDrops(k):
 		default:
@@ -98,4 +107,40 @@ func replayDrops(k string) bool {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// replayMark separates, in a replay's Nats-Msg-Id, the original's from
+// the nonce that makes it the replay's own.
+const replayMark = "~replay-"
+
+// replayDedupID is a Nats-Msg-Id of its own for a replay of a message
+// whose Nats-Msg-Id was orig: orig (without the mark of an earlier
+// replay, so that replaying a replay's dead letter does not grow it),
+// replayMark and 16 hex digits of a random nonce.
+func replayDedupID(orig string) string {
+	orig, _ = cutReplay(orig)
+	return fmt.Sprintf("%s%s%016x", orig, replayMark, rand.Uint64())
+}
+
+// cutReplay returns the Nats-Msg-Id a replay's id was made from, and
+// whether id is a replay's (replayDedupID's form).
+func cutReplay(id string) (string, bool) {
+	i := strings.LastIndex(id, replayMark)
+	if i < 0 || !isHex16(id[i+len(replayMark):]) {
+		return id, false
+	}
+	return id[:i], true
+}
+
+// isHex16 reports whether s is 16 lower-case hex digits.
+func isHex16(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, r := range s {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }

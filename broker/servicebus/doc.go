@@ -87,7 +87,11 @@
 // duplicate detection drops producer retries of the same content but never
 // an id reused with other content (that reaches the consumer and is
 // dead-lettered as a conflict). Duplicate detection is a complement: its
-// window is bounded and it knows nothing of the consumer's work.
+// window is bounded and it knows nothing of the consumer's work. Replay
+// gives a replay a MessageID of its own (the original's, "~replay-" and a
+// nonce), which MessageOf reads as the original's: duplicate detection,
+// which remembers the original's MessageID for its window, never drops a
+// replay, and the guard sees it as it saw the original.
 //
 // # Sessions
 //

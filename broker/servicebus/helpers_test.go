@@ -33,3 +33,19 @@ func newClient(t *testing.T, srv *servicebustest.Server) *azservicebus.Client {
 	t.Cleanup(func() { client.Close(context.Background()) })
 	return client
 }
+
+// dedupQueue is a server with a queue "orders" with duplicate detection
+// (Service Bus's default window), a client and a sender on it.
+func dedupQueue(t *testing.T) (*servicebustest.Server, *azservicebus.Client, *azservicebus.Sender) {
+	t.Helper()
+	srv := newServer(t)
+	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{RequiresDuplicateDetection: true, LockDuration: testLock}); err != nil {
+		t.Fatal(err)
+	}
+	client := newClient(t, srv)
+	s, err := client.NewSender("orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, client, s
+}

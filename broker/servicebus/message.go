@@ -19,18 +19,24 @@ const HeaderID = "Idem-Id"
 // application property (HeaderID, set by Send), else MessageID; Headers
 // from the application properties (strings as they are, other values
 // formatted with fmt), Payload from the body, ContentType from the
-// ContentType property. Values that change on redelivery (LockToken,
+// ContentType property. A replay's MessageID (the original's, "~replay-"
+// and a nonce: see Replay) reads as the original's, so the guard sees a
+// replay as it saw the original. Values that change on redelivery (LockToken,
 // SequenceNumber, DeliveryCount, LockedUntil) are deliberately left out,
 // and so is CorrelationID: it names a group of messages (a conversation,
 // a request and its replies), not one message.
 func MessageOf(msg *azservicebus.ReceivedMessage) idem.Message {
-	im := idem.Message{ID: msg.MessageID, Payload: msg.Body}
+	id, whole := originalMessageID(msg.MessageID, msg.ApplicationProperties)
+	im := idem.Message{ID: id, Payload: msg.Body}
 	if msg.ContentType != nil {
 		im.ContentType = *msg.ContentType
 	}
 	if len(msg.ApplicationProperties) > 0 {
 		im.Headers = make(map[string]string, len(msg.ApplicationProperties))
 		for k, v := range msg.ApplicationProperties {
+			if k == headerReplayOf && whole {
+				continue // Replay's, not the original's
+			}
 			im.Headers[k] = propertyText(v)
 		}
 	}
@@ -61,10 +67,15 @@ func isDedupID(dedup, id string) bool {
 		return true
 	}
 	rest, ok := strings.CutPrefix(dedup, id+"~")
-	if !ok || len(rest) != 16 {
+	return ok && isHex16(rest)
+}
+
+// isHex16 reports whether s is 16 lower-case hex digits.
+func isHex16(s string) bool {
+	if len(s) != 16 {
 		return false
 	}
-	for _, r := range rest {
+	for _, r := range s {
 		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
 			return false
 		}

@@ -3,7 +3,10 @@ package servicebus
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
@@ -21,19 +24,30 @@ const ReasonMaxDeliveryCountExceeded = "MaxDeliveryCountExceeded"
 // Replay sends dl, a dead letter a Consumer wrote, or one Service Bus
 // wrote at MaxDeliveryCount (received from the entity's
 // $DeadLetterQueue), to s, a sender on the queue (or the topic) it came
-// from: its body, MessageID, SessionID, ContentType, Subject,
-// CorrelationID and application properties as they were, without the ones idem and
-// Service Bus put on it when dead-lettering it (Idem-* other than Idem-Id,
+// from: its body, SessionID, ContentType, Subject, CorrelationID and
+// application properties as they were, without the ones idem and Service
+// Bus put on it when dead-lettering it (Idem-* other than Idem-Id,
 // DeadLetterReason, DeadLetterErrorDescription). It returns once Service
 // Bus accepted the message; complete dl afterwards.
+//
+// The replay's MessageID is one of its own: the original's, "~replay-"
+// and a random nonce. An entity with duplicate detection remembers the
+// original's MessageID for its window (up to seven days) and would drop a
+// replay that carried it, silently; the consumer deduplicates by the key,
+// and MessageOf reads a replay's MessageID as the original's, so a replay
+// is never dropped by duplicate detection and the guard sees it as it saw
+// the original: same id, same key. (An original MessageID too long to
+// take the mark within Service Bus's 128 characters is cut in the replay's,
+// and travels whole in an Idem-Replay-Of property, which MessageOf reads
+// and leaves out of Headers.) Each call is a replay of its own: replaying
+// dl twice sends it twice, and the consumer's record makes the second a
+// duplicate.
 //
 // The consumer's record then decides, as for any redelivery: a key
 // completed meanwhile is a duplicate, completed without running the
 // handler; a key never completed is processed; content that conflicts
 // with the recorded key is dead-lettered again. Keep the guard's Retention
-// longer than a dead letter may wait before it is replayed. A replay
-// inside the entity's duplicate detection window with the same MessageID
-// is dropped by Service Bus: replay after the window.
+// longer than a dead letter may wait before it is replayed.
 func Replay(ctx context.Context, s *azservicebus.Sender, dl *azservicebus.ReceivedMessage) error {
 	msg, err := replayed(dl)
 	if err != nil {
@@ -52,11 +66,12 @@ func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
 		SessionID:             dl.SessionID, // a session entity's message goes back to its session
 		ApplicationProperties: map[string]any{},
 	}
-	id := dl.MessageID
-	if orig, ok := dl.ApplicationProperties[HeaderMessageID].(string); ok && orig != "" {
-		id = orig
+	orig := dl.MessageID
+	if p, ok := dl.ApplicationProperties[HeaderMessageID].(string); ok && p != "" {
+		orig = p
 	}
-	msg.MessageID = &id
+	// The dead letter of a replay: back to the first original's MessageID.
+	orig, _ = originalMessageID(orig, dl.ApplicationProperties)
 	for k, v := range dl.ApplicationProperties {
 		if k == "DeadLetterReason" || k == "DeadLetterErrorDescription" ||
 			(strings.HasPrefix(k, "Idem-") && k != HeaderID) {
@@ -64,5 +79,52 @@ func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
 		}
 		msg.ApplicationProperties[k] = v
 	}
+	id, cut := replayMessageID(orig)
+	msg.MessageID = &id
+	if cut {
+		msg.ApplicationProperties[headerReplayOf] = orig
+	}
 	return msg, nil
+}
+
+// replayMark separates, in a replay's MessageID, the original's from the
+// nonce that makes it the replay's own.
+const replayMark = "~replay-"
+
+// maxMessageID is the longest MessageID Service Bus takes.
+const maxMessageID = 128
+
+// headerReplayOf carries the original's MessageID on a replay whose own
+// could hold only the start of it.
+const headerReplayOf = "Idem-Replay-Of"
+
+// replayMessageID is a MessageID of its own for a replay of a message
+// whose MessageID was orig: orig (cut at maxMessageID less the mark and
+// the nonce, at a character's start; cut reports it), replayMark and 16
+// hex digits of a random nonce.
+func replayMessageID(orig string) (id string, cut bool) {
+	stem := orig
+	if n := maxMessageID - len(replayMark) - 16; len(stem) > n {
+		for n > 0 && !utf8.RuneStart(stem[n]) {
+			n--
+		}
+		stem, cut = stem[:n], true
+	}
+	return fmt.Sprintf("%s%s%016x", stem, replayMark, rand.Uint64()), cut
+}
+
+// originalMessageID is the MessageID of the original that id, a replay's
+// (replayMessageID's form), was made from: id without the mark and the
+// nonce, or the Idem-Replay-Of property of props when the stem is its
+// start (whole reports that it was used). Any other id is its own.
+func originalMessageID(id string, props map[string]any) (orig string, whole bool) {
+	i := strings.LastIndex(id, replayMark)
+	if i < 0 || !isHex16(id[i+len(replayMark):]) {
+		return id, false
+	}
+	stem := id[:i]
+	if full, _ := props[headerReplayOf].(string); full != "" && strings.HasPrefix(full, stem) {
+		return full, true
+	}
+	return stem, false
 }

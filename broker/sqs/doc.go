@@ -110,7 +110,9 @@
 // never drops it unseen: the consumer's guard dead-letters it as a
 // conflict. SQS's deduplication is a complement, never the guard's
 // replacement: its window is five minutes, and standard queues have
-// none.
+// none. Replay sends a dead letter back with a deduplication id of its own
+// (the dead letter's MessageId), so the five minutes that remember the
+// original's never swallow a replay.
 //
 // # Tests
 //

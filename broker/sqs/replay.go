@@ -21,11 +21,15 @@ var ErrNotDeadLetter = errors.New("sqsidem: not a dead letter of an idem consume
 
 // Replay sends dl, a dead letter a Consumer wrote (received from the
 // dead-letter queue), back to the queue it came from (its Idem-Queue
-// header): its body and its own attributes as they were, without idem's
-// headers and its position. On a FIFO queue it goes back to its message
-// group, with dl's MessageId as its deduplication id, so that a replay
-// retried within five minutes is sent once. It returns once SQS accepted
-// the message; delete dl afterwards.
+// header): its body and its own attributes as they were (its Idem-Id, the
+// key MessageOf reads, among them), without idem's headers and its
+// position. On a FIFO queue it goes back to its message group with a
+// deduplication id of its own, dl's MessageId: never the original's, which
+// SQS remembers for five minutes and would drop the replay under,
+// silently; the consumer deduplicates by the key. A replay of dl retried
+// within five minutes is sent once; the dead letter of a replay is another
+// message, with a MessageId of its own. It returns once SQS accepted the
+// message; delete dl afterwards.
 //
 // The consumer's record then decides, as for any redelivery: a key
 // completed meanwhile is a duplicate, deleted without running the

@@ -45,8 +45,9 @@ func dlqHooks[M any](ev *dlqEvents) broker.Hooks[M] {
 	}
 }
 
-// natsDLQ: a stream ORDERS_<tag> with a durable consumer, and the stream
-// ORDERS_<tag>_DLQ capturing its dead-letter subject, on the shared server.
+// natsDLQ: a stream ORDERS_<tag> with a durable consumer and JetStream's
+// default two-minute duplicate window, and the stream ORDERS_<tag>_DLQ
+// capturing its dead-letter subject, on the shared server.
 type natsDLQ struct {
 	addr, stream, subject, dlqSubject string
 	js                                jetstream.JetStream
@@ -68,7 +69,7 @@ func newNATSDLQ(t *testing.T) *natsDLQ {
 	ctx := context.Background()
 	for name, subj := range map[string]string{b.stream: b.subject, b.stream + "_DLQ": b.dlqSubject} {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.MemoryStorage,
-			MaxAge: time.Hour}); err != nil {
+			MaxAge: time.Hour, Duplicates: 2 * time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
@@ -79,11 +80,10 @@ func newNATSDLQ(t *testing.T) *natsDLQ {
 func (b *natsDLQ) url() string         { return b.addr + "?dlq=" + b.stream + "_DLQ" }
 func (b *natsDLQ) keepsReplayed() bool { return false }
 
+// publish sends with natsidem.Publish: Nats-Msg-Id is the key's
+// idem.DedupID, which the stream remembers for two minutes.
 func (b *natsDLQ) publish(t *testing.T, key, body string) {
-	m := nats.NewMsg(b.subject)
-	m.Header.Set(natsidem.HeaderID, key)
-	m.Data = []byte(body)
-	if _, err := b.js.PublishMsg(context.Background(), m); err != nil {
+	if _, err := natsidem.Publish(context.Background(), b.js, b.subject, key, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -224,7 +224,7 @@ func newServiceBusDLQ(t *testing.T) *sbDLQ {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: 5 * time.Second}); err != nil {
+	if err := srv.CreateQueue("orders", servicebustest.QueueOptions{LockDuration: 5 * time.Second, RequiresDuplicateDetection: true}); err != nil {
 		t.Fatal(err)
 	}
 	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
@@ -242,8 +242,11 @@ func newServiceBusDLQ(t *testing.T) *sbDLQ {
 func (b *sbDLQ) url() string         { return b.srv.ConnectionString() + ";EntityPath=orders" }
 func (b *sbDLQ) keepsReplayed() bool { return false }
 
+// publish sends with servicebus.Send: MessageID is the key's
+// idem.DedupID, which the queue's duplicate detection remembers for ten
+// minutes.
 func (b *sbDLQ) publish(t *testing.T, key, body string) {
-	if err := b.sender.SendMessage(context.Background(), &azservicebus.Message{MessageID: &key, Body: []byte(body)}, nil); err != nil {
+	if err := servicebus.Send(context.Background(), b.sender, key, &azservicebus.Message{Body: []byte(body)}); err != nil {
 		t.Fatal(err)
 	}
 }

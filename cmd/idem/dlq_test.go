@@ -19,8 +19,10 @@ import (
 // are (the --broker URL), a producer, and a real idem consumer.
 type dlqBroker interface {
 	url() string
-	// publish sends body under key, with no broker-side dedup id, so a
-	// replay is never dropped by the broker's duplicate window.
+	// publish sends body under key as the adapter's producer helper does:
+	// with the broker's duplicate id (idem.DedupID) where the broker
+	// deduplicates, on a destination whose duplicate window outlasts the
+	// test, so that the replays run inside it.
 	publish(t *testing.T, key, body string)
 	// consume runs an idem consumer on store until ctx ends, calling h for
 	// each message and ev for each report.

@@ -110,6 +110,38 @@ func (b *suiteBroker) send(ctx context.Context, msgs []*nats.Msg) (failed []*nat
 	return failed, err
 }
 
+// suiteDuplicates is the duplicate window of the stream PublishDeduplicated
+// publishes to: JetStream's default, far longer than a case.
+const suiteDuplicates = 2 * time.Minute
+
+// PublishDeduplicated sends each message with natsidem.Publish (Idem-Id
+// the id, Nats-Msg-Id its idem.DedupID) after giving the stream a
+// two-minute duplicate window.
+func (b *suiteBroker) PublishDeduplicated(ctx context.Context, msgs ...brokertest.Message) error {
+	s, err := b.e.js.Stream(ctx, b.e.stream)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Duplicates != suiteDuplicates {
+		cfg.Duplicates = suiteDuplicates
+		if _, err := b.e.js.UpdateStream(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	for _, m := range msgs {
+		nm := b.natsMsg(m)
+		var opts []natsidem.PublishOption
+		for k, v := range m.Headers {
+			opts = append(opts, natsidem.WithHeader(k, v))
+		}
+		if _, err := natsidem.Publish(ctx, b.e.js, nm.Subject, m.ID, m.Payload, opts...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DeadLetters reads the dead-letter stream up to its last message.
 func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, error) {
 	b.mu.Lock()

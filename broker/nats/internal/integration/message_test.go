@@ -52,6 +52,12 @@ func TestMessageOfKeys(t *testing.T) {
 		{"CloudEvents structured without source", idem.CloudEventsKey,
 			fakeMsg{h: nats.Header{"Content-Type": {"application/cloudevents+json"}},
 				data: []byte(`{"specversion":"1.0","id":"e3"}`)}, "", idem.ErrInvalidKey},
+		{"a replay's Nats-Msg-Id reads as the original's", nil,
+			fakeMsg{h: nats.Header{"Nats-Msg-Id": {"order-1~replay-0123456789abcdef"}}}, "order-1", nil},
+		{"a replay of a Publish'd message, keyed by Nats-Msg-Id", idem.HeaderKey(jetstream.MsgIDHeader),
+			fakeMsg{h: nats.Header{"Nats-Msg-Id": {"order-1~0123456789abcdef~replay-fedcba9876543210"}, natsidem.HeaderID: {"order-1"}}}, "order-1", nil},
+		{"a mark without its nonce is part of the id", nil,
+			fakeMsg{h: nats.Header{"Nats-Msg-Id": {"order-1~replay-later"}}}, "order-1~replay-later", nil},
 		{"user header key", idem.HeaderKey("Idempotency-Key"),
 			fakeMsg{h: nats.Header{"Idempotency-Key": {"k-9"}}}, "k-9", nil},
 	}

@@ -47,10 +47,10 @@ func (e *env) fetchDeadLetters(t *testing.T, n int) []jetstream.Msg {
 // handler failed on both allowed deliveries (their records released, never
 // completed). A producer re-send of one of them is processed afterwards.
 // Replayed, each dead letter arrives on its original subject with the
-// original's data and headers (Nats-Msg-Id restored, Idem-Id, its own
-// header) and none of idem's dead-letter headers; the consumer's record
-// decides: the one processed meanwhile is acked as a duplicate, the one
-// never completed is processed.
+// original's data and headers (Idem-Id, its own header), a Nats-Msg-Id of
+// its own made from the original's, and none of idem's dead-letter
+// headers; the consumer's record decides: the one processed meanwhile is
+// acked as a duplicate, the one never completed is processed.
 func TestReplay(t *testing.T) {
 	e := newEnv(t)
 	cons := e.limitedConsumer(t, "replay")
@@ -120,8 +120,7 @@ func TestReplay(t *testing.T) {
 	if s := <-settled; s.outcome != idem.OutcomeProcessed {
 		t.Fatalf("the re-send of b: %v, want processed", s.outcome)
 	}
-	time.Sleep(3 * dupWindow) // inside it, the stream would drop b's replay (TestReplayInsideDuplicateWindow)
-	for _, dl := range dls {
+	for _, dl := range dls { // inside the window that remembers the re-send of b
 		if err := natsidem.Replay(ctx, e.js, dl); err != nil {
 			t.Fatal(err)
 		}
@@ -145,8 +144,8 @@ func TestReplay(t *testing.T) {
 	mu.Unlock()
 	for id, data := range map[string][]byte{"a": a, "b": b} {
 		h := got[id].headers
-		if want := idem.DedupID(id, fp(t, data)); h.Get(jetstream.MsgIDHeader) != want {
-			t.Errorf("replayed %s: Nats-Msg-Id %q, want the original's %q", id, h.Get(jetstream.MsgIDHeader), want)
+		if orig, got := idem.DedupID(id, fp(t, data)), h.Get(jetstream.MsgIDHeader); !strings.HasPrefix(got, orig+"~replay-") {
+			t.Errorf("replayed %s: Nats-Msg-Id %q, want one of its own made from the original's %q", id, got, orig)
 		}
 		for k := range h {
 			if strings.HasPrefix(k, "Idem-") && k != natsidem.HeaderID {
@@ -159,10 +158,13 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-// TestReplayInsideDuplicateWindow: a replay whose restored Nats-Msg-Id the
-// stream still remembers is dropped by the server, and Replay says so
-// rather than report a replay that reached nobody. A message that is not a
-// dead letter is refused.
+// TestReplayInsideDuplicateWindow: inside a two-minute duplicate window
+// that remembers the originals' Nats-Msg-Ids, replays reach the consumer
+// under the originals' keys: one sent by Publish (keyed by its Idem-Id),
+// one a producer sent with a plain Nats-Msg-Id and no Idem-Id (keyed by
+// Nats-Msg-Id, as MessageOf reads it by default), and the replay of a
+// replay's dead letter, whose Nats-Msg-Id does not grow. A message that is
+// not a dead letter is refused.
 func TestReplayInsideDuplicateWindow(t *testing.T) {
 	e := newEnv(t)
 	e.longWindow(t)
@@ -171,28 +173,74 @@ func TestReplayInsideDuplicateWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := make(chan broker.Report, 1)
+	var mu sync.Mutex
+	fails := map[string]int{"w-1": 2, "w-2": 1} // permanent failures left to make, by key
+	reports := make(chan broker.Report, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() {
-		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
-			return nil, idem.Permanent(errors.New("rejected"))
+		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(_ context.Context, msg jetstream.Msg) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if id := natsidem.MessageOf(msg).ID; fails[id] > 0 {
+				fails[id]--
+				return nil, idem.Permanent(errors.New("rejected"))
+			}
+			return nil, nil
 		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
+	report := func(want idem.Action) broker.Report {
+		t.Helper()
+		r := <-reports
+		if r.Action != want || r.BrokerErr != nil {
+			t.Fatalf("report %+v, want %v", r, want)
+		}
+		return r
+	}
 	if _, err := natsidem.Publish(ctx, e.js, e.subject+".x", "w-1", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-reports; r.Action != idem.ActionDeadLetter || r.BrokerErr != nil {
-		t.Fatalf("report %+v, want a dead letter", r)
+	report(idem.ActionDeadLetter)
+	plain := nats.NewMsg(e.subject + ".x")
+	plain.Header.Set(jetstream.MsgIDHeader, "w-2")
+	plain.Data = []byte(`{"n":2}`)
+	if _, err := e.js.PublishMsg(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	report(idem.ActionDeadLetter)
+
+	dls := e.fetchDeadLetters(t, 2)
+	for _, dl := range dls {
+		if err := natsidem.Replay(ctx, e.js, dl); err != nil {
+			t.Fatalf("Replay inside the window: %v", err)
+		}
+	}
+	// w-1's replay fails once more, w-2's is processed under its original
+	// Nats-Msg-Id.
+	got := map[idem.Action]string{}
+	for range 2 {
+		r := <-reports
+		got[r.Action] = r.Result.Key.ID
+	}
+	if got[idem.ActionDeadLetter] != "w-1" || got[idem.ActionAck] != "w-2" {
+		t.Fatalf("replays settled %v, want w-1 dead-lettered again and w-2 acked", got)
+	}
+	again := e.fetchDeadLetters(t, 3)[2]
+	if err := natsidem.Replay(ctx, e.js, again); err != nil {
+		t.Fatalf("Replay of a replay's dead letter: %v", err)
+	}
+	if r := report(idem.ActionAck); r.Result.Key.ID != "w-1" || r.Result.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("the second replay of w-1: %+v, want w-1 processed", r)
 	}
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
 	}
-	dl := e.fetchDeadLetters(t, 1)[0]
-	if err := natsidem.Replay(context.Background(), e.js, dl); !errors.Is(err, natsidem.ErrReplayDuplicate) {
-		t.Fatalf("Replay inside the window: %v, want ErrReplayDuplicate", err)
+	last := e.deadLetters(t)[2]
+	orig := idem.DedupID("w-1", fp(t, []byte("{}")))
+	if id := hdr(last, natsidem.HeaderOriginalPrefix+jetstream.MsgIDHeader); !strings.HasPrefix(id, orig+"~replay-") || strings.Count(id, "~replay-") != 1 {
+		t.Errorf("the replay's Nats-Msg-Id was %q, want %q, the mark and a nonce", id, orig)
 	}
 	if err := natsidem.Replay(context.Background(), e.js, fakeMsg{h: nats.Header{"Nats-Msg-Id": {"x"}}}); !errors.Is(err, natsidem.ErrNotDeadLetter) {
 		t.Fatalf("Replay of a plain message: %v, want ErrNotDeadLetter", err)

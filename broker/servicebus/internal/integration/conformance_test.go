@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -54,6 +55,9 @@ type sbBroker struct {
 	once   sync.Once // creates the queue, the sender and dlq on first use
 	err    error
 	sender *azservicebus.Sender
+	// dedup asks ready for a queue with duplicate detection (set by
+	// PublishDeduplicated); dedupOn says the queue has it.
+	dedup, dedupOn atomic.Bool
 
 	mu       sync.Mutex
 	dls      []brokertest.DeadLetter
@@ -85,7 +89,9 @@ func newBroker(t *testing.T) *sbBroker {
 // or a case publishes first.
 func (b *sbBroker) ready(maxDeliveries int) error {
 	b.once.Do(func() {
-		if b.err = b.srv.CreateQueue(b.queue, servicebustest.QueueOptions{LockDuration: testLock, MaxDeliveryCount: maxDeliveries, RequiresSession: b.sessions}); b.err != nil {
+		b.dedupOn.Store(b.dedup.Load())
+		if b.err = b.srv.CreateQueue(b.queue, servicebustest.QueueOptions{LockDuration: testLock, MaxDeliveryCount: maxDeliveries,
+			RequiresSession: b.sessions, RequiresDuplicateDetection: b.dedupOn.Load()}); b.err != nil {
 			return
 		}
 		if b.sender, b.err = b.client.NewSender(b.queue, nil); b.err != nil {
@@ -140,6 +146,27 @@ func (b *sbBroker) Publish(ctx context.Context, msgs ...brokertest.Message) erro
 			return err
 		}
 		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// PublishDeduplicated sends each message with servicebus.Send (Idem-Id
+// the id, MessageID its idem.DedupID) to a queue with duplicate detection
+// (Service Bus's default ten-minute window), which it creates: an entity
+// takes duplicate detection only when it is created, so it must come
+// before Start.
+func (b *sbBroker) PublishDeduplicated(ctx context.Context, msgs ...brokertest.Message) error {
+	b.dedup.Store(true)
+	if err := b.ready(0); err != nil {
+		return err
+	}
+	if !b.dedupOn.Load() {
+		return errors.New("the queue exists without duplicate detection: PublishDeduplicated must come before Start and Publish")
+	}
+	for _, m := range msgs {
+		if err := servicebus.Send(ctx, b.sender, m.ID, b.toMessage(m)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -211,9 +211,46 @@ func (b *suiteBroker) Features() brokertest.Features {
 	if b.fifo {
 		f.Ordered = true
 	} else {
-		f.Skip = map[string]string{"OrderKept": "a standard queue keeps no order (best-effort ordering, competing consumers)"}
+		f.Skip = map[string]string{
+			"OrderKept":                   "a standard queue keeps no order (best-effort ordering, competing consumers)",
+			"ReplayInsideDuplicateWindow": "a standard queue has no deduplication (only FIFO queues do)",
+		}
 	}
 	return f
+}
+
+// PublishDeduplicated sends each message with sqsidem.Send to the FIFO
+// queue (Idem-Id the id, MessageDeduplicationId its idem.DedupID), in the
+// group Publish gives it: SQS drops a repeat for five minutes.
+func (b *suiteBroker) PublishDeduplicated(ctx context.Context, msgs ...brokertest.Message) error {
+	if !b.fifo {
+		return errors.New("a standard queue has no deduplication")
+	}
+	if err := b.ready(0); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		in := &sqs.SendMessageInput{QueueUrl: aws.String(b.url), MessageBody: aws.String(string(m.Payload)),
+			MessageGroupId: aws.String(groupOf(m)), MessageAttributes: map[string]types.MessageAttributeValue{}}
+		for k, v := range m.Headers {
+			in.MessageAttributes[k] = stringAttr(v)
+		}
+		if _, err := sqsidem.Send(ctx, b.client, m.ID, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// groupOf is m's FIFO message group: its OrderKey, else one of eight, from
+// its id.
+func groupOf(m brokertest.Message) string {
+	if m.OrderKey != "" {
+		return m.OrderKey
+	}
+	h := fnv.New32a()
+	h.Write([]byte(m.ID))
+	return fmt.Sprint("g", h.Sum32()%8)
 }
 
 // Publish sends msgs in batches of ten, in order. On a FIFO queue each
@@ -236,13 +273,7 @@ func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) e
 				e.MessageAttributes[k] = stringAttr(v)
 			}
 			if b.fifo {
-				group := m.OrderKey
-				if group == "" {
-					h := fnv.New32a()
-					h.Write([]byte(m.ID))
-					group = fmt.Sprint("g", h.Sum32()%8)
-				}
-				e.MessageGroupId = aws.String(group)
+				e.MessageGroupId = aws.String(groupOf(m))
 				e.MessageDeduplicationId = aws.String(strconv.FormatInt(b.dedup.Add(1), 10))
 			}
 			entries[i] = e
