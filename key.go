@@ -24,11 +24,19 @@ type Key struct {
 	ID    string // the message's stable id, as extracted
 }
 
-// String renders the key for logs as scope/id (the id shortened if huge).
+// String renders the key for logs as scope/id. An id over 80 bytes is
+// shortened to its first 60 bytes (cut at a character boundary, so the text
+// stays valid UTF-8 for headers and properties), an ellipsis and 12 hex
+// digits of its SHA-256, which tell long ids with one prefix apart.
 func (k Key) String() string {
 	id := k.ID
 	if len(id) > 80 {
-		id = id[:60] + "…" + k.StoredID()[7:19]
+		cut := 60
+		for cut > 0 && !utf8.RuneStart(id[cut]) {
+			cut--
+		}
+		sum := sha256.Sum256([]byte(id))
+		id = id[:cut] + "…" + hex.EncodeToString(sum[:6])
 	}
 	return k.Scope + "/" + id
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/idemgo/idem"
 )
@@ -165,5 +166,21 @@ func TestListFilterPageLimit(t *testing.T) {
 		if got := (idem.ListFilter{Limit: limit}).PageLimit(); got != want {
 			t.Errorf("Limit %d: PageLimit %d, want %d", limit, got, want)
 		}
+	}
+}
+
+// TestKeyStringLongIDs: a long id is shortened for logs and headers to valid
+// UTF-8, whatever its characters, and two long ids with one prefix stay
+// apart.
+func TestKeyStringLongIDs(t *testing.T) {
+	for _, id := range []string{strings.Repeat("é", 60), strings.Repeat("a", 59) + strings.Repeat("é", 40), strings.Repeat("x", 100), strings.Repeat("🙂", 300)} {
+		s := idem.Key{Scope: "s", ID: id}.String()
+		if !utf8.ValidString(s) || len(s) > 2+60+len("…")+12 {
+			t.Errorf("Key{%q}.String() = %q: not valid UTF-8, or too long", id, s)
+		}
+	}
+	a, b := idem.Key{Scope: "s", ID: strings.Repeat("x", 90) + "a"}, idem.Key{Scope: "s", ID: strings.Repeat("x", 90) + "b"}
+	if a.String() == b.String() {
+		t.Errorf("two long ids render alike: %s", a)
 	}
 }
