@@ -32,12 +32,16 @@ func (h *hangingRenew) Renew(ctx context.Context, _ idem.RenewRequest) error {
 // it is cancelled with the handler's end (and bounded by StoreTimeout).
 func TestHangingRenewalDoesNotHoldDo(t *testing.T) {
 	hs := &hangingRenew{Store: memory.New(), started: make(chan struct{}, 1)}
-	g := guard(t, hs, idem.Options{Lease: 30 * time.Millisecond, StoreTimeout: time.Hour})
+	g := guard(t, hs, idem.Options{Lease: 300 * time.Millisecond, StoreTimeout: time.Hour})
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.Do(context.Background(), idem.Message{ID: "m", Payload: []byte("x")}, func(ctx context.Context) ([]byte, error) {
-			<-hs.started // a renewal is in flight, and hangs
-			return nil, nil
+			select {
+			case <-hs.started: // a renewal is in flight, and hangs
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
 		})
 		done <- err
 	}()

@@ -10,7 +10,9 @@ import (
 // Handler is the user's work for one message. It returns the result to record
 // (replayed to duplicates; may be nil). Its context carries the message's key
 // (KeyFromContext, DeriveKey) and is cancelled with cause ErrLeaseLost if
-// another owner takes the key over.
+// another owner takes the key over, or if its lease is about to end with no
+// renewal answered (Options.Lease): it should then return, since another
+// owner may start at the lease's end.
 type Handler func(ctx context.Context) ([]byte, error)
 
 // Guard runs the idempotent flow around handlers: claim, handle, complete.

@@ -310,10 +310,12 @@ type renewalCtx struct{}
 
 // ContextWithRenewal returns a context whose guard calls renew each time it
 // renews the lease of a handler called with it, right after the store's
-// Renew succeeds: one clock, the guard's heartbeat (every Lease/3), for the
-// record's lease and whatever else holds the message, such as a broker's
-// lock (package broker's engine passes its transport's keep-alive). renew
-// runs under the handler's context, bounded by StoreTimeout. It returns an
+// Renew succeeds: one clock, the guard's heartbeat (a renewal a third of
+// the lease after the previous one was sent, or as soon as a slower answer
+// arrives), for the record's lease and whatever else holds the message,
+// such as a broker's lock (package broker's engine passes its transport's
+// keep-alive). The next renewal waits for renew to return. renew runs
+// under the handler's context, bounded by StoreTimeout. It returns an
 // error only when the message is lost (a broker lock taken back): the
 // handler's context is then cancelled with that error as its cause, and the
 // guard releases the claim when the handler returns, as for any failure.
