@@ -140,15 +140,6 @@ func (failingRenewals) Renew(context.Context, idem.RenewRequest) error {
 	return errors.New("connection reset")
 }
 
-// hangingRenewals is a store whose renewals never answer (a half-open
-// connection): each ends with its context.
-type hangingRenewals struct{ idem.Store }
-
-func (hangingRenewals) Renew(ctx context.Context, _ idem.RenewRequest) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
 // A holder that could not renew in time is told so before its lease ends:
 // its handler's context is cancelled with cause ErrLeaseLost while the
 // store still holds the lease for it, so no rival's claim can have taken
@@ -160,7 +151,7 @@ func TestUnrenewedLeaseStopsHandlerBeforeItEnds(t *testing.T) {
 		wrap func(idem.Store) idem.Store
 	}{
 		{"renewals fail", func(s idem.Store) idem.Store { return failingRenewals{s} }},
-		{"renewals hang", func(s idem.Store) idem.Store { return hangingRenewals{s} }},
+		{"renewals hang", func(s idem.Store) idem.Store { return &hangingRenew{Store: s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := memory.New()

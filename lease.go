@@ -77,7 +77,7 @@ const (
 // its lease comes within the margin of its end and no renewal has answered:
 // the key may still be the caller's, but a rival's claim may take it over
 // at any moment. It is ErrLeaseLost for errors.Is.
-var errLeaseRanOut error = &leaseEndError{"not renewed in time: its end came near with no renewal answered (the store answers too slowly)"}
+var errLeaseRanOut error = &leaseEndError{"not renewed in time: its end came near with no renewal answered (the store answers too slowly, or not at all)"}
 
 // leaseEndError is a lease that ended, or was about to, before the store
 // confirmed it: errors.Is(err, ErrLeaseLost), which Decide retries.
@@ -124,7 +124,8 @@ func (hb *heartbeat) queue(r *run, due time.Duration) {
 
 // insert puts r on the list at due, after the runs due no later, and arms
 // the timer if r is due before it fires. New runs are due last but for a
-// few (a claim answered slower than its neighbours'), so the walk from the
+// few (a claim answered slower than its neighbours') and for the runs whose
+// renewal is in flight (due at their lease's end), so the walk from the
 // tail is short. Called with mu held.
 func (hb *heartbeat) insert(r *run, due time.Duration) {
 	r.due = due
