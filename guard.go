@@ -269,9 +269,9 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		// the key already, is safe from this token) and the call reports
 		// a lost lease, which Decide retries: the redelivery claims again,
 		// and runs the handler if the store answers in time then.
-		g.release(ctx, key, token)
+		g.release(ctx, key, token, &res.Record)
 		res.Outcome = OutcomeLeaseLost
-		return res, &leaseEndError{fmt.Sprintf("the claim's answer came %v after it was sent, too near the end of its %v lease to start the handler",
+		return res, &leaseEndError{fmt.Sprintf("the handler would start %v after the claim was sent, too near the end of its %v lease",
 			hs.Sub(sent).Round(time.Millisecond), g.opts.Lease)}
 	}
 	r := &run{g: g, outer: ctx, token: token}
@@ -289,7 +289,7 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		if lost == errLeaseRanOut {
 			// The key may still be this call's: give it back at once
 			// rather than leave the redelivery to wait out the lease.
-			g.release(ctx, key, token)
+			g.release(ctx, key, token, &res.Record)
 		}
 		res.Outcome = OutcomeLeaseLost
 		if herr == nil {

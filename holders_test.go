@@ -67,69 +67,74 @@ func (o *holders) leave(id string) {
 // one store whose renewals arrive later than Lease/3, workers of each
 // redelivering every key until one of them has processed it, and a
 // handler longer than the lease. Renewals counted from their answers let
-// the lease lapse between two of them, a rival retook the key and ran its
-// handler beside the first; renewals due from the lease's end keep it, and
-// a holder whose renewal could not answer in time stops before its lease
-// ends.
+// the lease lapse between two of them: a rival found the live holder's key
+// stale, and parked it (the default) or retook it and ran its handler
+// beside the first (StaleRetake). Renewals due from the lease's end keep
+// the lease, and a holder whose renewal could not answer in time stops
+// before its lease ends.
 func TestNoTwoHoldersRunAtOnce(t *testing.T) {
 	const (
 		lease     = 600 * time.Millisecond
 		latency   = 230 * time.Millisecond // beyond Lease/3: renewals run back to back
 		work      = 900 * time.Millisecond // longer than the lease
-		keys      = 3
+		keys      = 2
 		workers   = 2 // per guard
 		redeliver = 10 * time.Millisecond
 	)
-	base := memory.New()
-	s := slowRenewals{Store: base, latency: latency}
-	opts := idem.Options{Scope: "holders", Lease: lease}
-	guards := []*idem.Guard{guard(t, s, opts), guard(t, s, opts)}
-	o := &holders{running: map[string]int{}}
-	h := func(ctx context.Context) ([]byte, error) {
-		key, _ := idem.KeyFromContext(ctx)
-		o.enter(key.ID)
-		defer o.leave(key.ID)
-		done := time.NewTimer(work)
-		defer done.Stop()
-		select {
-		case <-done.C:
-			return []byte("done"), nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	}
-	within(t, "the workers", func() {
-		var wg sync.WaitGroup
-		for _, g := range guards {
-			for range workers {
-				wg.Go(func() {
-					for k := range keys {
-						msg := idem.Message{ID: fmt.Sprintf("order-%d", k), Payload: []byte("p")}
-						for !o.overlapped() { // else the test has failed: stop
-							res, err := g.Do(context.Background(), msg, h)
-							if err == nil {
-								break // processed here, or a duplicate of another's
-							}
-							if idem.Decide(res, err) != idem.ActionRetry {
-								t.Errorf("%s: %v %v", msg.ID, res.Outcome, err)
-								return
-							}
-							<-time.After(redeliver) // the broker's redelivery delay
-						}
-					}
-				})
+	for _, stale := range []idem.StalePolicy{idem.StaleRetake, idem.StaleDefault} {
+		t.Run(stale.String(), func(t *testing.T) {
+			base := memory.New()
+			s := slowRenewals{Store: base, latency: latency}
+			opts := idem.Options{Scope: "holders", Lease: lease, Stale: stale}
+			guards := []*idem.Guard{guard(t, s, opts), guard(t, s, opts)}
+			o := &holders{running: map[string]int{}}
+			h := func(ctx context.Context) ([]byte, error) {
+				key, _ := idem.KeyFromContext(ctx)
+				o.enter(key.ID)
+				defer o.leave(key.ID)
+				done := time.NewTimer(work)
+				defer done.Stop()
+				select {
+				case <-done.C:
+					return []byte("done"), nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
 			}
-		}
-		wg.Wait()
-	})
-	if len(o.overlaps) > 0 {
-		t.Fatalf("two holders of %s ran at once", o.overlaps[0])
-	}
-	for k := range keys {
-		r, err := base.Get(context.Background(), idem.Key{Scope: "holders", ID: fmt.Sprintf("order-%d", k)})
-		if err != nil || r.State != idem.StateCompleted || string(r.Result) != "done" {
-			t.Errorf("order-%d: %+v %v; want completed by a handler that ran to its end", k, r, err)
-		}
+			within(t, "the workers", func() {
+				var wg sync.WaitGroup
+				for _, g := range guards {
+					for range workers {
+						wg.Go(func() {
+							for k := range keys {
+								msg := idem.Message{ID: fmt.Sprintf("order-%d", k), Payload: []byte("p")}
+								for !o.overlapped() { // else the test has failed: stop
+									res, err := g.Do(context.Background(), msg, h)
+									if err == nil {
+										break // processed here, or a duplicate of another's
+									}
+									if idem.Decide(res, err) != idem.ActionRetry {
+										t.Errorf("%s: %v %v; a live holder's key looked stale", msg.ID, res.Outcome, err)
+										return
+									}
+									<-time.After(redeliver) // the broker's redelivery delay
+								}
+							}
+						})
+					}
+				}
+				wg.Wait()
+			})
+			if len(o.overlaps) > 0 {
+				t.Fatalf("two holders of %s ran at once", o.overlaps[0])
+			}
+			for k := range keys {
+				r, err := base.Get(context.Background(), idem.Key{Scope: "holders", ID: fmt.Sprintf("order-%d", k)})
+				if err != nil || r.State != idem.StateCompleted || string(r.Result) != "done" {
+					t.Errorf("order-%d: %+v %v; want completed by a handler that ran to its end", k, r, err)
+				}
+			}
+		})
 	}
 }
 
@@ -183,8 +188,8 @@ func TestUnrenewedLeaseStopsHandlerBeforeItEnds(t *testing.T) {
 			if !errors.Is(err, idem.ErrLeaseLost) || res.Outcome != idem.OutcomeLeaseLost || idem.Decide(res, err) != idem.ActionRetry {
 				t.Errorf("Do: %v %v; want a lost lease to retry", res.Outcome, err)
 			}
-			if r, err := base.Get(context.Background(), key); err != nil || r.State != idem.StateReleased {
-				t.Errorf("record %+v %v; want released for the redelivery", r, err)
+			if r, err := base.Get(context.Background(), key); err != nil || r.State != idem.StateReleased || res.Record.State != idem.StateReleased {
+				t.Errorf("record %+v %v, result's %s; want released for the redelivery", r, err, res.Record.State)
 			}
 		})
 	}
@@ -250,8 +255,8 @@ func TestLateAnswerStartsNoHandler(t *testing.T) {
 			if !errors.Is(err, idem.ErrLeaseLost) || res.Outcome != idem.OutcomeLeaseLost || idem.Decide(res, err) != idem.ActionRetry {
 				t.Errorf("Do: %v %v; want a lost lease to retry", res.Outcome, err)
 			}
-			if r, err := base.Get(context.Background(), key); err != nil || r.State != idem.StateReleased {
-				t.Errorf("record %+v %v; want released for the redelivery", r, err)
+			if r, err := base.Get(context.Background(), key); err != nil || r.State != idem.StateReleased || res.Record.State != idem.StateReleased {
+				t.Errorf("record %+v %v, result's %s; want released for the redelivery", r, err, res.Record.State)
 			}
 		})
 	}
