@@ -148,15 +148,19 @@ func (failingRenewals) Renew(context.Context, idem.RenewRequest) error {
 // A holder that could not renew in time is told so before its lease ends:
 // its handler's context is cancelled with cause ErrLeaseLost while the
 // store still holds the lease for it, so no rival's claim can have taken
-// the key yet; the key is given back for the redelivery.
+// the key yet. A handler that stops gets its key given back for the
+// redelivery; one that finishes anyway has done its effect, and its key is
+// completed (fencing decides, and no rival took it).
 func TestUnrenewedLeaseStopsHandlerBeforeItEnds(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	for _, tc := range []struct {
-		name string
-		wrap func(idem.Store) idem.Store
+		name   string
+		wrap   func(idem.Store) idem.Store
+		finish bool // the handler finishes its work although told to stop
 	}{
-		{"renewals fail", func(s idem.Store) idem.Store { return failingRenewals{s} }},
-		{"renewals hang", func(s idem.Store) idem.Store { return &hangingRenew{Store: s} }},
+		{"renewals fail", func(s idem.Store) idem.Store { return failingRenewals{s} }, false},
+		{"renewals hang", func(s idem.Store) idem.Store { return &hangingRenew{Store: s} }, false},
+		{"renewals fail, handler finishes anyway", func(s idem.Store) idem.Store { return failingRenewals{s} }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := memory.New()
@@ -177,6 +181,9 @@ func TestUnrenewedLeaseStopsHandlerBeforeItEnds(t *testing.T) {
 				cause = context.Cause(ctx)
 				r, err := base.Get(context.Background(), key)
 				held = err == nil && r.State == idem.StateInProgress && time.Now().Before(r.LeaseUntil)
+				if tc.finish {
+					return []byte("done"), nil
+				}
 				return nil, cause
 			})
 			if !errors.Is(cause, idem.ErrLeaseLost) {
@@ -185,11 +192,18 @@ func TestUnrenewedLeaseStopsHandlerBeforeItEnds(t *testing.T) {
 			if !held {
 				t.Error("the handler was told after its lease had ended: a rival could have run beside it")
 			}
+			r, gerr := base.Get(context.Background(), key)
+			if tc.finish {
+				if err != nil || res.Outcome != idem.OutcomeProcessed || gerr != nil || r.State != idem.StateCompleted || string(r.Result) != "done" {
+					t.Errorf("Do: %v %v, record %+v %v; want the finished effect completed", res.Outcome, err, r, gerr)
+				}
+				return
+			}
 			if !errors.Is(err, idem.ErrLeaseLost) || res.Outcome != idem.OutcomeLeaseLost || idem.Decide(res, err) != idem.ActionRetry {
 				t.Errorf("Do: %v %v; want a lost lease to retry", res.Outcome, err)
 			}
-			if r, err := base.Get(context.Background(), key); err != nil || r.State != idem.StateReleased || res.Record.State != idem.StateReleased {
-				t.Errorf("record %+v %v, result's %s; want released for the redelivery", r, err, res.Record.State)
+			if gerr != nil || r.State != idem.StateReleased || res.Record.State != idem.StateReleased {
+				t.Errorf("record %+v %v, result's %s; want released for the redelivery", r, gerr, res.Record.State)
 			}
 		})
 	}
