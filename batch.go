@@ -22,6 +22,7 @@ type Ticket struct {
 	keyErr error  // the message had no usable key
 	claim  *Claim // the batch's answer, in the store's slice; nil: the key repeats an earlier message of the batch
 	took   time.Duration
+	sent   time.Time // when the batch claim was sent: its leases end Lease later
 	used   bool
 }
 
@@ -86,7 +87,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	}
 	took := time.Since(start)
 	for j, i := range idx {
-		tickets[i].claim, tickets[i].took = &claims[j], took
+		tickets[i].claim, tickets[i].took, tickets[i].sent = &claims[j], took, start
 	}
 	return tickets, nil
 }
@@ -112,16 +113,19 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	ctx = g.start(ctx, t.key, "two-phase")
 	c := *t.claim
 	var err error
-	at := start
+	at, sent := start, t.sent
 	if c.Outcome == ClaimAcquired {
-		now := g.opts.Clock()
-		if !now.Before(c.Record.LeaseUntil.Add(-2 * g.opts.Lease / 3)) {
-			// The claim has waited for its turn: extend the lease before the
-			// handler starts, so the heartbeat's first tick is not too late.
-			// Bounded by StoreTimeout as the heartbeat's renewals are: a
-			// renewal stuck behind a row lock must not stall the batch.
+		now := g.clockAt(start)
+		if start.Sub(t.sent) >= g.hb.every || !now.Before(c.Record.LeaseUntil.Add(-2*g.opts.Lease/3)) {
+			// The claim has waited for its turn, by the guard's clock or the
+			// record's: extend the lease before the handler starts, so the
+			// heartbeat's first tick is not too late, and count the lease
+			// from this renewal's sending. Bounded by StoreTimeout as the
+			// heartbeat's renewals are: a renewal stuck behind a row lock
+			// must not stall the batch.
+			sent = start
 			c.Record.LeaseUntil = now.Add(g.opts.Lease)
-			sctx := g.storeCtx(ctx)
+			sctx := g.storeCtxAt(ctx, sent)
 			err = g.store.Renew(sctx, RenewRequest{Key: t.key, Token: c.Record.Token, Now: now, LeaseUntil: c.Record.LeaseUntil})
 			sctx.cancel(nil)
 			at = time.Now()
@@ -130,7 +134,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			}
 		}
 	}
-	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, at, h)
+	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, at, sent, h)
 }
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting

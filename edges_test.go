@@ -32,12 +32,16 @@ func (h *hangingRenew) Renew(ctx context.Context, _ idem.RenewRequest) error {
 // it is cancelled with the handler's end (and bounded by StoreTimeout).
 func TestHangingRenewalDoesNotHoldDo(t *testing.T) {
 	hs := &hangingRenew{Store: memory.New(), started: make(chan struct{}, 1)}
-	g := guard(t, hs, idem.Options{Lease: 30 * time.Millisecond, StoreTimeout: time.Hour})
+	g := guard(t, hs, idem.Options{Lease: 300 * time.Millisecond, StoreTimeout: time.Hour})
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.Do(context.Background(), idem.Message{ID: "m", Payload: []byte("x")}, func(ctx context.Context) ([]byte, error) {
-			<-hs.started // a renewal is in flight, and hangs
-			return nil, nil
+			select {
+			case <-hs.started: // a renewal is in flight, and hangs
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
 		})
 		done <- err
 	}()
@@ -52,13 +56,19 @@ func TestHangingRenewalDoesNotHoldDo(t *testing.T) {
 }
 
 // Each renewal is bounded by StoreTimeout even while the handler runs, so
-// a hung one does not stop the next tick.
+// a hung one does not stop the next tick (due a third of the lease after
+// the hung one was sent, well before the lease runs out).
 func TestRenewalBoundedByStoreTimeout(t *testing.T) {
 	hs := &hangingRenew{Store: memory.New(), started: make(chan struct{}, 8)}
-	g := guard(t, hs, idem.Options{Lease: 30 * time.Millisecond, StoreTimeout: 20 * time.Millisecond})
+	g := guard(t, hs, idem.Options{Lease: 300 * time.Millisecond, StoreTimeout: 20 * time.Millisecond})
 	_, err := g.Do(context.Background(), idem.Message{ID: "m", Payload: []byte("x")}, func(ctx context.Context) ([]byte, error) {
-		<-hs.started
-		<-hs.started // a second renewal started: the first one ended
+		for range 2 { // a second renewal started: the first one ended
+			select {
+			case <-hs.started:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
 		return nil, nil
 	})
 	if err != nil {

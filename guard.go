@@ -10,7 +10,9 @@ import (
 // Handler is the user's work for one message. It returns the result to record
 // (replayed to duplicates; may be nil). Its context carries the message's key
 // (KeyFromContext, DeriveKey) and is cancelled with cause ErrLeaseLost if
-// another owner takes the key over.
+// another owner takes the key over, or if its lease is about to end with no
+// renewal answered (Options.Lease): it should then return, since another
+// owner may start at the lease's end.
 type Handler func(ctx context.Context) ([]byte, error)
 
 // Guard runs the idempotent flow around handlers: claim, handle, complete.
@@ -152,7 +154,7 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	c, err := g.store.Claim(sctx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
 	sctx.cancel(nil)
 	claimed := time.Now()
-	return g.afterClaim(ctx, key, fingerprint, c, err, start, claimed.Sub(start), claimed, h)
+	return g.afterClaim(ctx, key, fingerprint, c, err, start, claimed.Sub(start), claimed, start, h)
 }
 
 // refuse answers a two-phase call on a guard without records (NewInbox).
@@ -193,9 +195,10 @@ func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) Claim
 // afterClaim runs the flow from a claim's answer (or its error) on: the
 // conflict check, the outcome, the handler under its lease, completion.
 // The call began at start; the claim's answer was at hand at at, when the
-// handler starts (one clock reading for both).
+// handler starts (one clock reading for both); the request that set the
+// lease (the claim, or a ticket's renewal) was sent at sent.
 func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c Claim, claimErr error,
-	start time.Time, claimTook time.Duration, at time.Time, h Handler) (res Result, err error) {
+	start time.Time, claimTook time.Duration, at, sent time.Time, h Handler) (res Result, err error) {
 	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
 	defer func() {
 		if g.opts.Observer != nil {
@@ -258,18 +261,43 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 	if c.Retaken && g.opts.Stale == StaleReconcile {
 		hs = time.Now()
 	}
+	if g.hb.tooLate(sent, hs) {
+		// The answer (or the Reconcile) came when the lease was within the
+		// heartbeat's margin of its end, or past it: a rival's claim may
+		// take the key over before a renewal could answer, so the handler
+		// does not start. The claim is given back (a rival's, if it took
+		// the key already, is safe from this token) and the call reports
+		// a lost lease, which Decide retries: the redelivery claims again,
+		// and runs the handler if the store answers in time then.
+		g.release(ctx, key, token, &res.Record)
+		res.Outcome = OutcomeLeaseLost
+		return res, &leaseEndError{fmt.Sprintf("the handler would start %v after the claim was sent, too near the end of its %v lease",
+			hs.Sub(sent).Round(time.Millisecond), g.opts.Lease)}
+	}
 	r := &run{g: g, outer: ctx, token: token}
-	value, herr, lost := g.runLeased(r, key, h, hs)
+	value, herr, lost := g.runLeased(r, key, h, sent)
 	he := time.Now()
 	ev.Handler += he.Sub(hs)
-	if lost {
+	outcome, v, skip := skipOutcome(herr)
+	switch {
+	case lost == nil:
+	case lost == errLeaseRanOut && (herr == nil || skip):
+		// Told to stop as its lease ran out, the handler finished anyway:
+		// its effect is done, so the key is completed if no rival has
+		// taken it (fencing decides), rather than given back to run again.
+	default:
+		if lost == errLeaseRanOut {
+			// The key may still be this call's: give it back at once
+			// rather than leave the redelivery to wait out the lease.
+			g.release(ctx, key, token, &res.Record)
+		}
 		res.Outcome = OutcomeLeaseLost
 		if herr == nil {
-			herr = ErrLeaseLost
+			herr = lost
 		}
-		return res, fmt.Errorf("%w (handler result: %w)", ErrLeaseLost, herr)
+		return res, fmt.Errorf("%w (handler result: %w)", lost, herr)
 	}
-	if outcome, v, skip := skipOutcome(herr); skip {
+	if skip {
 		// The effect is in place already (entity mode, version guards):
 		// complete the key so later deliveries stop at the claim.
 		res.Outcome = outcome

@@ -348,8 +348,8 @@ func (r *renewSignal) Renew(ctx context.Context, req idem.RenewRequest) error {
 func TestHeartbeatRenewsLease(t *testing.T) {
 	clk := newClock()
 	s := &renewSignal{Store: memory.New(), renewed: make(chan struct{}, 1)}
-	g := guard(t, s, idem.Options{Clock: clk.Now, Lease: 30 * time.Millisecond})
-	other := guard(t, s, idem.Options{Clock: clk.Now, Lease: 30 * time.Millisecond})
+	g := guard(t, s, idem.Options{Clock: clk.Now, Lease: 300 * time.Millisecond})
+	other := guard(t, s, idem.Options{Clock: clk.Now, Lease: 300 * time.Millisecond})
 	msg := idem.Message{ID: "long", Payload: []byte("p")}
 	res, err := g.Do(context.Background(), msg, func(ctx context.Context) ([]byte, error) {
 		clk.Advance(time.Hour) // far past the original lease

@@ -59,7 +59,7 @@ func TestObserverHooks(t *testing.T) {
 		if fan {
 			obs = idem.Observers(rec, idem.NewSlogObserver(nil))
 		}
-		g := guard(t, failingRelease{memory.New()}, idem.Options{Observer: obs, Lease: 30 * time.Millisecond})
+		g := guard(t, failingRelease{memory.New()}, idem.Options{Observer: obs, Lease: 300 * time.Millisecond})
 		msg := idem.Message{ID: "m1", Payload: []byte("x"), CorrelationID: "order-flow-9"}
 		var handlerSaw any
 		_, err := g.Do(context.Background(), msg, func(ctx context.Context) ([]byte, error) {
@@ -68,7 +68,7 @@ func TestObserverHooks(t *testing.T) {
 				rec.mu.Lock()
 				n := len(rec.steps)
 				rec.mu.Unlock()
-				if n > 0 { // a renewal failed and was reported
+				if n > 0 || ctx.Err() != nil { // a renewal failed and was reported
 					break
 				}
 				time.Sleep(time.Millisecond)

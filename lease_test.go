@@ -48,7 +48,7 @@ func (r *renewCounter) Renew(ctx context.Context, req idem.RenewRequest) error {
 // join and leave it around them.
 func TestHeartbeatRenewsEveryLongHandler(t *testing.T) {
 	s := &renewCounter{Store: memory.New(), counts: map[string]int{}, twice: map[string]chan struct{}{}}
-	g := guard(t, s, idem.Options{Lease: 30 * time.Millisecond})
+	g := guard(t, s, idem.Options{Lease: 300 * time.Millisecond})
 	const long = 4
 	within(t, "the long handlers", func() {
 		var wg sync.WaitGroup

@@ -91,8 +91,17 @@ type Options struct {
 	// Fingerprint hashes the immutable content. Default: PayloadFingerprint.
 	// Use NoFingerprint to disable conflict detection.
 	Fingerprint FingerprintFunc
-	// Lease is how long an in-progress claim is held without renewal.
-	// Default 30s. Handlers running longer get it renewed every Lease/3.
+	// Lease is how long an in-progress claim is held without renewal,
+	// counted from when the claim (or renewal) was sent. Default 30s.
+	// Handlers running longer get it renewed a third of the lease after
+	// the last claim or renewal was sent (as soon as a slower answer
+	// arrives). A handler whose lease comes within Lease/10 of its end with
+	// no renewal answered (the store answers too slowly, or not at all) has
+	// its context cancelled with cause ErrLeaseLost, so that it stops
+	// before another instance can claim the key; a claim whose answer
+	// arrives that late starts no handler. Lease/10 is the time a handler
+	// has to stop and the clock skew the instances may have; a store must
+	// answer in under about 0.45 Lease for long handlers to keep it.
 	Lease time.Duration
 	// Retention is how long completed records are kept. It must outlast the
 	// broker's redelivery window, dead-letter replays included. Default 7 days.
@@ -130,7 +139,9 @@ type Options struct {
 	Correlation CorrelationFunc
 	// Clock returns the current time; default time.Now. Every instance
 	// sharing a store should have a synchronised clock (NTP): leases are
-	// compared across instances.
+	// compared across instances. The guard times renewals with timers, on
+	// real time: Clock gives the times written to records and is expected
+	// to advance as real time does.
 	Clock func() time.Time
 	// StoreTimeout bounds every store call the guard makes: claims, batch
 	// claims, renewals (a waiting ticket's too), completes, releases and

@@ -21,7 +21,7 @@ const (
 	OutcomeNoKey                         // no usable key and the policy rejects: dead-letter
 	OutcomeUnkeyed                       // no key, processed without dedup (MissingKeyProcess)
 	OutcomeReconciled                    // stale record completed by Options.Reconcile
-	OutcomeLeaseLost                     // handler ran but another owner took the key over
+	OutcomeLeaseLost                     // another owner took the key over, or the lease ran out before a renewal answered: retry
 	OutcomeStoreError                    // the store failed: not acked, retry
 	OutcomeSuperseded                    // a newer version was applied already: skipped (version guards)
 )

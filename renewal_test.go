@@ -14,7 +14,7 @@ import (
 // The guard's heartbeat drives a ContextWithRenewal function: called after
 // each lease renewal while the handler runs, never after it returned.
 func TestRenewalRidesTheHeartbeat(t *testing.T) {
-	g, err := idem.New(memory.New(), idem.Options{Scope: "renewal", Lease: 60 * time.Millisecond})
+	g, err := idem.New(memory.New(), idem.Options{Scope: "renewal", Lease: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRenewalRidesTheHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := calls.Load()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // two renewal periods
 	if calls.Load() != after {
 		t.Fatal("renewal called after the handler returned")
 	}
@@ -51,7 +51,7 @@ func TestRenewalRidesTheHeartbeat(t *testing.T) {
 // error as the cause, and the claim is released for the redelivery.
 func TestRenewalLostCancelsHandler(t *testing.T) {
 	store := memory.New()
-	g, err := idem.New(store, idem.Options{Scope: "renewal", Lease: 60 * time.Millisecond})
+	g, err := idem.New(store, idem.Options{Scope: "renewal", Lease: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

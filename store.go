@@ -44,9 +44,10 @@ import (
 //     the request's Now, so a caller whose clock is hours off the server's
 //     loses nothing. The callers of one scope must agree on the time: two
 //     instances whose clocks differ by S see a lease end up to S apart, so
-//     keep the fleet's skew (NTP: milliseconds) well below the lease's
-//     renewal margin (Lease/3 by default; with the default 30 s lease, a
-//     skew up to a few seconds is safe).
+//     keep the fleet's skew (NTP: milliseconds) well below the margin
+//     before its end at which a holder whose renewal has not answered
+//     stops its handler (Lease/10; with the default 30 s lease, a skew up
+//     to a second or two is safe).
 //   - Data errors are permanent. A request the store cannot take (a request
 //     without its times, a value its column rejects) is an
 //     *InvalidDataError (errors.Is(err, ErrInvalidData)), which Decide
