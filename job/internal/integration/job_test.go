@@ -244,7 +244,7 @@ func TestHeartbeatKeepsLongRun(t *testing.T) {
 		proc := &crashable{Store: s, renewed: renewed}
 		// A short lease so that the heartbeat ticks (every Lease/3) within
 		// the test; the test waits for the renewal, never for a duration.
-		opts := job.Options{Clock: clk.Now, Lease: 60 * time.Millisecond, Retention: time.Hour}
+		opts := job.Options{Clock: clk.Now, Lease: 600 * time.Millisecond, Retention: time.Hour}
 		a, b := newJob(t, proc, opts), newJob(t, s, opts)
 		inRun, finish := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)

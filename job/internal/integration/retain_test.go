@@ -58,7 +58,7 @@ func TestLongRunCrashKeepsSteps(t *testing.T) {
 		proc := &crashable{Store: s, retained: make(chan idem.RetainRequest, 8), renewals: make(chan idem.RenewRequest, 8)}
 		// A short lease so that renewals (every Lease/3) happen within the
 		// test; the test waits for them, never for a duration.
-		opts := job.Options{Clock: clk.Now, Lease: 60 * time.Millisecond, Retention: time.Hour}
+		opts := job.Options{Clock: clk.Now, Lease: 600 * time.Millisecond, Retention: time.Hour}
 		a, b := newJob(t, proc, opts), newJob(t, s, opts)
 		var effects counter
 		work := func(crash bool) job.Func {
