@@ -99,7 +99,8 @@ type Options struct {
 	// letters page: each one's dead letters with their reason and age, one
 	// with idem's headers beside the stored record of its key, and replay
 	// of one, a selection or all of a reason, each confirmed on a page of
-	// its own, authorised (OpDeadLetterReplay) and logged with who.
+	// its own, authorised (OpDeadLetterReplay) and logged with who. The
+	// Conflicts page lists those of reason conflict.
 	DeadLetters []DeadLetters
 
 	// DeadLetterLimit is how many dead letters of a queue a page reads,
@@ -107,8 +108,9 @@ type Options struct {
 	DeadLetterLimit int
 
 	// Recorder feeds the charts of this process's own guards and the
-	// recent conflicts, parked keys and dead letters. Nil: the console
-	// shows the fleet's sources alone (the store's activity, Prometheus).
+	// recent conflicts, parked keys and dead letters it saw. Nil: the
+	// console shows the fleet's sources alone (the store's activity,
+	// Prometheus, the dead-letter queues).
 	Recorder *Recorder
 
 	// Prometheus is the base URL of a Prometheus server that scrapes the

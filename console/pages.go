@@ -337,20 +337,3 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "record.html", p)
 }
-
-// conflictsData is the page of recent conflicts, parked keys and dead letters.
-type conflictsData struct {
-	Recorder    bool
-	Conflicts   []Conflict
-	Parked      []Parked
-	DeadLetters []DeadLetter
-}
-
-func (c *Console) conflicts(w http.ResponseWriter, r *http.Request) {
-	d := &conflictsData{}
-	if rec := c.opts.Recorder; rec != nil {
-		d.Recorder = true
-		d.Conflicts, d.Parked, d.DeadLetters = rec.Conflicts(), rec.ParkedKeys(), rec.DeadLetters()
-	}
-	c.render(w, r, http.StatusOK, "conflicts.html", &page{Title: "Conflicts and dead letters", Nav: "conflicts", Data: d})
-}

@@ -139,6 +139,11 @@ func TestConsoleReadOnly(t *testing.T) {
 	if r, _ := st.Get(context.Background(), k); r.State != idem.StateInProgress {
 		t.Fatalf("record changed: %+v", r)
 	}
+	// Without --broker, the Conflicts page says where conflicts are.
+	if code, body := fetch(t, c, http.MethodGet, base+"conflicts", nil); code != http.StatusOK || !strings.Contains(body, "Conflicts are dead-lettered") ||
+		!strings.Contains(body, "--broker URL") || strings.Contains(body, "Recorder") {
+		t.Errorf("conflicts without --broker: %d\n%s", code, body)
+	}
 	if code, body := fetch(t, c, http.MethodGet, base+"metrics", nil); code != http.StatusOK || !strings.Contains(body, `idem_records_stale{idem_scope="billing"} 1`) {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
