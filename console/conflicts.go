@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/idemgo/idem"
 )
@@ -60,9 +59,10 @@ func (c *Console) conflicts(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "conflicts.html", &page{Title: "Conflicts and dead letters", Nav: "conflicts", Data: d})
 }
 
+// recordLookup is the record a dead letter's key found, or why none.
 type recordLookup struct {
-	rec *idem.Record
-	err string
+	rec *idem.Record // nil: none found
+	err string       // reading it failed
 }
 
 // queueConflicts reads the oldest DeadLetterLimit dead letters of q and
@@ -84,8 +84,9 @@ func (c *Console) queueConflicts(ctx context.Context, n int, q DeadLetters, reco
 			l = c.recordOf(ctx, dl)
 			records[dl.Key] = l
 		}
-		qc.Rows = append(qc.Rows, conflictRow{Letter: dl, StoredFingerprint: dl.header(idem.HeaderStoredFingerprint),
-			StoredState: idem.State(dl.header(idem.HeaderStoredState)), Record: l.rec, RecordErr: l.err})
+		h := idem.Message{Headers: dl.Headers} // its Header matches a name in any case, as brokers spell them
+		qc.Rows = append(qc.Rows, conflictRow{Letter: dl, StoredFingerprint: h.Header(idem.HeaderStoredFingerprint),
+			StoredState: idem.State(h.Header(idem.HeaderStoredState)), Record: l.rec, RecordErr: l.err})
 	}
 	return qc
 }
@@ -107,18 +108,4 @@ func (c *Console) recordOf(ctx context.Context, dl BrokerDeadLetter) recordLooku
 		return recordLookup{rec: &rec}
 	}
 	return recordLookup{}
-}
-
-// header is the dead letter's header name, matched without regard to case
-// (brokers differ in how they keep a header's spelling).
-func (d BrokerDeadLetter) header(name string) string {
-	if v, ok := d.Headers[name]; ok {
-		return v
-	}
-	for k, v := range d.Headers {
-		if strings.EqualFold(k, name) {
-			return v
-		}
-	}
-	return ""
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -229,21 +228,8 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 	for _, hs := range [][]header{d.Idem, d.Others} {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
 	}
-	for _, k := range dl.Keys() {
-		if k.Validate() != nil {
-			continue
-		}
-		rec, err := c.st.Get(ctx, k)
-		if errors.Is(err, idem.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			d.RecordErr = fmt.Sprintf("reading the record of %s failed: %v", k, err)
-			break
-		}
-		d.Record = &rec
-		break
-	}
+	l := c.recordOf(ctx, *dl)
+	d.Record, d.RecordErr = l.rec, l.err
 	d.Verdict = judge(*dl, d.Record, now)
 	c.render(w, r, http.StatusOK, "deadletter.html", &page{Title: "Dead letter", Nav: "deadletters", Now: now, Data: d,
 		offers: []Action{{Op: OpDeadLetterReplay, Queue: d.Name, IDs: []string{dl.ID}}}})

@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,20 +14,8 @@ import (
 // getAs reads a page as a viewer the header names (nil: the operator).
 func getAs(t *testing.T, c *http.Client, u string, header http.Header) (int, string, []*http.Cookie) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Cookies()
+	resp, body := send(t, c, http.MethodGet, u, nil, header)
+	return resp.StatusCode, body, resp.Cookies()
 }
 
 // actionMarks are what a page shows only to a viewer who may act: a form
