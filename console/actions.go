@@ -17,19 +17,18 @@ import (
 const maxResultForm = 64 << 10
 
 // authorize runs the checks every action passes, in order: the console
-// allows actions, the form carries the browser's CSRF token, the embedding
-// server's hook allows this one. It answers the refusals itself.
+// allows actions, the embedding server's hook allows this one, the form
+// carries the browser's CSRF token. It answers the refusals itself. The
+// hook comes before the token: a viewer it refuses is shown no form, so
+// has no token, and is told the real reason rather than to reload a page
+// that offers nothing.
 func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (who string, ok bool) {
 	if !c.actions() {
 		c.refuse(w, r, "", "this console is read-only: the server that mounts it supplies no authorisation hook, or asks for read-only",
 			http.StatusForbidden, slog.String("op", a.Op))
 		return "", false
 	}
-	if !c.csrf.valid(r) {
-		c.refuse(w, r, "", "the form's CSRF token is missing or wrong: reload the page and try again",
-			http.StatusForbidden, slog.String("op", a.Op))
-		return "", false
-	}
+	a.Offer = false
 	who, err := c.opts.Authorize(r, a)
 	if err != nil {
 		attrs := []slog.Attr{slog.String("op", a.Op), slog.String("scope", a.Key.Scope), slog.String("key", a.Key.ID)}
@@ -39,7 +38,63 @@ func (c *Console) authorize(w http.ResponseWriter, r *http.Request, a Action) (w
 		c.refuse(w, r, who, "not authorised: "+err.Error(), http.StatusForbidden, attrs...)
 		return "", false
 	}
+	if !c.csrf.valid(r) {
+		c.refuse(w, r, who, "the form's CSRF token is missing or wrong: reload the page and try again",
+			http.StatusForbidden, slog.String("op", a.Op))
+		return "", false
+	}
 	return who, true
+}
+
+// offer decides which of the page's actions its viewer is shown: those
+// Authorize allows (asked with Offer set), so that no viewer sees a form
+// the console would refuse. A page without forms asks for each operation
+// the console offers, for the header's "actions enabled".
+func (c *Console) offer(r *http.Request, p *page) {
+	p.Actions, p.Acting, p.Can, p.Refusal = false, false, nil, ""
+	p.ReadOnly = !c.actions()
+	if p.ReadOnly {
+		return
+	}
+	allowed := func(a Action) bool {
+		a.Offer = true
+		_, err := c.opts.Authorize(r, a)
+		if err != nil && p.Refusal == "" {
+			p.Refusal = err.Error()
+		}
+		return err == nil
+	}
+	for _, a := range p.offers {
+		if allowed(a) {
+			if p.Can == nil {
+				p.Can = map[string]bool{}
+			}
+			p.Can[a.Op], p.Actions = true, true
+		}
+	}
+	if len(p.offers) > 0 {
+		p.Acting = p.Actions
+		return
+	}
+	for _, a := range c.operations() {
+		if allowed(a) {
+			p.Acting = true
+			return
+		}
+	}
+}
+
+// operations are the actions the console offers, one per operation (and
+// queue), with no key: what a page without forms asks Authorize about.
+func (c *Console) operations() []Action {
+	ops := []Action{{Op: OpComplete}, {Op: OpRelease}, {Op: OpSweep}}
+	if c.opts.Outbox != nil {
+		ops = append(ops, Action{Op: OpOutboxRetry})
+	}
+	for _, q := range c.opts.DeadLetters {
+		ops = append(ops, Action{Op: OpDeadLetterReplay, Queue: q.Name()})
+	}
+	return ops
 }
 
 // mayView lets a page be read: always on a loopback-only console; on one

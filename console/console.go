@@ -46,6 +46,11 @@ type Action struct {
 	Queue  string
 	IDs    []string
 	Reason string
+
+	// Offer is true when a page asks whether to show the action's form:
+	// nothing is taken, and the action is asked again, Offer false, when
+	// the form is sent.
+	Offer bool
 }
 
 // Options configure a Console. The zero value is a read-only console.
@@ -55,6 +60,12 @@ type Options struct {
 	// error to refuse (its text is shown to the operator). Nil: the
 	// console is read-only, shows no action and refuses every one. The
 	// embedding server authenticates; this hook only decides.
+	//
+	// It is asked too when a page is drawn (Action.Offer set), with each
+	// action the page's forms would take, so a viewer it refuses sees no
+	// form, and the header says "actions enabled" only to a viewer it
+	// allows to act (a page with no form asks for each operation the
+	// console offers, with no key).
 	Authorize func(r *http.Request, a Action) (who string, err error)
 
 	// AllowedHosts are the Host header names the console answers besides
@@ -88,7 +99,8 @@ type Options struct {
 	// letters page: each one's dead letters with their reason and age, one
 	// with idem's headers beside the stored record of its key, and replay
 	// of one, a selection or all of a reason, each confirmed on a page of
-	// its own, authorised (OpDeadLetterReplay) and logged with who.
+	// its own, authorised (OpDeadLetterReplay) and logged with who. The
+	// Conflicts page lists those of reason conflict.
 	DeadLetters []DeadLetters
 
 	// DeadLetterLimit is how many dead letters of a queue a page reads,
@@ -96,8 +108,9 @@ type Options struct {
 	DeadLetterLimit int
 
 	// Recorder feeds the charts of this process's own guards and the
-	// recent conflicts, parked keys and dead letters. Nil: the console
-	// shows the fleet's sources alone (the store's activity, Prometheus).
+	// recent conflicts, parked keys and dead letters it saw. Nil: the
+	// console shows the fleet's sources alone (the store's activity,
+	// Prometheus, the dead-letter queues).
 	Recorder *Recorder
 
 	// Prometheus is the base URL of a Prometheus server that scrapes the
@@ -349,26 +362,34 @@ func (c *Console) static(w http.ResponseWriter, r *http.Request, name string) {
 
 // page is what every template gets.
 type page struct {
-	Title   string
-	Nav     string // the active navigation entry
-	Actions bool   // actions are offered (Options.Authorize is set)
-	Outbox  bool   // the outbox page exists
-	Entity  bool   // the entities page exists
-	DLQ     bool   // the dead-letters page exists
-	CSRF    string
-	Flash   string // the outcome of the action just taken
-	Error   string
-	Message string
-	Now     time.Time
-	Data    any
+	Title    string
+	Nav      string          // the active navigation entry
+	Actions  bool            // this viewer is shown the page's forms: Authorize allows one of its offers
+	Can      map[string]bool // by Op, the page's offers Authorize allows this viewer
+	Acting   bool            // this viewer may act: the header says actions enabled
+	ReadOnly bool            // the console offers no action to anyone (no Authorize, or ReadOnly)
+	Refusal  string          // why Authorize refuses this viewer the page's actions, in its words
+	Outbox   bool            // the outbox page exists
+	Entity   bool            // the entities page exists
+	DLQ      bool            // the dead-letters page exists
+	CSRF     string
+	Flash    string // the outcome of the action just taken
+	Error    string
+	Message  string
+	Now      time.Time
+	Data     any
+
+	offers []Action // the actions the page's forms would take
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
-	p.Actions = c.actions()
+	c.offer(r, p)
 	p.Outbox = c.opts.Outbox != nil
 	p.Entity = len(c.opts.Entities) > 0
 	p.DLQ = len(c.opts.DeadLetters) > 0
-	if p.Actions {
+	if p.Acting {
+		// The cookie from the first page on, forms or not: a viewer who
+		// may act has it before the page that offers the action.
 		p.CSRF = c.csrf.token(w, r)
 	}
 	if p.Now.IsZero() {

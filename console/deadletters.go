@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -20,7 +19,8 @@ import (
 // Replay: Action.Queue names the queue, Action.IDs the dead letters, and
 // Action.Reason the reason the operator chose them by ("" when picked one
 // by one). Authorize is asked twice: for the confirmation page, with the
-// IDs or the Reason asked for, and for the replay, with the IDs shown.
+// IDs or the Reason asked for, and for the replay, with the IDs shown
+// (and, Action.Offer set, whenever a page would show a replay form).
 const OpDeadLetterReplay = "dead_letter_replay"
 
 // DeadLetters is one broker's dead letters as the console reads and
@@ -144,7 +144,8 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		d.Reasons = append(d.Reasons, reasonCount{reason, n})
 	}
 	sort.Slice(d.Reasons, func(i, j int) bool { return d.Reasons[i].Reason < d.Reasons[j].Reason })
-	c.render(w, r, http.StatusOK, "deadletters.html", &page{Title: "Dead letters", Nav: "deadletters", Data: d})
+	c.render(w, r, http.StatusOK, "deadletters.html", &page{Title: "Dead letters", Nav: "deadletters", Data: d,
+		offers: []Action{{Op: OpDeadLetterReplay, Queue: d.Name}}})
 }
 
 // listFailed answers a request whose List of q failed.
@@ -227,23 +228,11 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 	for _, hs := range [][]header{d.Idem, d.Others} {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Name < hs[j].Name })
 	}
-	for _, k := range dl.Keys() {
-		if k.Validate() != nil {
-			continue
-		}
-		rec, err := c.st.Get(ctx, k)
-		if errors.Is(err, idem.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			d.RecordErr = fmt.Sprintf("reading the record of %s failed: %v", k, err)
-			break
-		}
-		d.Record = &rec
-		break
-	}
+	l := c.recordOf(ctx, *dl)
+	d.Record, d.RecordErr = l.rec, l.err
 	d.Verdict = judge(*dl, d.Record, now)
-	c.render(w, r, http.StatusOK, "deadletter.html", &page{Title: "Dead letter", Nav: "deadletters", Now: now, Data: d})
+	c.render(w, r, http.StatusOK, "deadletter.html", &page{Title: "Dead letter", Nav: "deadletters", Now: now, Data: d,
+		offers: []Action{{Op: OpDeadLetterReplay, Queue: d.Name, IDs: []string{dl.ID}}}})
 }
 
 // judge compares the dead letter's fingerprint with the stored record's.
@@ -396,7 +385,12 @@ func (c *Console) confirmReplay(ctx context.Context, w http.ResponseWriter, r *h
 		}
 	}
 	d.Cut = cut && len(ids) == 0
-	c.render(w, r, http.StatusOK, "replay.html", &page{Title: "Replay dead letters?", Nav: "deadletters", Data: d})
+	shown := make([]string, len(d.Letters))
+	for i, dl := range d.Letters {
+		shown[i] = dl.ID
+	}
+	c.render(w, r, http.StatusOK, "replay.html", &page{Title: "Replay dead letters?", Nav: "deadletters", Data: d,
+		offers: []Action{{Op: OpDeadLetterReplay, Queue: d.Name, IDs: shown, Reason: reason}}})
 }
 
 // deadLetterURL links a dead letter's page.

@@ -21,8 +21,12 @@
 // Pages: the scopes with their records counted by state; the records of a
 // scope, paged by cursor; the in-progress records with how long each has been
 // held, the stale ones (lease ended) marked; the stale and parked records
-// waiting for an operator; the recent conflicts, parked keys and dead
-// letters (from a Recorder); one record with everything it holds and a
+// waiting for an operator; the conflicts (the dead letters of reason
+// conflict in Options.DeadLetters, each with both fingerprints, the stored
+// state its headers carry and its key's record now; and the recent
+// conflicts, parked keys and dead letters a Recorder saw; without either,
+// the page says where conflicts wait and how to read them); one record
+// with everything it holds and a
 // preview of its result; with Options.Outbox, the outbox's pending and
 // parked messages, its lag and the relay's lease; the fleet's charts per
 // scope over the last hour, from what every process shares: the store's
@@ -64,10 +68,12 @@
 // POSTs, the first showing exactly what will be replayed and the second,
 // confirmed, replaying those ids and no other (a dead letter of the reason
 // written meanwhile waits for the next replay).
-// There are none unless the embedding server supplies Options.Authorize;
-// every action is a POST from a form carrying a CSRF token bound to the
-// browser, cross-origin requests are refused (http.CrossOriginProtection),
-// and every action taken or refused is logged through slog with who asked.
+// There are none unless the embedding server supplies Options.Authorize,
+// and a viewer it refuses is shown none (pages ask it, Action.Offer set,
+// before drawing a form); every action is a POST from a form carrying a
+// CSRF token bound to the browser, cross-origin requests are refused
+// (http.CrossOriginProtection), and every action taken or refused is
+// logged through slog with who asked.
 //
 // The console answers only requests whose Host header is a loopback name
 // or one of Options.AllowedHosts (421 otherwise: a DNS-rebinding page

@@ -65,7 +65,11 @@ func (c *Console) outboxPage(w http.ResponseWriter, r *http.Request) {
 		d.Next = recs[len(recs)-1].Seq
 	}
 	d.Records = recs
-	c.render(w, r, http.StatusOK, "outbox.html", &page{Title: "Outbox", Nav: "outbox", Now: now, Data: d})
+	p := &page{Title: "Outbox", Nav: "outbox", Now: now, Data: d}
+	if state == outbox.StateParked && len(recs) > 0 {
+		p.offers = []Action{{Op: OpOutboxRetry}}
+	}
+	c.render(w, r, http.StatusOK, "outbox.html", p)
 }
 
 // outboxRetry makes parked messages pending again.

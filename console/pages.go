@@ -196,7 +196,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			d.Outbox, d.OutboxLag = &st, st.Lag(now)
 		}
 	}
-	p := &page{Title: "Overview", Nav: "overview", Now: now, Data: d}
+	p := &page{Title: "Overview", Nav: "overview", Now: now, Data: d, offers: []Action{{Op: OpSweep}}}
 	if snap.Err != nil {
 		p.Error = "counting the records failed: " + snap.Err.Error()
 	}
@@ -331,22 +331,9 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	c.render(w, r, http.StatusOK, "record.html", &page{Title: "Record", Nav: "records", Now: now, Data: d})
-}
-
-// conflictsData is the page of recent conflicts, parked keys and dead letters.
-type conflictsData struct {
-	Recorder    bool
-	Conflicts   []Conflict
-	Parked      []Parked
-	DeadLetters []DeadLetter
-}
-
-func (c *Console) conflicts(w http.ResponseWriter, r *http.Request) {
-	d := &conflictsData{}
-	if rec := c.opts.Recorder; rec != nil {
-		d.Recorder = true
-		d.Conflicts, d.Parked, d.DeadLetters = rec.Conflicts(), rec.ParkedKeys(), rec.DeadLetters()
+	p := &page{Title: "Record", Nav: "records", Now: now, Data: d}
+	if d.Resolvable {
+		p.offers = []Action{{Op: OpComplete, Key: key}, {Op: OpRelease, Key: key}}
 	}
-	c.render(w, r, http.StatusOK, "conflicts.html", &page{Title: "Conflicts and dead letters", Nav: "conflicts", Data: d})
+	c.render(w, r, http.StatusOK, "record.html", p)
 }

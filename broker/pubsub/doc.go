@@ -161,4 +161,14 @@
 // PERMANENT_FAILURE_INVALID_ACK_ID answer into pstest. Those tests are in
 // broker/pubsub/internal/integration, a test-only module of their own (go
 // test ./broker/pubsub/internal/integration/).
+//
+// Nor does pstest apply the client's ReceiveSettings.MaxOutstandingMessages:
+// it pushes every message down the stream and starts its ack deadline,
+// while the client, at its limit, never reads it. So a test on pstest sees
+// attempts spent during a long store outage (DeliveryAttempt 2, 3, ..., at
+// last the policy's forwarding) on the messages beyond the limit, which
+// real Pub/Sub, applying flow control on the server, would not have sent.
+// The messages the consumer itself holds through an outage keep their
+// deadlines alive, extended by the client: held through two ack deadlines,
+// 0 of them came back with attempt 2 (TestOutageKeepsHeldDeadlines).
 package pubsubidem

@@ -37,10 +37,12 @@ and a Prometheus endpoint of the record gauges at /metrics.
 With --broker URL (the forms below, as 'idem dlq' takes them) it shows that
 broker's dead letters too: each one's reason and age, filtered by reason;
 one dead letter with idem's headers beside the stored record of its key
-(which content holds the key); and, with --actions, replays one, a ticked
-selection or every one of a reason through the adapter's Replay, each
-after a confirmation page, logged with who replayed. Each page of them
-reads the queue (on RabbitMQ it gets and puts back its messages).
+(which content holds the key); the conflicts among them on the Conflicts
+page, each with both fingerprints and a link to its key's record; and,
+with --actions, replays one, a ticked selection or every one of a reason
+through the adapter's Replay, each after a confirmation page, logged with
+who replayed. Each page of them reads the queue (on RabbitMQ it gets and
+puts back its messages).
 
 It answers only requests whose Host header is a loopback name (localhost,
 127.0.0.1, ::1) or one given with --allow-host, so a web page cannot read it
@@ -62,7 +64,8 @@ behind a TLS proxy. /metrics takes the same authentication unless
 It is read-only unless --actions is given. With --actions (without --auth
 basic) it prints a one-time login link: the first browser that opens it
 may complete or release records, sweep and replay dead letters; the link
-is then spent, for that browser and every other. With --auth token, another link is printed
+is then spent, for that browser and every other. Other browsers are shown
+no action, and read why. With --auth token, another link is printed
 by: curl -X POST -H "Authorization: Bearer TOKEN" http://ADDR/login.
 Every action is logged on stderr with the operator's name.
 

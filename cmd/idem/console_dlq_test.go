@@ -75,6 +75,16 @@ func runConsoleDLQ(t *testing.T, b dlqBroker) {
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// The Conflicts page lists the conflict and not the permanent failure,
+	// with k1's record linked and the content it is recorded with.
+	code, conflicts := fetch(t, op, http.MethodGet, base+"conflicts", nil)
+	recLink := `href="` + html.EscapeString("record?"+url.Values{"scope": {rec.Scope}, "id": {rec.ID}}.Encode()) + `"`
+	if code != http.StatusOK || !strings.Contains(conflicts, `<tr data-id="`+html.EscapeString(conflict)+`">`) ||
+		strings.Contains(conflicts, `<tr data-id="`+html.EscapeString(permanent)+`">`) || !strings.Contains(conflicts, recLink) ||
+		!strings.Contains(conflicts, `title="`+rec.Fingerprint+`"`) {
+		t.Errorf("the Conflicts page: %d; want the conflict %s with %s and the recorded fingerprint %s, not %s\n%s", code, conflict, recLink, rec.Fingerprint, permanent, conflicts)
+	}
 	code, shown := fetch(t, op, http.MethodGet, base+"deadletter?"+url.Values{"queue": {"0"}, "id": {conflict}}.Encode(), nil)
 	if v := verdictRE.FindStringSubmatch(shown); code != http.StatusOK || v == nil || v[1] != "other" || !strings.Contains(shown, rec.Fingerprint) {
 		t.Fatalf("the conflict's page: %d, verdict %v, want other beside the stored fingerprint %s\n%s", code, v, rec.Fingerprint, shown)

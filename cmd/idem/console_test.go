@@ -139,6 +139,11 @@ func TestConsoleReadOnly(t *testing.T) {
 	if r, _ := st.Get(context.Background(), k); r.State != idem.StateInProgress {
 		t.Fatalf("record changed: %+v", r)
 	}
+	// Without --broker, the Conflicts page says where conflicts are.
+	if code, body := fetch(t, c, http.MethodGet, base+"conflicts", nil); code != http.StatusOK || !strings.Contains(body, "Conflicts are dead-lettered") ||
+		!strings.Contains(body, "--broker URL") || strings.Contains(body, "Recorder") {
+		t.Errorf("conflicts without --broker: %d\n%s", code, body)
+	}
 	if code, body := fetch(t, c, http.MethodGet, base+"metrics", nil); code != http.StatusOK || !strings.Contains(body, `idem_records_stale{idem_scope="billing"} 1`) {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
@@ -164,9 +169,20 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 	form := func(csrf string) url.Values {
 		return url.Values{"op": {"release"}, "scope": {k.Scope}, "id": {k.ID}, "token": {strconv.FormatInt(token, 10)}, "csrf": {csrf}}
 	}
-	// A browser without the login cookie is refused, CSRF token or not.
+	// A browser without the login cookie is shown no action, and says
+	// why; its resolve is refused.
 	stranger := consoleClient(t)
-	if code, body := fetch(t, stranger, http.MethodPost, base+"resolve", form(csrf(stranger))); code != http.StatusForbidden || !strings.Contains(body, "login link") {
+	for _, p := range []string{base, recordURL} {
+		_, page := fetch(t, stranger, http.MethodGet, p, nil)
+		if strings.Contains(page, `method="post"`) || strings.Contains(page, `name="csrf"`) || strings.Contains(page, "actions enabled") ||
+			!strings.Contains(page, `<span class="mode">read-only</span>`) {
+			t.Errorf("%s offers actions to a browser that has not opened the login link:\n%s", p, page)
+		}
+		if p == recordURL && !strings.Contains(page, "has not opened the login link") {
+			t.Errorf("the record page does not say why it offers no action:\n%s", page)
+		}
+	}
+	if code, body := fetch(t, stranger, http.MethodPost, base+"resolve", form("")); code != http.StatusForbidden || !strings.Contains(body, "login link") {
 		t.Errorf("resolve without the login: %d\n%s", code, body)
 	}
 	if code, _ := fetch(t, stranger, http.MethodGet, base+"login?once=guessed", nil); code != http.StatusForbidden {
@@ -179,6 +195,9 @@ func TestConsoleActionsNeedTheLoginLink(t *testing.T) {
 	op := consoleClient(t)
 	if code, _ := fetch(t, op, http.MethodGet, m[1], nil); code != http.StatusOK {
 		t.Fatalf("login link: %d", code)
+	}
+	if _, page := fetch(t, op, http.MethodGet, base, nil); !strings.Contains(page, "actions enabled") || !strings.Contains(page, `action="sweep"`) {
+		t.Errorf("the overview offers no action to the browser that opened the login link:\n%s", page)
 	}
 	if code, body := fetch(t, op, http.MethodPost, base+"resolve", form(csrf(op))); code != http.StatusSeeOther {
 		t.Fatalf("resolve after the login: %d\n%s", code, body)
@@ -275,12 +294,10 @@ func TestConsoleLoginLinkWorksOnce(t *testing.T) {
 	if code, body := fetch(t, other, http.MethodGet, link, nil); code != http.StatusForbidden || !strings.Contains(body, "used already") {
 		t.Errorf("the link used again by another client: %d %s, want 403", code, body)
 	}
-	_, page := fetch(t, other, http.MethodGet, base+"record?"+url.Values{"scope": {k.Scope}, "id": {k.ID}}.Encode(), nil)
-	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
-	if csrf == nil {
-		t.Fatalf("no form on the record page:\n%s", page)
+	if _, page := fetch(t, other, http.MethodGet, base+"record?"+url.Values{"scope": {k.Scope}, "id": {k.ID}}.Encode(), nil); strings.Contains(page, `name="csrf"`) {
+		t.Errorf("the record page offers a form to the client that reused the link:\n%s", page)
 	}
-	form := url.Values{"op": {"release"}, "scope": {k.Scope}, "id": {k.ID}, "token": {strconv.FormatInt(token, 10)}, "csrf": {html.UnescapeString(csrf[1])}}
+	form := url.Values{"op": {"release"}, "scope": {k.Scope}, "id": {k.ID}, "token": {strconv.FormatInt(token, 10)}}
 	if code, _ := fetch(t, other, http.MethodPost, base+"resolve", form); code != http.StatusForbidden {
 		t.Errorf("an action by the client that reused the link: %d, want 403", code)
 	}

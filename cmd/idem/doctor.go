@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dlq"
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
 // Finding levels: a trap fails the doctor (exit 1); a warning and a note
@@ -85,11 +87,11 @@ printed only); --json prints the findings for scripts.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, cancel := f.withTimeout(c)
 			defer cancel()
-			fs, err := doctor(ctx, &f, &b, do)
+			rep, err := examine(ctx, &f, &b, do)
 			if err != nil {
 				return err
 			}
-			return printFindings(c, f.json, fs)
+			return printReport(c, f.json, rep)
 		},
 	}
 	f.add(c)
@@ -103,8 +105,39 @@ printed only); --json prints the findings for scripts.`,
 	return c
 }
 
-// doctor runs every check.
+// doctorReport is what idem doctor examined and found.
+type doctorReport struct {
+	Store    string    `json:"store"`           // the DSN, password redacted
+	Table    string    `json:"table,omitempty"` // the records table examined (SQL stores; the collection on MongoDB)
+	Where    string    `json:"where,omitempty"` // where the records live: "table idem_records", "prefix idem"
+	Findings []finding `json:"findings"`
+	Traps    int       `json:"traps"`
+}
+
+// doctor runs every check and returns the findings.
 func doctor(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions) ([]finding, error) {
+	rep, err := examine(ctx, f, b, do)
+	return rep.Findings, err
+}
+
+// examine runs every check on the store and the broker, and says what it
+// examined.
+func examine(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions) (doctorReport, error) {
+	fs, h, err := doctorChecks(ctx, f, b, do)
+	if err != nil {
+		return doctorReport{}, err
+	}
+	rep := doctorReport{Store: h.Redacted, Table: h.Table(), Where: h.Where, Findings: fs}
+	for _, x := range fs {
+		if x.Level == levelTrap {
+			rep.Traps++
+		}
+	}
+	return rep, nil
+}
+
+// doctorChecks runs every check; the handle it returns is closed.
+func doctorChecks(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions) ([]finding, *dsn.Handle, error) {
 	if do.recordLimit <= 0 {
 		do.recordLimit = 1000
 	}
@@ -116,22 +149,22 @@ func doctor(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions
 	}
 	h, err := f.open(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer h.Close()
-	schema, whole, err := checkSchemaFindings(ctx, h.Native, h.Scheme)
+	schema, whole, err := checkSchemaFindings(ctx, h)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	clock, err := clockFinding(ctx, h, do.now, do.lease)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fs := append(schema, clock)
 	if whole {
 		rec, err := recordFindings(ctx, h.Store, do, do.now())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		fs = append(fs, rec...)
 	} else {
@@ -139,39 +172,70 @@ func doctor(ctx context.Context, f *storeFlags, b *brokerFlags, do doctorOptions
 	}
 	q, err := b.open(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if q != nil {
 		defer q.Close()
 	}
 	ret, err := retentionFindings(ctx, q, do)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(fs, ret...), nil
+	return append(fs, ret...), h, nil
 }
 
 // checkSchemaFindings is a trap per missing object; whole says the
-// records can be read.
-func checkSchemaFindings(ctx context.Context, native any, scheme string) (fs []finding, whole bool, err error) {
-	sc, ok := native.(schemaChecker)
+// records can be read. Where the records table itself is missing and the
+// database keeps idem's records in other tables, the DSN most likely lacks
+// its ?table=: the trap names those tables and the DSN that reads them,
+// never a migrate, which would create a second, empty table beside them.
+func checkSchemaFindings(ctx context.Context, h *dsn.Handle) (fs []finding, whole bool, err error) {
+	sc, ok := h.Native.(schemaChecker)
 	if !ok {
-		return []finding{{Check: "schema", Level: levelOK, Message: fmt.Sprintf("the %s store has no schema to drift", scheme)}}, true, nil
+		return []finding{{Check: "schema", Level: levelOK, Message: fmt.Sprintf("the %s store has no schema to drift (%s)", h.Scheme, where(h))}}, true, nil
 	}
 	err = sc.CheckSchema(ctx)
 	var se *idem.SchemaError
 	if err != nil && !errors.As(err, &se) {
-		return nil, false, fmt.Errorf("check schema: %w", err)
+		return nil, false, fmt.Errorf("check schema of %s: %w", h.Where, err)
 	}
 	if se == nil {
-		return []finding{{Check: "schema", Level: levelOK, Message: "tables and indexes are whole"}}, true, nil
+		return []finding{{Check: "schema", Level: levelOK, Message: h.Where + " and its indexes are whole"}}, true, nil
+	}
+	creates := "recreates what is missing of " + h.Where
+	if slices.ContainsFunc(se.Missing, func(m string) bool { return strings.HasPrefix(m, "table ") }) {
+		creates = fmt.Sprintf("creates table %s and its indexes", h.Table())
+		others, err := h.OtherTables(ctx)
+		if err != nil {
+			return nil, false, fmt.Errorf("list the tables holding idem's records: %w", err)
+		}
+		if len(others) > 0 {
+			return []finding{otherTablesFinding(h, others)}, false, nil
+		}
 	}
 	for _, m := range se.Missing {
 		fs = append(fs, finding{Check: "schema", Level: levelTrap,
-			Message: "missing: " + m + " (never migrated, or dropped since: every call fails until it exists again; migrate believes the schema over its bookkeeping)",
-			Fix:     "idem migrate --store DSN"})
+			Message: "missing: " + m + " (never migrated, or dropped since: every call fails until it exists again; migrate believes the schema over its bookkeeping; no other table of the database holds idem's records)",
+			Fix:     fmt.Sprintf("idem migrate --store '%s'%s (%s)", h.Redacted, h.PasswordNote(), creates)})
 	}
 	return fs, false, nil
+}
+
+// otherTablesFinding is the trap of a DSN whose records table does not
+// exist while others hold idem's records.
+func otherTablesFinding(h *dsn.Handle, others []string) finding {
+	how := "this DSN names no table, so it reads the default"
+	if h.TableGiven() {
+		how = "this DSN names it with ?table="
+	}
+	var dsns []string
+	for _, t := range others {
+		dsns = append(dsns, fmt.Sprintf("--store '%s'", dsn.SetParam(h.Redacted, "table", t)))
+	}
+	return finding{Check: "schema", Level: levelTrap,
+		Message: fmt.Sprintf("table %s does not exist (%s), but the database keeps idem's records in %s: point the doctor at that table (creating %s would only add a second, empty table beside the real one)",
+			h.Table(), how, strings.Join(others, ", "), h.Table()),
+		Fix: "name the table in the DSN: idem doctor " + strings.Join(dsns, ", or ") + h.PasswordNote()}
 }
 
 // recordFindings: stale in-progress records and expired records left
@@ -280,29 +344,29 @@ func days(d time.Duration) string {
 	return d.String()
 }
 
-func printFindings(c *cobra.Command, asJSON bool, fs []finding) error {
-	traps := 0
-	for _, x := range fs {
-		if x.Level == levelTrap {
-			traps++
-		}
-	}
+// printReport prints the report, and fails (exit 1) on a trap.
+func printReport(c *cobra.Command, asJSON bool, rep doctorReport) error {
 	var b strings.Builder
-	for _, x := range fs {
+	fmt.Fprintf(&b, "Examined %s", rep.Store)
+	if rep.Where != "" {
+		fmt.Fprintf(&b, ", %s", rep.Where)
+	}
+	b.WriteString(".\n")
+	for _, x := range rep.Findings {
 		fmt.Fprintf(&b, "%-8s %-9s %s\n", x.Level, x.Check, x.Message)
 		if x.Fix != "" && x.Level != levelOK {
 			fmt.Fprintf(&b, "%-18s fix: %s\n", "", x.Fix)
 		}
 	}
-	if traps == 0 {
+	if rep.Traps == 0 {
 		b.WriteString("No trap found.\n")
 	} else {
-		fmt.Fprintf(&b, "%d traps found.\n", traps)
+		fmt.Fprintf(&b, "%d traps found.\n", rep.Traps)
 	}
-	if err := printOut(c, asJSON, map[string]any{"findings": fs, "traps": traps}, b.String()); err != nil {
+	if err := printOut(c, asJSON, rep, b.String()); err != nil {
 		return err
 	}
-	if traps > 0 {
+	if rep.Traps > 0 {
 		return silentError{code: exitFailure}
 	}
 	return nil

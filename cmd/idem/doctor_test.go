@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +25,20 @@ import (
 // findings.
 func doctorRun(t *testing.T, args ...string) (int, []finding) {
 	t.Helper()
+	code, rep := doctorJSON(t, args...)
+	return code, rep.Findings
+}
+
+// doctorJSON runs idem doctor --json and returns its exit status and
+// report.
+func doctorJSON(t *testing.T, args ...string) (int, doctorReport) {
+	t.Helper()
 	code, out, errs := runCmd(t, append([]string{"doctor", "--json"}, args...)...)
-	var rep struct {
-		Findings []finding `json:"findings"`
-		Traps    int       `json:"traps"`
-	}
+	var rep doctorReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("idem doctor %v: exit %d, not JSON: %v\n%s%s", args, code, err, out, errs)
 	}
-	return code, rep.Findings
+	return code, rep
 }
 
 // has reports whether a finding of check and level says every one of want.
@@ -270,4 +277,100 @@ func TestDoctorClockSkew(t *testing.T) {
 	if !has(fs, "clock", levelNote, "no server clock") {
 		t.Fatalf("sqlite: exit %d %+v", code, fs)
 	}
+}
+
+// A DSN without ?table= reads idem_records. The doctor names the table it
+// examined (text and JSON) and never advises creating a second one: with no
+// idem table in the database it advises migrate, naming the table that
+// creates; with idem's records in billing_inbox it names that table and the
+// DSN that reads it, and no migrate, whether the DSN names no table or a
+// missing one; on that DSN it finds no trap.
+func TestDoctorNamesTheTable(t *testing.T) {
+	for name, empty := range map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "app.db")) },
+		"postgres": emptyPostgresDatabase,
+	} {
+		t.Run(name, func(t *testing.T) {
+			base := empty(t)
+			code, rep := doctorJSON(t, "--store", base)
+			migrate := "idem migrate --store '" + base + "'"
+			if code != exitFailure || rep.Table != "idem_records" || rep.Store != base || !has(rep.Findings, "schema", levelTrap, "missing: table", "idem_records") ||
+				!slices.ContainsFunc(rep.Findings, func(f finding) bool {
+					return strings.Contains(f.Fix, migrate) && strings.Contains(f.Fix, "creates table idem_records")
+				}) {
+				t.Fatalf("doctor on a database without idem's tables: exit %d %+v; want a trap with the fix %s, naming idem_records", code, rep, migrate)
+			}
+			if _, out, _ := runCmd(t, "doctor", "--store", base); !strings.Contains(out, "Examined "+base+", table idem_records.") {
+				t.Errorf("doctor's text does not name the table it examined:\n%s", out)
+			}
+
+			inbox := dsn.SetParam(base, "table", "billing_inbox")
+			if code, out, errs := runCmd(t, "migrate", "--store", inbox); code != exitOK {
+				t.Fatalf("migrate %s: %d %s %s", inbox, code, out, errs)
+			}
+			for _, d := range []string{base, dsn.SetParam(base, "table", "orders_inbox")} {
+				code, rep := doctorJSON(t, "--store", d)
+				if code != exitFailure || !has(rep.Findings, "schema", levelTrap, "billing_inbox") ||
+					!slices.ContainsFunc(rep.Findings, func(f finding) bool { return strings.Contains(f.Fix, "--store '"+inbox+"'") }) {
+					t.Errorf("doctor on %s: exit %d %+v; want a trap naming billing_inbox and --store '%s'", d, code, rep, inbox)
+				}
+				for _, f := range rep.Findings {
+					if strings.Contains(f.Fix+f.Message, "idem migrate") {
+						t.Errorf("doctor on %s advises creating a second table beside billing_inbox: %+v", d, f)
+					}
+				}
+				if _, out, _ := runCmd(t, "doctor", "--store", d); strings.Contains(out, "idem migrate") || !strings.Contains(out, "table "+rep.Table+".") {
+					t.Errorf("doctor's text on %s:\n%s", d, out)
+				}
+			}
+			h, err := dsn.Open(context.Background(), dsn.SetParam(base, "table", "none_here"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tables, err := h.OtherTables(context.Background())
+			h.Close()
+			if err != nil || !slices.Equal(tables, []string{"billing_inbox"}) {
+				t.Errorf("the database's idem tables after the doctor: %v %v, want billing_inbox alone", tables, err)
+			}
+
+			code, rep = doctorJSON(t, "--store", inbox)
+			if code != exitOK || rep.Table != "billing_inbox" || !has(rep.Findings, "schema", levelOK, "table billing_inbox") {
+				t.Errorf("doctor on %s: exit %d %+v", inbox, code, rep)
+			}
+		})
+	}
+}
+
+// emptyPostgresDatabase creates a database of its own for the test (the
+// shared one holds other tests' idem tables), dropped when the test ends,
+// and returns its DSN.
+func emptyPostgresDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	h, err := dsn.Open(ctx, testenv.Postgres.Need(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	db := uniqueName("idem_doctor")
+	if _, err := h.PG.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h, err := dsn.Open(ctx, testenv.Postgres.Addr())
+		if err != nil {
+			t.Logf("drop database %s: %v", db, err)
+			return
+		}
+		defer h.Close()
+		if _, err := h.PG.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", db, err)
+		}
+	})
+	u, err := url.Parse(testenv.Postgres.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + db
+	return u.String()
 }

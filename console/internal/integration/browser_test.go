@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -254,6 +255,27 @@ func TestBrowserRefusesWithoutAuthorisationOrToken(t *testing.T) {
 		}
 		if after := mustGet(t, f.st, f.sd.parked); after.State != before.State || after.Token != before.Token {
 			t.Fatalf("record changed: %+v", after)
+		}
+	})
+	// A console with actions, seen by a browser its Authorize refuses (no
+	// operator cookie): no form, no button, the header says read-only and
+	// the page says why; with the cookie, the same page offers both forms.
+	t.Run("refused viewer", func(t *testing.T) {
+		signedIn := func(r *http.Request, a console.Action) (string, error) {
+			if ck, err := r.Cookie("operator"); err != nil || ck.Value != "alice" {
+				return "", errors.New("sign in first")
+			}
+			return "alice", nil
+		}
+		f := newFixture(t, stores[1].open(t), signedIn, nil)
+		controls := `document.querySelectorAll('form[method=post], button').length`
+		do(t, ctx, chromedp.Navigate(recordPage(f, f.sd.parked)), chromedp.WaitVisible(chromedp.ID("rec-state")))
+		if n, mode, why := eval[int](t, ctx, controls), text(t, ctx, "span.mode"), text(t, ctx, "#no-actions"); n != 0 || mode != "read-only" || !strings.Contains(why, "sign in first") {
+			t.Errorf("a refused viewer: %d forms or buttons, header %q, note %q; want none, read-only, why", n, mode, why)
+		}
+		do(t, ctx, chromedp.Evaluate[chromedp.Void](`document.cookie = "operator=alice; path=/"`), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("release")))
+		if n, mode := eval[int](t, ctx, `document.querySelectorAll('form[action="resolve"]').length`), text(t, ctx, "span.mode"); n != 2 || mode != "actions enabled" {
+			t.Errorf("a signed-in viewer: %d resolve forms, header %q; want 2, actions enabled", n, mode)
 		}
 	})
 	t.Run("forged", func(t *testing.T) {

@@ -93,11 +93,24 @@ func get(t testing.TB, c *http.Client, u string) (int, string) {
 
 func post(t testing.TB, c *http.Client, u string, form url.Values, header http.Header) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(form.Encode()))
+	return send(t, c, http.MethodPost, u, form, header)
+}
+
+// send sends one request, with the form as its body when given and the
+// headers, and returns the response (its body read) and the body.
+func send(t testing.TB, c *http.Client, method, u string, form url.Values, header http.Header) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
 	for k, v := range header {
 		req.Header[k] = v
 	}

@@ -232,7 +232,16 @@ func (b *psBroker) Replay(ctx context.Context) (int, error) {
 const suiteConcurrency = 8
 
 // Start runs a consumer on a client of its own; Kill closes the client,
-// leaving its messages outstanding until their deadline passes. A
+// leaving its messages outstanding until their deadline passes. Its
+// client keeps the default MaxOutstandingMessages (1000), above what any
+// case publishes: pstest does not apply that limit (it pushes every
+// message and starts its deadline while the client, at its limit, never
+// reads it), so a case with more messages than the limit would see, during
+// StoreOutage, attempts spent and messages forwarded by the dead-letter
+// policy that real Pub/Sub, which applies flow control on the server,
+// would never have sent; StoreOutage asserts no dead letter, which holds
+// here because every message it publishes is held by the consumer, whose
+// deadlines the client keeps alive (TestOutageKeepsHeldDeadlines). A
 // consumer with MaxDeliveries sets the dead-letter policy's
 // MaxDeliveryAttempts to it, the way a user sets MaxDeliveries to the
 // policy's.

@@ -46,6 +46,14 @@ func (r *refuseFirstAck) React(req any) (bool, any, error) {
 // returned channel, stopped at the test's end.
 func consumer(t *testing.T, srv *pstest.Server, settings func(*pubsub.ReceiveSettings), h func(ctx context.Context, m *pubsubidem.Message) ([]byte, error)) <-chan broker.Report {
 	t.Helper()
+	return consumerOn(t, srv, memory.New(), pubsubidem.ConsumerOptions{}, settings, h)
+}
+
+// consumerOn is consumer with its guard on store, and opts (their Hooks
+// replaced).
+func consumerOn(t *testing.T, srv *pstest.Server, store idem.Store, opts pubsubidem.ConsumerOptions, settings func(*pubsub.ReceiveSettings),
+	h func(ctx context.Context, m *pubsubidem.Message) ([]byte, error)) <-chan broker.Report {
+	t.Helper()
 	cl := newClient(t, srv)
 	sub := cl.Subscriber(subName)
 	sub.ReceiveSettings.MinDurationPerAckExtension = testDeadline
@@ -53,16 +61,16 @@ func consumer(t *testing.T, srv *pstest.Server, settings func(*pubsub.ReceiveSet
 	if settings != nil {
 		settings(&sub.ReceiveSettings)
 	}
-	g, err := pubsubidem.NewGuard(memory.New(), sub, idem.Options{Lease: 2 * time.Second})
+	g, err := pubsubidem.NewGuard(store, sub, idem.Options{Lease: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reports := make(chan broker.Report, 16)
 	dl := cl.Publisher(dlqName)
-	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(h), pubsubidem.Options{DeadLetter: dl,
-		Options: pubsubidem.ConsumerOptions{Hooks: broker.Hooks[*pubsubidem.Message]{
-			AfterSettle: func(_ context.Context, _ *pubsubidem.Message, r broker.Report) { reports <- r },
-		}}})
+	opts.Hooks = broker.Hooks[*pubsubidem.Message]{
+		AfterSettle: func(_ context.Context, _ *pubsubidem.Message, r broker.Report) { reports <- r },
+	}
+	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(h), pubsubidem.Options{DeadLetter: dl, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

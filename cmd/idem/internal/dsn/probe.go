@@ -78,33 +78,50 @@ func (h *Handle) probe(ctx context.Context) error {
 // that names its table gets the migrate it asks for, with the tables found
 // beside it mentioned.
 func (h *Handle) noSchema(ctx context.Context, cause error) error {
-	var others []string
-	if h.tables != nil {
-		others, _ = h.tables(ctx)
-	}
-	for i := 0; i < len(others); i++ {
-		if others[i] == h.table {
-			others = append(others[:i], others[i+1:]...)
-			i--
-		}
-	}
+	others, _ := h.OtherTables(ctx)
 	if len(others) > 0 && !h.tableGiven {
 		return fmt.Errorf("%w: %s has no table %s, but idem's records are in %s: name the table in the DSN, e.g. --store '%s'%s "+
 			"(idem migrate on this DSN would create a second, empty table %s beside them) [%v]",
 			ErrNoSchema, h.Redacted, h.table, strings.Join(others, ", "), SetParam(h.Redacted, "table", others[0]),
-			h.passwordNote(), h.table, cause)
+			h.PasswordNote(), h.table, cause)
 	}
 	beside := ""
 	if len(others) > 0 {
 		beside = fmt.Sprintf("; the database keeps idem's records in %s: to read those, name that table", strings.Join(others, ", "))
 	}
 	return fmt.Errorf("%w: %s has no table %s yet; create it with: idem migrate --store '%s'%s%s [%v]",
-		ErrNoSchema, h.Redacted, h.table, h.Redacted, h.passwordNote(), beside, cause)
+		ErrNoSchema, h.Redacted, h.table, h.Redacted, h.PasswordNote(), beside, cause)
 }
 
-// passwordNote reminds the reader of advice that shows a redacted DSN to
-// put the password back.
-func (h *Handle) passwordNote() string {
+// Table is the records table (the collection, on MongoDB) the handle reads
+// and writes; "" for stores without one (memory, Redis).
+func (h *Handle) Table() string { return h.table }
+
+// TableGiven reports whether the DSN names its table (?table=, ?collection=)
+// rather than leaving it to the default.
+func (h *Handle) TableGiven() bool { return h.tableGiven }
+
+// OtherTables lists the tables of the database that hold idem's records
+// (those with every column of a records table), the handle's own left out:
+// where a DSN that lacks its ?table= would find the real records. Nil for
+// stores that cannot list their tables.
+func (h *Handle) OtherTables(ctx context.Context) ([]string, error) {
+	if h.tables == nil {
+		return nil, nil
+	}
+	all, err := h.tables(ctx)
+	var others []string
+	for _, t := range all {
+		if t != h.table {
+			others = append(others, t)
+		}
+	}
+	return others, err
+}
+
+// PasswordNote reminds the reader of advice that shows a redacted DSN to
+// put the password back: "" when the DSN had none.
+func (h *Handle) PasswordNote() string {
 	if h.Redacted != h.raw {
 		return " (with the password in place of xxxxx)"
 	}
