@@ -87,7 +87,7 @@ func (c *Console) offer(r *http.Request, p *page) {
 // operations are the actions the console offers, one per operation (and
 // queue), with no key: what a page without forms asks Authorize about.
 func (c *Console) operations() []Action {
-	ops := []Action{{Op: OpComplete}, {Op: OpRelease}, {Op: OpSweep}}
+	ops := []Action{{Op: OpComplete}, {Op: OpRelease}, {Op: OpSupersede}, {Op: OpSweep}}
 	if c.opts.Outbox != nil {
 		ops = append(ops, Action{Op: OpOutboxRetry})
 	}
@@ -153,8 +153,8 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		c.log.LogAttrs(r.Context(), slog.LevelWarn, "idem console: action failed", append(attrs, slog.String("error", msg))...)
 		c.render(w, r, status, "message.html", &page{Title: "Not resolved", Error: msg, Data: key})
 	}
-	if op != OpComplete && op != OpRelease {
-		fail(http.StatusBadRequest, fmt.Sprintf("unknown operation %q: complete or release", op))
+	if op != OpComplete && op != OpRelease && op != OpSupersede {
+		fail(http.StatusBadRequest, fmt.Sprintf("unknown operation %q: complete, release or supersede", op))
 		return
 	}
 	if err := key.Validate(); err != nil {
@@ -175,6 +175,9 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		fail(http.StatusBadGateway, "reading the record failed: "+err.Error())
+		return
+	case op == OpSupersede:
+		c.supersede(w, r, rec, token, who, attrs, fail)
 		return
 	case rec.State != idem.StateInProgress:
 		fail(http.StatusConflict, fmt.Sprintf("the record is %s now, not in progress: nothing to resolve", rec.State))
@@ -206,6 +209,47 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		done = "released"
 	}
 	http.Redirect(w, r, recordURL(key)+"&"+c.flash(fmt.Sprintf("Record %s by %s (token %d).", done, who, token)), http.StatusSeeOther)
+}
+
+// supersede makes the posted fingerprint (a conflict's dead-lettered
+// content) the content of rec, read with the token the operator saw,
+// once the operator confirmed it; logged with who.
+func (c *Console) supersede(w http.ResponseWriter, r *http.Request, rec idem.Record, token int64, who string, attrs []slog.Attr, fail func(int, string)) {
+	fp := r.PostFormValue("fingerprint")
+	switch {
+	case r.PostFormValue("confirm") != "yes":
+		fail(http.StatusBadRequest, "not confirmed: tick the box that says this content is the key's truth")
+		return
+	case fp == "":
+		fail(http.StatusBadRequest, "the form has no fingerprint")
+		return
+	case rec.Token != token:
+		fail(http.StatusConflict, fmt.Sprintf("the record changed since you looked (token %d, now %d): look again and decide", token, rec.Token))
+		return
+	case rec.State == idem.StateInProgress:
+		fail(http.StatusConflict, "the record is in progress: an owner may be running; resolve it first (complete or release)")
+		return
+	case rec.Fingerprint == fp:
+		fail(http.StatusConflict, "the record holds this content already: nothing to supersede (replay the dead letter as it is)")
+		return
+	}
+	ctx, cancel := c.queryCtx(r)
+	defer cancel()
+	err := idem.Supersede(ctx, c.st, idem.SupersedeRequest{Key: rec.Key(), Token: token, Fingerprint: fp, Now: c.clock()})
+	switch {
+	case errors.Is(err, idem.ErrLeaseLost):
+		fail(http.StatusConflict, fmt.Sprintf("the record changed while superseding (token %d no longer holds it); look again and decide", token))
+		return
+	case err != nil:
+		fail(http.StatusBadGateway, "supersede failed: "+err.Error())
+		return
+	}
+	c.counts.forget()
+	attrs = append(attrs, slog.Int64("token", token), slog.String("from", rec.Fingerprint), slog.String("to", fp))
+	c.log.LogAttrs(r.Context(), slog.LevelInfo, "idem console: record superseded", attrs...)
+	http.Redirect(w, r, recordURL(rec.Key())+"&"+c.flash(fmt.Sprintf(
+		"Content %s superseded %s by %s (token %d): replay the dead letter to process it once; the old content is a conflict from now on.",
+		fp, rec.Fingerprint, who, token)), http.StatusSeeOther)
 }
 
 // sweep deletes expired records now, batch by batch.

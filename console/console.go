@@ -30,14 +30,18 @@ type Store interface {
 const (
 	OpComplete = "complete" // mark an in-progress record completed: its side effect happened
 	OpRelease  = "release"  // give an in-progress record back: its side effect did not happen
-	OpSweep    = "sweep"    // delete expired records now
-	OpView     = "view"     // read a page: asked only of a console reachable by other hosts (Options.AllowedHosts)
+	// OpSupersede accepts a conflict's dead-lettered content as the key's
+	// truth (idem.Supersede): the record is released with the dead
+	// letter's fingerprint, so its replay is processed once.
+	OpSupersede = "supersede"
+	OpSweep     = "sweep" // delete expired records now
+	OpView      = "view"  // read a page: asked only of a console reachable by other hosts (Options.AllowedHosts)
 )
 
 // Action is what an operator asks the console to do, passed to
 // Options.Authorize before it is done.
 type Action struct {
-	Op   string   // OpComplete, OpRelease, OpSweep, OpOutboxRetry, OpDeadLetterReplay or OpView
+	Op   string   // OpComplete, OpRelease, OpSupersede, OpSweep, OpOutboxRetry, OpDeadLetterReplay or OpView
 	Key  idem.Key // the record; zero for OpSweep, OpOutboxRetry and OpDeadLetterReplay
 	Seqs []int64  // OpOutboxRetry: the messages; empty for every parked one
 

@@ -178,6 +178,13 @@ type deadLetterData struct {
 	Record    *idem.Record // nil: none found
 	RecordErr string
 	Verdict   verdict
+	// Kept is the copy of the content holding the key, where its guard
+	// kept one (idem.Options.KeepPayload); KeptCut: only its first bytes.
+	Kept    []byte
+	KeptCut bool
+	// Supersede: the dead letter's content conflicts with a settled
+	// record, which an operator may make it replace (OpSupersede).
+	Supersede bool
 }
 
 type header struct{ Name, Value string }
@@ -231,8 +238,17 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 	l := c.recordOf(ctx, *dl)
 	d.Record, d.RecordErr = l.rec, l.err
 	d.Verdict = judge(*dl, d.Record, now)
-	c.render(w, r, http.StatusOK, "deadletter.html", &page{Title: "Dead letter", Nav: "deadletters", Now: now, Data: d,
-		offers: []Action{{Op: OpDeadLetterReplay, Queue: d.Name, IDs: []string{dl.ID}}}})
+	offers := []Action{{Op: OpDeadLetterReplay, Queue: d.Name, IDs: []string{dl.ID}}}
+	if rec := d.Record; rec != nil {
+		if p, cut, err := idem.KeptPayload(ctx, c.st, rec.Key(), rec.Fingerprint); err == nil {
+			d.Kept, d.KeptCut = p, cut
+		}
+		if d.Verdict.Code == "other" && rec.State != idem.StateInProgress && dl.Fingerprint != "" {
+			d.Supersede = true
+			offers = append(offers, Action{Op: OpSupersede, Key: rec.Key()})
+		}
+	}
+	c.render(w, r, http.StatusOK, "deadletter.html", &page{Title: "Dead letter", Nav: "deadletters", Now: now, Data: d, offers: offers})
 }
 
 // judge compares the dead letter's fingerprint with the stored record's.

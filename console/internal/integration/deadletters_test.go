@@ -437,3 +437,66 @@ func TestBrokerDeadLetterKeys(t *testing.T) {
 		t.Errorf("Keys: %+v", keys)
 	}
 }
+
+// TestDeadLetterSupersede: a conflict's dead letter offers the operator a
+// confirmed action that makes its content the key's truth (idem.Supersede
+// with the token read): without the confirmation nothing changes; with it
+// the record is released with the dead letter's fingerprint, the action is
+// logged with who, and the page then says a replay processes the message.
+// A viewer Authorize refuses the supersede is not shown the form.
+func TestDeadLetterSupersede(t *testing.T) {
+	authorize := func(r *http.Request, a console.Action) (string, error) {
+		if a.Op == console.OpSupersede && r.Header.Get("X-No-Supersede") != "" {
+			return "bob", errors.New("bob may not supersede")
+		}
+		return operator(r, a)
+	}
+	f, _ := dlqFixture(t, authorize)
+	c := f.client(t)
+	_, page := get(t, c, dlPage(f, "1"))
+	form := formOf(t, page, "Supersede the stored content")
+	if form.Get("op") != console.OpSupersede || form.Get("fingerprint") != "fp-other" || form.Get("scope") != "billing" || form.Get("id") != "order-001" {
+		t.Fatalf("the supersede form: %v", form)
+	}
+	if _, other := get(t, c, dlPage(f, "2")); strings.Contains(other, "Supersede the stored content") {
+		t.Errorf("a dead letter whose content holds the key offers a supersede")
+	}
+	ctx := context.Background()
+	k := idem.Key{Scope: "billing", ID: "order-001"}
+	before, err := f.st.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if resp, body := post(t, c, f.base+"resolve", form, nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "not confirmed") {
+		t.Fatalf("supersede without the confirmation: %d\n%s", resp.StatusCode, body)
+	}
+	if r, _ := f.st.Get(ctx, k); r.Fingerprint != before.Fingerprint || r.State != before.State {
+		t.Fatalf("an unconfirmed supersede changed the record: %+v", r)
+	}
+	form.Set("confirm", "yes")
+	resp, body := post(t, c, f.base+"resolve", form, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("confirmed supersede: %d\n%s", resp.StatusCode, body)
+	}
+	r, err := f.st.Get(ctx, k)
+	if err != nil || r.State != idem.StateReleased || r.Fingerprint != "fp-other" || r.Token != before.Token {
+		t.Fatalf("after the supersede: %+v %v; want released with fp-other, token %d", r, err, before.Token)
+	}
+	logs := f.logs.String()
+	for _, want := range []string{`"msg":"idem console: record superseded"`, `"who":"alice"`, `"from":"` + before.Fingerprint + `"`, `"to":"fp-other"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs)
+		}
+	}
+	_, page = get(t, c, dlPage(f, "1"))
+	if m := verdictRE.FindStringSubmatch(page); m == nil || m[1] != "same" || strings.Contains(page, "Supersede the stored content") {
+		t.Errorf("after the supersede the dead letter's content holds the key: verdict %v", m)
+	}
+
+	// Another conflict, for a viewer who may replay but not supersede.
+	_, page = send(t, c, http.MethodGet, dlPage(f, "4"), nil, http.Header{"X-No-Supersede": {"1"}})
+	if strings.Contains(page, "Supersede the stored content") || !strings.Contains(page, "Replay this dead letter") {
+		t.Errorf("a viewer refused the supersede sees its form, or no replay form:\n%s", page)
+	}
+}
