@@ -286,15 +286,25 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		// its effect is done, so the key is completed if no rival has
 		// taken it (fencing decides), rather than given back to run again.
 	default:
+		if herr == nil {
+			herr = lost
+		}
 		if lost == errLeaseRanOut {
 			// The key may still be this call's: give it back at once
 			// rather than leave the redelivery to wait out the lease.
 			g.release(ctx, key, token, &res.Record)
+			if res.Record.State == StateInProgress && res.Record.Token == token {
+				// The store took neither the renewals nor the release: it
+				// is down or too slow, which is no fault of the message.
+				// A store error, so that a broker consumer holds the
+				// delivery as for any outage instead of spending one of
+				// the broker's; the record decides when the store is back
+				// (stale: the Stale policy).
+				res.Outcome = OutcomeStoreError
+				return res, &StoreError{Op: "renew", Err: fmt.Errorf("%w (handler result: %w)", lost, herr)}
+			}
 		}
 		res.Outcome = OutcomeLeaseLost
-		if herr == nil {
-			herr = lost
-		}
 		return res, fmt.Errorf("%w (handler result: %w)", lost, herr)
 	}
 	if skip {

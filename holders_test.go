@@ -275,3 +275,39 @@ func TestLateAnswerStartsNoHandler(t *testing.T) {
 		})
 	}
 }
+
+// downAfterClaim is a store that goes down once its claim answered:
+// renewals and releases fail as a store refusing connections does.
+type downAfterClaim struct{ idem.Store }
+
+func (downAfterClaim) Renew(context.Context, idem.RenewRequest) error {
+	return errors.New("dial tcp: connection refused")
+}
+
+func (downAfterClaim) Release(context.Context, idem.ReleaseRequest) error {
+	return errors.New("dial tcp: connection refused")
+}
+
+// TestLeaseRunOutInOutageIsStoreError: a handler whose lease ran out
+// because the store went down (renewals and the release fail) reports a
+// retryable *StoreError wrapping ErrLeaseLost, so that a broker consumer
+// holds the delivery as for any store outage instead of spending one of
+// the broker's deliveries; the record stays in progress for the Stale
+// policy to decide once the store is back.
+func TestLeaseRunOutInOutageIsStoreError(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	base := memory.New()
+	g := guard(t, downAfterClaim{base}, idem.Options{Lease: lease})
+	key := idem.Key{Scope: "test", ID: "outage"}
+	res, err := g.DoKey(context.Background(), key, "", func(ctx context.Context) ([]byte, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	})
+	var se *idem.StoreError
+	if !errors.As(err, &se) || !errors.Is(err, idem.ErrLeaseLost) || res.Outcome != idem.OutcomeStoreError || idem.Decide(res, err) != idem.ActionRetry {
+		t.Fatalf("Do: %v %v; want a retryable store error wrapping ErrLeaseLost", res.Outcome, err)
+	}
+	if r, gerr := base.Get(context.Background(), key); gerr != nil || r.State != idem.StateInProgress {
+		t.Fatalf("record %+v %v; want it left in progress for the Stale policy", r, gerr)
+	}
+}
