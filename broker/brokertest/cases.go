@@ -514,7 +514,10 @@ func hasPosition(d DeadLetter) bool {
 // times over) waits for the holder's lease instead of spending deliveries:
 // it ends as a duplicate, never dead-lettered as max_deliver.
 func testInProgressWaits(t *testing.T, b Broker) {
-	g := newGuard(t, nil, idem.Options{Lease: 600 * time.Millisecond})
+	// A lease long enough that its renewals (every third of it) land on a
+	// machine whose CPUs the race detector and parallel packages saturate.
+	const lease = 1500 * time.Millisecond
+	g := newGuard(t, nil, idem.Options{Lease: lease})
 	out := newOutcomes()
 	eff := newEffects()
 	release := make(chan struct{})
@@ -546,7 +549,7 @@ func testInProgressWaits(t *testing.T, b Broker) {
 	publish(t, b, m) // the producer's retry
 	// Hold the first copy for several leases (each renewed): a back-off of
 	// 10ms would have spent three deliveries many times over.
-	time.Sleep(4 * 600 * time.Millisecond)
+	time.Sleep(3 * lease)
 	close(release)
 	waitFor(t, "the retry acked as a duplicate", func() bool { return out.get(idem.OutcomeDuplicate) >= 1 }, out.String)
 	if dls := deadLetters(t, b); len(dls) != 0 {
