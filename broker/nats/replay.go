@@ -13,8 +13,8 @@ import (
 	"github.com/idemgo/idem/broker"
 )
 
-// ErrNotDeadLetter means Replay was given a message that is not a dead
-// letter of this package: it has no Idem-Subject header.
+// ErrNotDeadLetter means Replay or DeadLetterOf was given a message that
+// is not a dead letter of this package: it has no Idem-Subject header.
 var ErrNotDeadLetter = errors.New("natsidem: not a dead letter (no " + HeaderSubject + " header)")
 
 // ErrReplayDuplicate was returned by Replay when the stream dropped a
