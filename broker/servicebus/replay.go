@@ -11,9 +11,10 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// ErrNotDeadLetter is returned by Replay for a message neither a Consumer
-// (it has no Idem-Reason property) nor Service Bus at the entity's
-// MaxDeliveryCount (DeadLetterReason MaxDeliveryCountExceeded) dead-lettered.
+// ErrNotDeadLetter is returned by Replay and DeadLetterOf for a message
+// neither a Consumer (it has no Idem-Reason property) nor Service Bus at
+// the entity's MaxDeliveryCount (DeadLetterReason
+// MaxDeliveryCountExceeded) dead-lettered.
 var ErrNotDeadLetter = errors.New("servicebus: not a dead letter of an idem consumer")
 
 // ReasonMaxDeliveryCountExceeded is the DeadLetterReason Service Bus gives
@@ -57,8 +58,7 @@ func Replay(ctx context.Context, s *azservicebus.Sender, dl *azservicebus.Receiv
 }
 
 func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
-	_, ok := dl.ApplicationProperties["Idem-Reason"]
-	if !ok && (dl.DeadLetterReason == nil || *dl.DeadLetterReason != ReasonMaxDeliveryCountExceeded) {
+	if !isDeadLetter(dl) {
 		return nil, ErrNotDeadLetter
 	}
 	msg := &azservicebus.Message{
