@@ -141,3 +141,63 @@ func DedupID(id, fingerprint string) string {
 	sum := sha256.Sum256([]byte(fingerprint))
 	return id + "~" + hex.EncodeToString(sum[:8])
 }
+
+// IsDedupID reports whether dedup is what DedupID makes of id with some
+// fingerprint: id itself, or id, "~" and 16 lower-case hex digits. A
+// consumer that finds the plain id beside the broker's dedup id (an
+// Idem-Id header beside Nats-Msg-Id or MessageID) checks with it that the
+// two belong together before it reads the message by the plain one.
+func IsDedupID(dedup, id string) bool {
+	if dedup == id {
+		return true
+	}
+	rest, ok := strings.CutPrefix(dedup, id+"~")
+	return ok && isHex16(rest)
+}
+
+// replayMark separates, in a replay's dedup id, the original's from the
+// nonce that makes it the replay's own.
+const replayMark = "~replay-"
+
+// ReplayDedupID is a broker dedup id of its own for a replay of a message
+// whose dedup id was id: id, "~replay-" and 16 hex digits of a random
+// nonce. A broker's duplicate window (JetStream's Duplicates, Service
+// Bus's duplicate detection, RabbitMQ's deduplication plugin) remembers
+// the original's id and would drop, unseen, a replay that carried it; the
+// consumer deduplicates by the key, not by the broker's id, and reads a
+// replay's id back as the original's with OriginalDedupID, so the guard
+// sees the replay as it saw the original. The id of a replay (of a replay's
+// dead letter) is first taken back to its original's, so that replaying
+// again does not grow it. Each call gives another id: two replays of one
+// dead letter are two messages to the broker, and the consumer's record
+// makes the second a duplicate.
+func ReplayDedupID(id string) string {
+	id, _ = OriginalDedupID(id)
+	nonce := strconv.FormatUint(rand.Uint64(), 16)
+	return id + replayMark + strings.Repeat("0", 16-len(nonce)) + nonce
+}
+
+// OriginalDedupID returns the dedup id that id, a replay's
+// (ReplayDedupID's form: "~replay-" and 16 hex digits at its end), was
+// made from, and ok true; any other id is returned as it is, with ok
+// false.
+func OriginalDedupID(id string) (orig string, ok bool) {
+	i := strings.LastIndex(id, replayMark)
+	if i < 0 || !isHex16(id[i+len(replayMark):]) {
+		return id, false
+	}
+	return id[:i], true
+}
+
+// isHex16 reports whether s is 16 lower-case hex digits.
+func isHex16(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, r := range s {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}

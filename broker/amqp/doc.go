@@ -10,8 +10,9 @@
 // the shape every idem broker adapter has (see package
 // github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
 // [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
-// [broker.Report] per delivery passed to the Hooks, and [Replay] for dead
-// letters. [Options] embeds [broker.Options] (Concurrency, Backoff,
+// [broker.Report] per delivery passed to the Hooks, [DeadLetterOf] and
+// [Replay] for dead letters, and [Publish] on the producer side. [Options]
+// embeds [broker.Options] (Concurrency, Backoff,
 // MaxHold, MaxDeliveries, ShutdownTimeout, Hooks) and adds the queue, the
 // prefetch and the dead-letter destination.
 //
@@ -168,10 +169,14 @@
 // [Replay] publishes a dead letter back to the exchange and routing key of
 // its original (x-idem-exchange, x-idem-routing-key) with its body, its
 // original properties (message-id among them) and headers, without the
-// headers idem added. The consumer's record then decides, as for any
-// redelivery: a key completed meanwhile is a duplicate (acknowledged, the
-// handler does not run), a key never completed is processed, a conflict is
-// dead-lettered again. Replays often come long after the redelivery
+// headers idem added, and with an x-deduplication-header of its own (the
+// original's, "~replay-" and a nonce, which MessageOf reads as the
+// original's), so that the deduplication plugin, which remembers the
+// original's, never drops a replay. The consumer's record then decides, as
+// for any redelivery: a key completed meanwhile is a duplicate
+// (acknowledged, the handler does not run), a key never completed is
+// processed, a conflict is dead-lettered again. Replays often come long
+// after the redelivery
 // window: the guard's Retention must outlive the longest time a dead letter
 // may wait before it is replayed, or a replay of a processed message runs
 // again.

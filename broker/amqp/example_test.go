@@ -44,7 +44,7 @@ func Example() {
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
 		return []byte(receipt), err
 	})
-	c, err := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{
+	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{ // or NewConsumer + Run
 		Queue:                "orders",
 		DeadLetterRoutingKey: "orders.dlq", // through the default exchange
 		Publisher:            dlq,
@@ -58,10 +58,7 @@ func Example() {
 		},
 	})
 	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before any delivery is taken
-	}
-	if err := c.Run(ctx); err != nil {
-		log.Fatal(err) // ErrDeliveriesClosed: reconnect and run again
+		log.Fatal(err) // a misconfiguration, found before any delivery is taken; ErrDeliveriesClosed: reconnect and run again
 	}
 }
 

@@ -15,13 +15,19 @@ import (
 // property and CorrelationID from the correlation-id property (which ties
 // the message to a flow in the observer's events and logs; it is never a
 // key). The delivery tag, the redelivered flag and x-delivery-count are
-// deliberately left out: they change on redelivery.
+// deliberately left out: they change on redelivery. A replay's
+// x-deduplication-header (HeaderDedup: the original's, "~replay-" and a
+// nonce, see Replay) reads as the original's, so the guard sees a replay
+// as it saw the original.
 func MessageOf(d amqp.Delivery) idem.Message {
 	im := idem.Message{ID: d.MessageId, Payload: d.Body, ContentType: d.ContentType, CorrelationID: d.CorrelationId}
 	if len(d.Headers) > 0 {
 		im.Headers = make(map[string]string, len(d.Headers))
 		for k, v := range d.Headers {
 			im.Headers[k] = HeaderString(v)
+		}
+		if orig, ok := idem.OriginalDedupID(im.Headers[HeaderDedup]); ok {
+			im.Headers[HeaderDedup] = orig
 		}
 	}
 	return im

@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 )
 
@@ -26,6 +27,17 @@ var ErrNotDeadLetter = errors.New("amqpidem: not a dead letter (no " + HeaderRou
 // message. When ch is in confirm mode Replay waits for the broker's
 // confirm and reports a nack as an error. dl itself is not acknowledged:
 // ack it once Replay returned nil.
+//
+// The replay's x-deduplication-header (HeaderDedup, when the original had
+// one) is one of its own, idem.ReplayDedupID of the original's: the
+// original's, "~replay-" and a random nonce. The rabbitmq-message-
+// deduplication plugin remembers the original's for its cache time and
+// would drop a replay that carried it, silently; the consumer deduplicates
+// by the key (the message-id, which the replay keeps), and MessageOf reads
+// a replay's HeaderDedup as the original's, so the guard sees the replay
+// as it saw the original. Each call is a replay of its own: replaying dl
+// twice publishes it twice, and the consumer's record makes the second a
+// duplicate.
 //
 // The consumer's record then decides, as for any redelivery: a key that
 // was completed meanwhile (a producer re-send processed after the dead
@@ -65,6 +77,12 @@ func replayed(dl amqp.Delivery) (exchange, key string, msg amqp.Publishing, err 
 			continue
 		}
 		headers[name] = v
+	}
+	if v, ok := headers[HeaderDedup]; ok {
+		// The deduplication plugin remembers the original's for its cache
+		// time and would drop the replay: it gets one of its own, which
+		// MessageOf reads back as the original's.
+		headers[HeaderDedup] = idem.ReplayDedupID(HeaderString(v))
 	}
 	msg = amqp.Publishing{
 		Headers:         headers,

@@ -9,9 +9,13 @@
 // has the shape every idem broker adapter has (see package
 // github.com/idemgo/idem/broker): [NewGuard], [Handle] or [HandleTx],
 // [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
-// [broker.Report] per attempt passed to the hooks ([broker.Options].Hooks), and [Replay] for
-// dead letters. Kafka adds [HandleCheckpoint]: the partition's position
-// kept in the business database (see Stream checkpoints below).
+// [broker.Report] per attempt passed to the hooks ([broker.Options].Hooks),
+// [DeadLetterOf] and [Replay] for dead letters, and [Publish] (or
+// [Record]) on the producer side; Publish sets no broker dedup id, because
+// Kafka has none: the idempotent producer drops a session's retried
+// batches by sequence number, not by an id. Kafka adds [HandleCheckpoint]:
+// the partition's position kept in the business database (see Stream
+// checkpoints below).
 //
 //   - processed or duplicate: the record is done, and its offset becomes
 //     committable only after the store's record is durable;

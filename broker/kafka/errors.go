@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// ErrNotDeadLetter means Replay was given a record that is not a dead letter
-// of this package: it has no Idem-Original-Topic header.
+// ErrNotDeadLetter means Replay or DeadLetterOf was given a record that is
+// not a dead letter of this package: it has no Idem-Original-Topic header.
 var ErrNotDeadLetter = errors.New("kafka: not a dead letter (no " + HeaderOriginalTopic + " header)")
 
 // ErrClientConfig means the *kgo.Client given to NewConsumer lacks a setting

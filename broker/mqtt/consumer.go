@@ -105,8 +105,8 @@ const ackFlush = 20 * time.Millisecond
 // ConsumerOptions are the engine's options of a Consumer, for literals.
 type ConsumerOptions = broker.Options[*Message]
 
-// Handler is the work a Consumer runs for each message: broker.Handle
-// (two-phase) or broker.HandleTx (transactional inbox).
+// Handler is the work a Consumer runs for each message: Handle
+// (two-phase) or HandleTx (transactional inbox).
 type Handler = broker.Handler[*Message]
 
 // Consumer runs a Handler for the QoS 1 messages of a topic filter

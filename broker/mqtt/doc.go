@@ -5,12 +5,23 @@
 // import path is github.com/idemgo/idem/broker/mqtt; the package is named
 // mqttidem to sit beside paho's mqtt.
 //
-//	g, err := idem.New(store, idem.Options{Scope: "sensors/ingest"})
-//	c, err := mqttidem.NewConsumer(g, broker.Handle(fn), mqttidem.Options{
+//	opts := mqttidem.Options{
 //		Server: "mqtt://broker:1883", ClientID: "ingest-1", // the same on every restart
 //		Topic: "$share/ingest/sensors/+/readings", DeadLetterTopic: "dlq/sensors",
-//	})
+//	}
+//	g, err := mqttidem.NewGuard(store, opts.Topic, opts.ClientID, idem.Options{}) // scope: the shared subscription
+//	c, err := mqttidem.NewConsumer(g, mqttidem.Handle(fn), opts)
 //	err = c.Run(ctx)
+//
+// or mqttidem.Consume(ctx, g, h, opts) in one call. It has the shape of
+// every idem broker adapter (see package github.com/idemgo/idem/broker):
+// NewGuard (scope: the shared subscription, or the session of an unshared
+// one), Handle (two-phase) or HandleTx (the store's transaction with the
+// dedup marker), NewConsumer and Run or Consume, MessageOf, DeadLetterOf
+// and Replay for dead letters, and Publish on the producer side: the key
+// in the idem-id user property, at QoS 1 at least. MQTT has no duplicate
+// detection of its own, so Publish sets no dedup id: a producer's retry is
+// another message, and the consumer's record makes it a duplicate.
 //
 // How the engine's steps map onto MQTT:
 //

@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	mqttidem "github.com/idemgo/idem/broker/mqtt"
 	"github.com/idemgo/idem/store/memory"
 )
@@ -20,24 +19,23 @@ import (
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	g, err := idem.New(memory.New(), idem.Options{Scope: "sensors/ingest"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	c, err := mqttidem.NewConsumer(g, broker.Handle(func(ctx context.Context, m *mqttidem.Message) ([]byte, error) {
-		return store(ctx, m.Topic, m.Payload)
-	}), mqttidem.Options{
+	opts := mqttidem.Options{
 		Options:         mqttidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
 		Server:          "mqtt://127.0.0.1:1883",
 		ClientID:        "ingest-1",
 		Topic:           "$share/ingest/sensors/+/readings",
 		DeadLetterTopic: "dlq/sensors",
-	})
-	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before connecting
 	}
-	if err := c.Run(ctx); err != nil {
+	// The scope: the shared subscription, which every process of the group shares.
+	g, err := mqttidem.NewGuard(memory.New(), opts.Topic, opts.ClientID, idem.Options{})
+	if err != nil {
 		log.Fatal(err)
+	}
+	h := mqttidem.Handle(func(ctx context.Context, m *mqttidem.Message) ([]byte, error) {
+		return store(ctx, m.Topic, m.Payload)
+	})
+	if err := mqttidem.Consume(ctx, g, h, opts); err != nil { // or NewConsumer + Run
+		log.Fatal(err) // a misconfiguration, found before connecting, or the connection's error
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 // is a duplicate, content that conflicts with the record is dead-lettered
 // again. MQTT cannot delete a message: the dead letter is gone from the
 // broker once the subscriber that received it acked it, so keep it until
-// Replay returns.
+// Replay returns. A message without PropertyTopic is refused with an error
+// wrapping ErrNotDeadLetter.
 func Replay(ctx context.Context, cm *autopaho.ConnectionManager, dl *paho.Publish) error {
 	var topic string
 	props := &paho.PublishProperties{}
@@ -36,7 +37,7 @@ func Replay(ctx context.Context, cm *autopaho.ConnectionManager, dl *paho.Publis
 		}
 	}
 	if topic == "" {
-		return fmt.Errorf("mqtt: replay: the dead letter on %s has no %s property (not one of idem's)", dl.Topic, PropertyTopic)
+		return fmt.Errorf("mqtt: replay of a message on %s: %w", dl.Topic, ErrNotDeadLetter)
 	}
 	if _, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: dl.Payload, Properties: props}); err != nil {
 		return fmt.Errorf("mqtt: replay to %s: %w", topic, err)

@@ -9,7 +9,8 @@
 // has (see package github.com/idemgo/idem/broker): [NewGuard], [Handle] or
 // [HandleTx], [NewConsumer] and [Consumer.Run] (or [Consume]),
 // [MessageOf], one [broker.Report] per message passed to [broker.Options.Hooks],
-// and [Replay] for dead letters.
+// [DeadLetterOf] and [Replay] for dead letters, and [Publish] on the
+// producer side.
 //
 //   - processed or duplicate: Ack (DoubleAck with [Options.DoubleAck]), only
 //     after the record is durable;

@@ -49,17 +49,14 @@ func Example() {
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 		return []byte(receipt), err
 	})
-	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8, Hooks: broker.Hooks[jetstream.Msg]{
+	err = natsidem.Consume(ctx, cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8, Hooks: broker.Hooks[jetstream.Msg]{
 		OnDeadLetter: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
 			log.Printf("dead letter %s: %s (%v)", natsidem.MessageOf(msg).ID, r.Reason, r.Err)
 		},
 	}}, JetStream: js, DeadLetterSubject: "orders.dlq",
-	})
+	}) // or NewConsumer + Run
 	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before any message is taken
-	}
-	if err := c.Run(ctx); err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a misconfiguration, found before any message is taken, or the stream's error
 	}
 }
 

@@ -2,7 +2,6 @@ package natsidem
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/idemgo/idem"
 	"github.com/nats-io/nats.go"
@@ -46,29 +45,19 @@ func messageOf(h nats.Header, data []byte) idem.Message {
 		}
 	}
 	im.ID = h.Get(jetstream.MsgIDHeader)
-	if orig, ok := cutReplay(im.ID); ok {
+	if orig, ok := idem.OriginalDedupID(im.ID); ok {
 		// A replay reads as its original did (see Replay).
 		im.ID = orig
 		im.Headers[jetstream.MsgIDHeader] = orig
 	}
 	if plain := h.Get(HeaderID); plain != "" {
-		if isDedupID(im.ID, plain) {
+		if idem.IsDedupID(im.ID, plain) {
 			im.Headers[jetstream.MsgIDHeader] = plain
 		}
 		im.ID = plain
 	}
 	im.ContentType = im.Header("Content-Type")
 	return im
-}
-
-// isDedupID reports whether dedup is what idem.DedupID makes of id: id
-// itself, or id, "~" and 16 hex digits.
-func isDedupID(dedup, id string) bool {
-	if dedup == id {
-		return true
-	}
-	rest, ok := strings.CutPrefix(dedup, id+"~")
-	return ok && isHex16(rest)
 }
 
 // ScopeFor returns the scope a guard for cons should use:

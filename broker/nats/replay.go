@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 )
 
-// ErrNotDeadLetter means Replay was given a message that is not a dead
-// letter of this package: it has no Idem-Subject header.
+// ErrNotDeadLetter means Replay or DeadLetterOf was given a message that
+// is not a dead letter of this package: it has no Idem-Subject header.
 var ErrNotDeadLetter = errors.New("natsidem: not a dead letter (no " + HeaderSubject + " header)")
 
 // ErrReplayDuplicate was returned by Replay when the stream dropped a
@@ -37,8 +37,9 @@ var ErrReplayDuplicate = errors.New("natsidem: replay dropped as a duplicate")
 // (an expected last sequence that no longer holds, a roll-up that would
 // purge the subject), not part of the message.
 //
-// The replay's Nats-Msg-Id is one of its own: the original's (restored
-// from Idem-Original-Nats-Msg-Id), "~replay-" and a random nonce. The
+// The replay's Nats-Msg-Id is one of its own, idem.ReplayDedupID of the
+// original's (restored from Idem-Original-Nats-Msg-Id): the original's,
+// "~replay-" and a random nonce. The
 // stream's duplicate window (Duplicates, two minutes by default) still
 // remembers the original's, and would drop a replay that carried it; the
 // consumer deduplicates by the key, not by Nats-Msg-Id, and MessageOf
@@ -84,7 +85,7 @@ func replayed(h nats.Header, data []byte) (*nats.Msg, error) {
 		case broker.IsDeadLetterHeader(k), hasPrefixFold(k, "Nats-"):
 		case hasPrefixFold(k, HeaderOriginalPrefix):
 			if strings.EqualFold(k[len(HeaderOriginalPrefix):], jetstream.MsgIDHeader) && len(v) > 0 {
-				msg.Header.Set(jetstream.MsgIDHeader, replayDedupID(v[0]))
+				msg.Header.Set(jetstream.MsgIDHeader, idem.ReplayDedupID(v[0]))
 			}
 		case replayDrops(k):
 		default:
@@ -107,40 +108,4 @@ func replayDrops(k string) bool {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// replayMark separates, in a replay's Nats-Msg-Id, the original's from
-// the nonce that makes it the replay's own.
-const replayMark = "~replay-"
-
-// replayDedupID is a Nats-Msg-Id of its own for a replay of a message
-// whose Nats-Msg-Id was orig: orig (without the mark of an earlier
-// replay, so that replaying a replay's dead letter does not grow it),
-// replayMark and 16 hex digits of a random nonce.
-func replayDedupID(orig string) string {
-	orig, _ = cutReplay(orig)
-	return fmt.Sprintf("%s%s%016x", orig, replayMark, rand.Uint64())
-}
-
-// cutReplay returns the Nats-Msg-Id a replay's id was made from, and
-// whether id is a replay's (replayDedupID's form).
-func cutReplay(id string) (string, bool) {
-	i := strings.LastIndex(id, replayMark)
-	if i < 0 || !isHex16(id[i+len(replayMark):]) {
-		return id, false
-	}
-	return id[:i], true
-}
-
-// isHex16 reports whether s is 16 lower-case hex digits.
-func isHex16(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for _, r := range s {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -10,13 +10,20 @@
 //
 //	sub := client.Subscriber("orders-billing")
 //	g, err := pubsubidem.NewGuard(store, sub, idem.Options{})   // scope: the subscription
-//	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(fn), pubsubidem.Options{
+//	c, err := pubsubidem.NewConsumer(sub, g, pubsubidem.Handle(fn), pubsubidem.Options{
 //		DeadLetter: client.Publisher("orders-dlq"),
 //		Options:    pubsubidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10}, // the dead-letter policy's
 //	})
 //	err = c.Run(ctx)
 //
-// or pubsubidem.Consume(ctx, sub, g, h, opts) in one call.
+// or pubsubidem.Consume(ctx, sub, g, h, opts) in one call. Handle runs the
+// work two-phase, HandleTx in the store's transaction with the dedup
+// marker; MessageOf is the guard's view of a message, DeadLetterOf an
+// operator's view of a dead letter, Replay puts one back on its topic, and
+// Publish sets the key (the Idem-Id attribute) on the producer side.
+// Pub/Sub has no duplicate detection on publish, so Publish sets no dedup
+// id: a retried publish is stored twice, and the consumer's record makes
+// the second a duplicate.
 //
 // # Key and scope
 //

@@ -9,7 +9,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	pubsubidem "github.com/idemgo/idem/broker/pubsub"
 	"github.com/idemgo/idem/store/memory"
 )
@@ -40,17 +39,15 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(func(ctx context.Context, m *pubsubidem.Message) ([]byte, error) {
+	h := pubsubidem.Handle(func(ctx context.Context, m *pubsubidem.Message) ([]byte, error) {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), m.Data)
-	}), pubsubidem.Options{
+	})
+	err = pubsubidem.Consume(ctx, sub, g, h, pubsubidem.Options{ // or NewConsumer + Run
 		Options:    pubsubidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
 		DeadLetter: dlq,
 	})
 	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before any message is received
-	}
-	if err := c.Run(ctx); err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a misconfiguration, found before any message is received, or the client's error
 	}
 }
 

@@ -52,6 +52,12 @@ func MessageOf(m *Message) idem.Message {
 // attributes are copied, not changed): the key of every copy of it,
 // however often the client retries the publish or the producer sends it
 // again. Call Get on the result to know it is stored.
+//
+// Publish sets no broker dedup id, because Pub/Sub has none: it stores
+// every publish it accepts (exactly-once delivery concerns acks, not
+// publishes), so no duplicate window can swallow an id reused with other
+// content; each stored copy reaches the consumer, whose record makes a
+// repeat a duplicate and other content a conflict.
 func Publish(ctx context.Context, p *pubsub.Publisher, id string, m *pubsub.Message) *pubsub.PublishResult {
 	out := *m
 	out.Attributes = maps.Clone(m.Attributes)

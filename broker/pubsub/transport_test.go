@@ -2,6 +2,7 @@ package pubsubidem
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -68,7 +69,7 @@ func TestNewConsumerRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := broker.Handle(func(context.Context, *Message) ([]byte, error) { return nil, nil })
+	h := Handle(func(context.Context, *Message) ([]byte, error) { return nil, nil })
 	cl := &pubsub.Client{}
 	noExt := cl.Subscriber("s")
 	noExt.ReceiveSettings.MaxExtension = -1
@@ -85,5 +86,33 @@ func TestNewConsumerRefuses(t *testing.T) {
 		if _, err := NewConsumer(c.sub, g, h, c.opts); !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)
 		}
+	}
+	tx := HandleTx(func(context.Context, *sql.Tx, *Message) ([]byte, error) { return nil, nil })
+	if _, err := NewConsumer(cl.Subscriber("s"), g, tx, Options{DeadLetter: dl}); !errors.Is(err, idem.ErrNoTx) || !errors.Is(err, idem.ErrInvalidOptions) {
+		t.Errorf("HandleTx on a store without transactions: %v, want ErrNoTx", err)
+	}
+}
+
+// TestDeadLetterOf: a consumer's dead letter and one Pub/Sub forwarded
+// read with the original's id; a message of the work topic is no dead
+// letter.
+func TestDeadLetterOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		attrs   map[string]string
+		wantID  string
+		wantErr error
+	}{
+		{"a consumer's", map[string]string{HeaderID: "order-1", idem.HeaderReason: "conflict", HeaderSubscription: "projects/p/subscriptions/s"}, "order-1", nil},
+		{"forwarded by a dead-letter policy", map[string]string{HeaderID: "order-2", "CloudPubSubDeadLetterSourceSubscription": "s"}, "order-2", nil},
+		{"a message of the work topic", map[string]string{HeaderID: "order-3"}, "order-3", ErrNotDeadLetter},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := DeadLetterOf(&pubsub.Message{ID: "srv-1", Data: []byte("x"), Attributes: tt.attrs})
+			if !errors.Is(err, tt.wantErr) || m.ID != tt.wantID || string(m.Payload) != "x" || m.Header(idem.HeaderReason) != tt.attrs[idem.HeaderReason] {
+				t.Fatalf("DeadLetterOf = %+v, %v; want ID %q, %v", m, err, tt.wantID, tt.wantErr)
+			}
+		})
 	}
 }

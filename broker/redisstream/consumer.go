@@ -100,8 +100,8 @@ type Consumer struct {
 	eng *broker.Consumer[*Message]
 }
 
-// Handler is the work a Consumer runs for each entry: broker.Handle
-// (two-phase) or broker.HandleTx (transactional inbox).
+// Handler is the work a Consumer runs for each entry: Handle (two-phase)
+// or HandleTx (transactional inbox).
 type Handler = broker.Handler[*Message]
 
 // NewConsumer returns a consumer of opts.Stream in opts.Group running h

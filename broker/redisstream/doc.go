@@ -2,11 +2,21 @@
 // idem's consumer engine (broker.Consumer): each entry is handled once,
 // however often it is delivered, under a guard on any idem store.
 //
-//	g, err := idem.New(store, idem.Options{Scope: "orders/billing"}) // the group's identity
-//	c, err := redisstream.NewConsumer(rdb, g, broker.Handle(fn), redisstream.Options{
+//	g, err := redisstream.NewGuard(store, "orders", "billing", idem.Options{}) // scope: "orders/billing"
+//	c, err := redisstream.NewConsumer(rdb, g, redisstream.Handle(fn), redisstream.Options{
 //		Stream: "orders", Group: "billing", Consumer: hostname, DeadLetterStream: "orders.dlq",
 //	})
 //	err = c.Run(ctx)
+//
+// or redisstream.Consume(ctx, rdb, g, h, opts) in one call. It has the
+// shape of every idem broker adapter (see package
+// github.com/idemgo/idem/broker): NewGuard (scope: the stream and the
+// group), Handle (two-phase) or HandleTx (the store's transaction with the
+// dedup marker), NewConsumer and Run or Consume, MessageOf, DeadLetterOf
+// and Replay for dead letters, and Publish on the producer side: an XADD
+// with the key in the Idem-Id field. Redis Streams has no duplicate
+// detection of its own, so Publish sets no dedup id: a producer's retry is
+// another entry, and the consumer's record makes it a duplicate.
 //
 // How the engine's steps map onto the stream:
 //

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/broker/redisstream"
 	"github.com/idemgo/idem/store/memory"
 )
@@ -27,15 +26,15 @@ func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 
-	g, err := idem.New(memory.New(), idem.Options{Scope: "orders/billing"})
+	g, err := redisstream.NewGuard(memory.New(), "orders", "billing", idem.Options{}) // scope: "orders/billing"
 	if err != nil {
 		log.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	c, err := redisstream.NewConsumer(rdb, g, broker.Handle(func(ctx context.Context, m *redisstream.Message) ([]byte, error) {
-		im := redisstream.MessageOf(m)
-		return charge(ctx, idem.DeriveKey(ctx, "charge"), im.Payload)
-	}), redisstream.Options{
+	h := redisstream.Handle(func(ctx context.Context, m *redisstream.Message) ([]byte, error) {
+		return charge(ctx, idem.DeriveKey(ctx, "charge"), redisstream.MessageOf(m).Payload)
+	})
+	err = redisstream.Consume(ctx, rdb, g, h, redisstream.Options{ // or NewConsumer + Run
 		Options:          redisstream.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
 		Stream:           "orders",
 		Group:            "billing",
@@ -43,9 +42,20 @@ func Example() {
 		DeadLetterStream: "orders.dlq",
 	})
 	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before any entry is read
+		log.Fatal(err) // a misconfiguration, found before any entry is read, or Redis's error
 	}
-	if err := c.Run(ctx); err != nil {
+}
+
+// The producer adds each order with Publish: the order id in the Idem-Id
+// field (the consumers' key), the order in the payload field. A retry
+// with the same id is another entry, acked by the consumer as a duplicate.
+func ExamplePublish() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	_, err := redisstream.Publish(ctx, rdb, "orders", "order-1042", []byte(`{"order":1042,"amount":30}`),
+		redisstream.WithHeader("Content-Type", "application/json"))
+	if err != nil {
 		log.Fatal(err)
 	}
 }

@@ -15,11 +15,12 @@ import (
 // it from the dead-letter stream, in one MULTI. The consumer's record then
 // decides as for any redelivery: applied if it never was, acked as a
 // duplicate if its key was completed meanwhile, dead-lettered again if it
-// conflicts.
+// conflicts. An entry without Idem-Original-Stream is refused with an
+// error wrapping ErrNotDeadLetter.
 func Replay(ctx context.Context, rdb redis.UniversalClient, deadLetterStream string, dl redis.XMessage) error {
 	stream, _ := dl.Values[FieldStream].(string)
 	if stream == "" {
-		return fmt.Errorf("redisstream: dead letter %s has no %s field", dl.ID, FieldStream)
+		return fmt.Errorf("redisstream: replay %s: %w", dl.ID, ErrNotDeadLetter)
 	}
 	vals := make(map[string]any, len(dl.Values))
 	for k, v := range dl.Values {

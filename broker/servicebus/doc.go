@@ -78,7 +78,8 @@
 // dead-lettered). Only a consumer that dies, or loses the lock, holding
 // the last delivery leaves it to Service Bus: it is then in the
 // dead-letter queue with MaxDeliveryCountExceeded, never lost, and Replay
-// takes it like the consumer's own. With MaxDeliveries 0 (unknown) every
+// (and DeadLetterOf, an operator's view of a dead letter) takes it like
+// the consumer's own. With MaxDeliveries 0 (unknown) every
 // message Service Bus gives up on is dead-lettered that way.
 //
 // # Producer side and duplicate detection

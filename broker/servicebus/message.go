@@ -2,7 +2,6 @@ package servicebus
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -40,7 +39,7 @@ func MessageOf(msg *azservicebus.ReceivedMessage) idem.Message {
 			im.Headers[k] = propertyText(v)
 		}
 	}
-	if plain := im.Headers[HeaderID]; plain != "" && isDedupID(im.ID, plain) {
+	if plain := im.Headers[HeaderID]; plain != "" && idem.IsDedupID(im.ID, plain) {
 		im.ID = plain
 	}
 	return im
@@ -58,29 +57,6 @@ func propertyText(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
-}
-
-// isDedupID reports whether dedup is what idem.DedupID makes of id: id
-// itself, or id, "~" and 16 hex digits.
-func isDedupID(dedup, id string) bool {
-	if dedup == id {
-		return true
-	}
-	rest, ok := strings.CutPrefix(dedup, id+"~")
-	return ok && isHex16(rest)
-}
-
-// isHex16 reports whether s is 16 lower-case hex digits.
-func isHex16(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for _, r := range s {
-		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // EntityPath is the default scope of a consumer of a queue

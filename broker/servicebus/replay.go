@@ -3,17 +3,18 @@ package servicebus
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/idemgo/idem"
 )
 
-// ErrNotDeadLetter is returned by Replay for a message neither a Consumer
-// (it has no Idem-Reason property) nor Service Bus at the entity's
-// MaxDeliveryCount (DeadLetterReason MaxDeliveryCountExceeded) dead-lettered.
+// ErrNotDeadLetter is returned by Replay and DeadLetterOf for a message
+// neither a Consumer (it has no Idem-Reason property) nor Service Bus at
+// the entity's MaxDeliveryCount (DeadLetterReason
+// MaxDeliveryCountExceeded) dead-lettered.
 var ErrNotDeadLetter = errors.New("servicebus: not a dead letter of an idem consumer")
 
 // ReasonMaxDeliveryCountExceeded is the DeadLetterReason Service Bus gives
@@ -57,8 +58,7 @@ func Replay(ctx context.Context, s *azservicebus.Sender, dl *azservicebus.Receiv
 }
 
 func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
-	_, ok := dl.ApplicationProperties["Idem-Reason"]
-	if !ok && (dl.DeadLetterReason == nil || *dl.DeadLetterReason != ReasonMaxDeliveryCountExceeded) {
+	if !isDeadLetter(dl) {
 		return nil, ErrNotDeadLetter
 	}
 	msg := &azservicebus.Message{
@@ -87,10 +87,6 @@ func replayed(dl *azservicebus.ReceivedMessage) (*azservicebus.Message, error) {
 	return msg, nil
 }
 
-// replayMark separates, in a replay's MessageID, the original's from the
-// nonce that makes it the replay's own.
-const replayMark = "~replay-"
-
 // maxMessageID is the longest MessageID Service Bus takes.
 const maxMessageID = 128
 
@@ -99,9 +95,9 @@ const maxMessageID = 128
 const headerReplayOf = "Idem-Replay-Of"
 
 // replayMessageID is a MessageID of its own for a replay of a message
-// whose MessageID was orig: orig (cut at maxMessageID less the mark and
-// the nonce, at a character's start; cut reports it), replayMark and 16
-// hex digits of a random nonce.
+// whose MessageID was orig: idem.ReplayDedupID of orig, cut at
+// maxMessageID less the mark and the nonce, at a character's start (cut
+// reports it).
 func replayMessageID(orig string) (id string, cut bool) {
 	stem := orig
 	if n := maxMessageID - len(replayMark) - 16; len(stem) > n {
@@ -110,19 +106,23 @@ func replayMessageID(orig string) (id string, cut bool) {
 		}
 		stem, cut = stem[:n], true
 	}
-	return fmt.Sprintf("%s%s%016x", stem, replayMark, rand.Uint64()), cut
+	return idem.ReplayDedupID(stem), cut
 }
+
+// replayMark is what idem.ReplayDedupID puts between the original's id and
+// the nonce.
+const replayMark = "~replay-"
 
 // originalMessageID is the MessageID of the original that id, a replay's
 // (replayMessageID's form), was made from: id without the mark and the
-// nonce, or the Idem-Replay-Of property of props when the stem is its
-// start (whole reports that it was used). Any other id is its own.
+// nonce (idem.OriginalDedupID), or the Idem-Replay-Of property of props
+// when the stem is its start (whole reports that it was used). Any other
+// id is its own.
 func originalMessageID(id string, props map[string]any) (orig string, whole bool) {
-	i := strings.LastIndex(id, replayMark)
-	if i < 0 || !isHex16(id[i+len(replayMark):]) {
+	stem, ok := idem.OriginalDedupID(id)
+	if !ok {
 		return id, false
 	}
-	stem := id[:i]
 	if full, _ := props[headerReplayOf].(string); full != "" && strings.HasPrefix(full, stem) {
 		return full, true
 	}

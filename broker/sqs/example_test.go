@@ -32,18 +32,16 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := sqsidem.NewConsumer(client, g, sqsidem.Handle(func(ctx context.Context, m *types.Message) ([]byte, error) {
+	h := sqsidem.Handle(func(ctx context.Context, m *types.Message) ([]byte, error) {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), sqsidem.MessageOf(m).Payload)
-	}), sqsidem.Options{
+	})
+	err = sqsidem.Consume(ctx, client, g, h, sqsidem.Options{ // or NewConsumer + Run
 		Options:            sqsidem.ConsumerOptions{Concurrency: 8},
 		QueueURL:           queue,
 		DeadLetterQueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq",
 	})
 	if err != nil {
-		log.Fatal(err) // a misconfiguration, found before any message is received
-	}
-	if err := c.Run(ctx); err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a misconfiguration, found before any message is received, or SQS's error
 	}
 }
 

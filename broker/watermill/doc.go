@@ -5,9 +5,21 @@
 // on idem's consumer engine (broker.Consumer), so that holds, store
 // outages and delivery limits behave as on every other broker.
 //
-//	g, err := idem.New(store, idem.Options{Scope: "billing"})
+//	g, err := watermillidem.NewGuard(store, "billing", idem.Options{}) // scope: the handler's name
 //	mw, err := watermillidem.New(g, watermillidem.Options{Publisher: pub, PoisonTopic: "orders.poison"})
-//	router.AddMiddleware(mw.Middleware)
+//	router.AddHandler("billing", "orders", sub, "receipts", pub, watermillidem.Handle(mw, handler))
+//	err = router.Run(ctx)
+//
+// It has the shape of every idem broker adapter (see package
+// github.com/idemgo/idem/broker) where Watermill leaves room for it:
+// NewGuard (scope: the handler's name), Handle (two-phase; the same as
+// adding mw.Middleware) or HandleTx (the store's transaction with the
+// dedup marker), MessageOf, DeadLetterOf and Replay for dead letters, and
+// Publish on the producer side: the key in the Idem-Id metadata field, the
+// UUID derived from the key and the content. There is no NewConsumer and
+// no Consume, because Watermill's router is the consumer: it subscribes,
+// schedules the handler calls and acks or nacks what they return, so New
+// builds the middleware and router.Run runs it.
 //
 // Unlike Watermill's Deduplicator, which records a message before its
 // handler runs and only in memory, a key is recorded as done only once

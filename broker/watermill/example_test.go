@@ -24,8 +24,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// The scope names the handler; the key is the message's UUID.
-	g, err := idem.New(memory.New(), idem.Options{Scope: "billing"})
+	// The scope is the handler's name; the key is the message's Idem-Id, or its UUID.
+	g, err := watermillidem.NewGuard(memory.New(), "billing", idem.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,16 +42,30 @@ func Example() {
 		log.Fatal(err) // a misconfiguration, found before any message is taken
 	}
 	defer mw.Close()
-	router.AddHandler("billing", "orders", pubSub, "receipts", pubSub,
-		func(msg *message.Message) ([]*message.Message, error) {
-			// Downstream calls carry a key derived from the message's.
-			receipt, err := charge(msg.Context(), idem.DeriveKey(msg.Context(), "charge"), msg.Payload)
-			if err != nil {
-				return nil, err
-			}
-			return []*message.Message{message.NewMessage(idem.DeriveKey(msg.Context(), "receipt"), receipt)}, nil
-		}).AddMiddleware(mw.Middleware)
+	h := watermillidem.Handle(mw, func(msg *message.Message) ([]*message.Message, error) {
+		// Downstream calls carry a key derived from the message's.
+		receipt, err := charge(msg.Context(), idem.DeriveKey(msg.Context(), "charge"), msg.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return []*message.Message{message.NewMessage(idem.DeriveKey(msg.Context(), "receipt"), receipt)}, nil
+	})
+	// The router is the consumer: it subscribes and runs the handler.
+	router.AddHandler("billing", "orders", pubSub, "receipts", pubSub, h)
 	if err := router.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The producer publishes each order with Publish: the order id in the
+// Idem-Id metadata field (the consumers' key), the UUID derived from the
+// id and the content, so a Pub/Sub that deduplicates by UUID drops a
+// retry of the same order but never an id reused with other content.
+func ExamplePublish() {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	defer pubSub.Close()
+	order := message.NewMessage("", []byte(`{"order":1042,"amount":30}`))
+	if err := watermillidem.Publish(context.Background(), pubSub, "orders", "order-1042", order); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
@@ -14,6 +16,7 @@ require (
 	github.com/idemgo/idem/broker/nats v0.1.0
 	github.com/idemgo/idem/broker/redisstream v0.1.0
 	github.com/idemgo/idem/broker/servicebus v0.1.0
+	github.com/idemgo/idem/broker/sqs v0.1.0
 	github.com/idemgo/idem/console v0.1.0
 	github.com/idemgo/idem/idemprom v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
@@ -44,6 +47,9 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect

@@ -5,9 +5,13 @@ import (
 	"database/sql"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
@@ -15,13 +19,16 @@ import (
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/broker/kafka"
 	natsidem "github.com/idemgo/idem/broker/nats"
+	"github.com/idemgo/idem/broker/redisstream"
 	"github.com/idemgo/idem/broker/servicebus"
+	sqsidem "github.com/idemgo/idem/broker/sqs"
 	"github.com/idemgo/idem/store/postgres"
 )
 
 // The README's broker consumers, compiled (see readme_test.go): one shape
 // in every adapter — NewGuard (scope: the consumer's identity), Handle or
-// HandleTx, Consume (or NewConsumer + Run), Options.Hooks.
+// HandleTx, Consume (or NewConsumer + Run), Options.Hooks, and the
+// producer helper (Publish or Send).
 
 func readmeKafka(ctx context.Context, pgStore *postgres.Store, addr string, id string, amount int64) error {
 	// README: kafka
@@ -94,4 +101,43 @@ func readmeServiceBus(ctx context.Context, store idem.Store, client *azservicebu
 	return err
 }
 
-var _ = []any{readmeKafka, readmeNATS, readmeAMQP, readmeServiceBus}
+func readmeRedisStream(ctx context.Context, store idem.Store, rdb *redis.Client, host string, order []byte, send func(context.Context, string, []byte) error) error {
+	// README: redisstream
+	// The producer: XADD with the order id in the Idem-Id field, the consumers' key.
+	if _, err := redisstream.Publish(ctx, rdb, "orders", "order-1042", order); err != nil {
+		return err
+	}
+	g, err := redisstream.NewGuard(store, "orders", "billing", idem.Options{}) // scope: the stream and the group
+	if err != nil {
+		return err
+	}
+	h := redisstream.Handle(func(ctx context.Context, m *redisstream.Message) ([]byte, error) {
+		return nil, send(ctx, idem.DeriveKey(ctx, "mail"), redisstream.MessageOf(m).Payload)
+	})
+	err = redisstream.Consume(ctx, rdb, g, h, redisstream.Options{Stream: "orders", Group: "billing", Consumer: host, DeadLetterStream: "orders.dlq"})
+	// README end
+	return err
+}
+
+func readmeSQS(ctx context.Context, store idem.Store, client *sqs.Client, order string) error {
+	// README: sqs
+	queue, dlq := "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq.fifo"
+	// The producer: the order id in the Idem-Id attribute; on a FIFO queue a deduplication id from the id and the content.
+	_, err := sqsidem.Send(ctx, client, "order-1042", &sqs.SendMessageInput{QueueUrl: aws.String(queue), MessageBody: aws.String(order), MessageGroupId: aws.String("customer-7")})
+	if err != nil {
+		return err
+	}
+	g, err := sqsidem.NewGuard(store, queue, idem.Options{}) // scope: the queue's name
+	if err != nil {
+		return err
+	}
+	h := sqsidem.HandleTx(func(ctx context.Context, tx *sql.Tx, m *types.Message) ([]byte, error) {
+		_, err := tx.ExecContext(ctx, `insert into charges(order_id, body) values (?, ?)`, sqsidem.MessageOf(m).ID, aws.ToString(m.Body))
+		return nil, err
+	})
+	err = sqsidem.Consume(ctx, client, g, h, sqsidem.Options{QueueURL: queue, DeadLetterQueueURL: dlq})
+	// README end
+	return err
+}
+
+var _ = []any{readmeKafka, readmeNATS, readmeAMQP, readmeServiceBus, readmeRedisStream, readmeSQS}

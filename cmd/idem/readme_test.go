@@ -162,8 +162,8 @@ func TestREADMEQuickStart(t *testing.T) {
 		}
 		blocks = append(blocks, readmeBlock.FindAllSubmatch(src, -1)...)
 	}
-	if len(blocks) != 11 {
-		t.Fatalf("found %d README blocks in readme_test.go and readme_brokers_test.go, want 11", len(blocks))
+	if len(blocks) != 13 {
+		t.Fatalf("found %d README blocks in readme_test.go and readme_brokers_test.go, want 13", len(blocks))
 	}
 	for _, b := range blocks {
 		var lines []string

@@ -140,8 +140,11 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 		if !ok {
 			return slices.Clone(b.dls), nil
 		}
-		m := amqpidem.MessageOf(d)
-		b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: d.Body, Headers: m.Headers})
+		m, err := amqpidem.DeadLetterOf(d)
+		if err != nil {
+			return nil, err
+		}
+		b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: m.Payload, Headers: m.Headers})
 		b.raw = append(b.raw, d)
 	}
 }

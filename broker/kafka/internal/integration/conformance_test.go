@@ -148,12 +148,19 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 		if errs := fs.Errors(); len(errs) > 0 {
 			return nil, errs[0].Err
 		}
+		var notDL error
 		fs.EachRecord(func(r *kgo.Record) {
-			m := kafka.MessageOf(r)
-			b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: r.Value, Headers: m.Headers})
+			m, err := kafka.DeadLetterOf(r)
+			if err != nil {
+				notDL = fmt.Errorf("dead letter %d: %w", r.Offset, err)
+			}
+			b.dls = append(b.dls, brokertest.DeadLetter{ID: m.ID, Payload: m.Payload, Headers: m.Headers})
 			b.raw = append(b.raw, r)
 			b.read = r.Offset + 1
 		})
+		if notDL != nil {
+			return nil, notDL
+		}
 	}
 	return slices.Clone(b.dls), nil
 }

@@ -42,6 +42,7 @@ type suiteBroker struct {
 
 	mu       sync.Mutex
 	dead     []brokertest.DeadLetter
+	notDL    error           // what DeadLetterOf said of a message on the dead-letter topic, if it refused one
 	raw      []*paho.Publish // the dead letters as received, for Replay
 	replayed int             // how many of raw Replay has replayed
 	running  map[int]bool    // session ids in use
@@ -50,8 +51,11 @@ type suiteBroker struct {
 func newSuiteBroker(t *testing.T, server string) *suiteBroker {
 	b := &suiteBroker{server: server, prefix: fmt.Sprintf("idemtest/%d/%d", time.Now().UnixNano(), prefixes.Add(1)), running: map[int]bool{}, arrived: make(chan struct{}, 1<<12)}
 	b.pub = dial(t, server, b.prefix+"-pub", func(pr paho.PublishReceived) (bool, error) {
-		m := mqttidem.MessageOf(&mqttidem.Message{Publish: pr.Packet})
+		m, err := mqttidem.DeadLetterOf(pr.Packet)
 		b.mu.Lock()
+		if err != nil {
+			b.notDL = err
+		}
 		b.dead = append(b.dead, brokertest.DeadLetter{ID: m.ID, Payload: m.Payload, Headers: m.Headers})
 		b.raw = append(b.raw, pr.Packet)
 		b.mu.Unlock()
@@ -109,19 +113,24 @@ func (b *suiteBroker) Features() brokertest.Features {
 
 func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
 	for _, m := range msgs {
-		if _, err := b.pub.Publish(ctx, publishOf(b.prefix+"/orders", m)); err != nil {
+		p := publishOf(b.prefix+"/orders", m)
+		var err error
+		if m.ID != "" {
+			_, err = mqttidem.Publish(ctx, b.pub, m.ID, p)
+		} else {
+			_, err = b.pub.Publish(ctx, p) // poison: Publish refuses a message without an id
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// publishOf is m as a QoS 1 PUBLISH: its id in the idem-id user property.
+// publishOf is m as a QoS 1 PUBLISH, without its id (mqttidem.Publish
+// sets it).
 func publishOf(topic string, m brokertest.Message) *paho.Publish {
 	props := &paho.PublishProperties{}
-	if m.ID != "" {
-		props.User.Add(mqttidem.PropertyID, m.ID)
-	}
 	for k, v := range m.Headers {
 		props.User.Add(k, v)
 	}
@@ -131,6 +140,9 @@ func publishOf(topic string, m brokertest.Message) *paho.Publish {
 func (b *suiteBroker) DeadLetters(context.Context) ([]brokertest.DeadLetter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.notDL != nil {
+		return nil, b.notDL
+	}
 	return append([]brokertest.DeadLetter(nil), b.dead...), nil
 }
 

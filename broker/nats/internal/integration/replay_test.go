@@ -211,7 +211,10 @@ func TestReplayInsideDuplicateWindow(t *testing.T) {
 	report(idem.ActionDeadLetter)
 
 	dls := e.fetchDeadLetters(t, 2)
-	for _, dl := range dls {
+	for i, dl := range dls {
+		if m, err := natsidem.DeadLetterOf(dl); err != nil || m.ID != []string{"w-1", "w-2"}[i] {
+			t.Fatalf("DeadLetterOf(dead letter %d) = %+v, %v", i, m, err)
+		}
 		if err := natsidem.Replay(ctx, e.js, dl); err != nil {
 			t.Fatalf("Replay inside the window: %v", err)
 		}
@@ -227,6 +230,9 @@ func TestReplayInsideDuplicateWindow(t *testing.T) {
 		t.Fatalf("replays settled %v, want w-1 dead-lettered again and w-2 acked", got)
 	}
 	again := e.fetchDeadLetters(t, 3)[2]
+	if m, err := natsidem.DeadLetterOf(again); err != nil || m.ID != "w-1" {
+		t.Fatalf("DeadLetterOf(the dead letter of w-1's replay) = %+v, %v; want w-1", m, err)
+	}
 	if err := natsidem.Replay(ctx, e.js, again); err != nil {
 		t.Fatalf("Replay of a replay's dead letter: %v", err)
 	}

@@ -204,7 +204,13 @@ func (b *psBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 		if idems && !b.settled[m.Attributes[pubsubidem.HeaderPosition]] && time.Since(b.read[m.ID]) < settleGrace {
 			continue
 		}
-		im := pubsubidem.MessageOf(&pubsubidem.Message{Message: m})
+		// pstest forwards under the dead-letter policy without Pub/Sub's
+		// CloudPubSubDeadLetterSource* attributes: DeadLetterOf reads those
+		// all the same, and says it cannot tell them from plain messages.
+		im, err := pubsubidem.DeadLetterOf(m)
+		if err != nil && idems {
+			return nil, err
+		}
 		out = append(out, brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers})
 	}
 	return out, nil

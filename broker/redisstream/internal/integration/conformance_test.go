@@ -63,20 +63,26 @@ func (b *suiteBroker) Features() brokertest.Features {
 }
 
 func (b *suiteBroker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, m := range msgs {
+	for _, m := range msgs {
+		if m.ID == "" { // poison: Publish refuses an entry without an id
 			vals := map[string]any{redisstream.FieldPayload: m.Payload}
-			if m.ID != "" {
-				vals[redisstream.FieldID] = m.ID
-			}
 			for k, v := range m.Headers {
 				vals[k] = v
 			}
-			p.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: vals})
+			if err := b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: b.stream, Values: vals}).Err(); err != nil {
+				return err
+			}
+			continue
 		}
-		return nil
-	})
-	return err
+		var opts []redisstream.PublishOption
+		for k, v := range m.Headers {
+			opts = append(opts, redisstream.WithHeader(k, v))
+		}
+		if _, err := redisstream.Publish(ctx, b.rdb, b.stream, m.ID, m.Payload, opts...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeadLetters reads the dead-letter stream past the last entry read
@@ -95,7 +101,10 @@ func (b *suiteBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter,
 	b.dls = append(b.dls, entries...)
 	out := make([]brokertest.DeadLetter, len(b.dls))
 	for i, e := range b.dls {
-		im := redisstream.MessageOf(&redisstream.Message{XMessage: e})
+		im, err := redisstream.DeadLetterOf(e)
+		if err != nil {
+			return nil, err
+		}
 		out[i] = brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers}
 	}
 	return out, nil

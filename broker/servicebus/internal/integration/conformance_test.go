@@ -213,14 +213,11 @@ func (b *sbBroker) DeadLetters(ctx context.Context) ([]brokertest.DeadLetter, er
 			return nil, err
 		}
 		for _, m := range msgs {
-			h := map[string]string{}
-			for k, v := range servicebus.MessageOf(m).Headers {
-				h[k] = v
+			dl, err := servicebus.DeadLetterOf(m)
+			if err != nil {
+				return nil, err
 			}
-			if m.DeadLetterReason != nil {
-				h["DeadLetterReason"] = *m.DeadLetterReason
-			}
-			b.dls = append(b.dls, brokertest.DeadLetter{ID: servicebus.MessageOf(m).ID, Payload: m.Body, Headers: h})
+			b.dls = append(b.dls, brokertest.DeadLetter{ID: dl.ID, Payload: dl.Payload, Headers: dl.Headers})
 			b.raw = append(b.raw, m)
 			if err := b.dlq.CompleteMessage(ctx, m, nil); err != nil {
 				return nil, err

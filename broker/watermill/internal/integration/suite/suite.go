@@ -33,9 +33,12 @@ type Broker struct {
 	features brokertest.Features
 	topic    string
 
-	mu   sync.Mutex
-	dls  []brokertest.DeadLetter
-	down sync.WaitGroup
+	mu       sync.Mutex
+	dls      []brokertest.DeadLetter
+	raw      []*message.Message // the dead letters as received, for Replay
+	replayed int                // how many of raw Replay has replayed
+	notDL    error              // what DeadLetterOf said of a message on the poison topic, if it refused one
+	down     sync.WaitGroup
 }
 
 var topics atomic.Int64
@@ -61,12 +64,13 @@ func NewBroker(t *testing.T, pub message.Publisher, newSub func() (message.Subsc
 	go func() {
 		defer close(read)
 		for m := range dls {
-			id := m.Metadata[watermillidem.HeaderID]
-			if id == "" {
-				id = m.UUID
-			}
+			im, err := watermillidem.DeadLetterOf(m)
 			b.mu.Lock()
-			b.dls = append(b.dls, brokertest.DeadLetter{ID: id, Payload: m.Payload, Headers: m.Metadata})
+			if err != nil {
+				b.notDL = err
+			}
+			b.dls = append(b.dls, brokertest.DeadLetter{ID: im.ID, Payload: im.Payload, Headers: im.Headers})
+			b.raw = append(b.raw, m.Copy())
 			b.mu.Unlock()
 			m.Ack()
 		}
@@ -86,23 +90,50 @@ func (b *Broker) poisonTopic() string { return b.topic + "_poison" }
 
 func (b *Broker) Features() brokertest.Features { return b.features }
 
-// Publish sends each message with its id as the UUID (a message without
-// an id has an empty one).
-func (b *Broker) Publish(_ context.Context, msgs ...brokertest.Message) error {
-	out := make([]*message.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = message.NewMessage(m.ID, m.Payload)
+// Publish sends each message with watermillidem.Publish (its id in
+// Idem-Id, its UUID from the id and the content), one without an id with
+// an empty UUID and no Idem-Id.
+func (b *Broker) Publish(ctx context.Context, msgs ...brokertest.Message) error {
+	for _, m := range msgs {
+		out := message.NewMessage(m.ID, m.Payload)
 		for k, v := range m.Headers {
-			out[i].Metadata[k] = v
+			out.Metadata[k] = v
+		}
+		var err error
+		if m.ID != "" {
+			err = watermillidem.Publish(ctx, b.pub, b.topic, m.ID, out)
+		} else {
+			err = b.pub.Publish(b.topic, out) // poison: Publish refuses a message without an id
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return b.pub.Publish(b.topic, out...)
+	return nil
 }
 
 func (b *Broker) DeadLetters(context.Context) ([]brokertest.DeadLetter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.notDL != nil {
+		return nil, b.notDL
+	}
 	return slices.Clone(b.dls), nil
+}
+
+// Replay replays, with watermillidem.Replay, the dead letters received and
+// not yet replayed.
+func (b *Broker) Replay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	todo := b.raw[b.replayed:]
+	b.replayed = len(b.raw)
+	b.mu.Unlock()
+	for _, dl := range todo {
+		if err := watermillidem.Replay(ctx, b.pub, dl); err != nil {
+			return 0, err
+		}
+	}
+	return len(todo), nil
 }
 
 // Start runs a router with the middleware on one handler of the topic,

@@ -1,0 +1,31 @@
+package pubsubidem
+
+import (
+	"context"
+
+	"github.com/idemgo/idem/broker"
+)
+
+// Handle runs fn in two-phase mode (idem.Guard.Do): the key is claimed with
+// a lease, fn runs, and the record is completed with fn's result, which is
+// replayed to duplicates (it may be nil). fn's context carries the key
+// (idem.KeyFromContext, idem.DeriveKey for downstream calls) and is
+// cancelled if another owner takes the key over, or if the message stays
+// in the consumer past the client's MaxExtension (cause ErrLockLost). Wrap
+// an error with idem.Permanent to dead-letter the message instead of
+// retrying it. fn must not ack or nack the message: the Consumer does,
+// after the record is durable. Handle(nil) is refused by NewConsumer.
+func Handle(fn func(ctx context.Context, m *Message) ([]byte, error)) Handler {
+	return broker.Handle(fn)
+}
+
+// HandleTx runs fn inside a transaction of the guard's store together with
+// the dedup marker (idem.DoTx, the transactional inbox): the business
+// writes made through tx and the marker commit together, or neither does.
+// The guard's store must implement idem.TxStore[Tx] (store/sqlite and
+// store/mysql for *sql.Tx, store/postgres for pgx.Tx): NewConsumer refuses
+// one that does not with an error wrapping idem.ErrNoTx. HandleTx(nil) is
+// refused by NewConsumer.
+func HandleTx[Tx any](fn func(ctx context.Context, tx Tx, m *Message) ([]byte, error)) Handler {
+	return broker.HandleTx(fn)
+}
