@@ -35,12 +35,6 @@ func NewConsumer[M any](t Transport[M], g *idem.Guard, h Handler[M], opts Option
 	return e.Consumer(t), nil
 }
 
-// Consumer returns the consumer of what t receives, on e's Processor of t.
-// t must not be nil.
-func (e *Engine[M]) Consumer(t Transport[M]) *Consumer[M] {
-	return &Consumer[M]{t: t, p: e.Processor(t)}
-}
-
 // Guard is the consumer's guard.
 func (c *Consumer[M]) Guard() *idem.Guard { return c.p.e.g }
 
