@@ -1,104 +1,69 @@
-// Package broker is what every idem broker adapter shares: the handler a
-// consumer runs (Handle for two-phase work, HandleTx for the transactional
-// inbox), the Report of what happened to one delivery, and the Hooks a user
-// plugs into every adapter's flow. broker/brokertest is the conformance
-// suite every adapter runs.
+// Package broker is idem's consumer engine and what every broker adapter
+// shares: the Handler a consumer runs (Handle: two-phase; HandleTx: the
+// transactional inbox), the Options, the Report of one delivery and the
+// Hooks around it. broker/brokertest is the suite every adapter runs.
 //
 // # One shape
 //
-// Every adapter (broker/kafka, broker/nats, broker/amqp, and those to come)
-// is used the same way:
+// Every adapter is used the same way (natsidem here):
 //
 //	g, err := natsidem.NewGuard(store, cons, idem.Options{})   // scope: the consumer's identity
 //	c, err := natsidem.NewConsumer(cons, g, natsidem.Handle(fn), natsidem.Options{...})
 //	err = c.Run(ctx)                                           // until ctx ends
 //
-// or, in one call, natsidem.Consume(ctx, cons, g, natsidem.Handle(fn), opts).
+// or natsidem.Consume(ctx, cons, g, natsidem.Handle(fn), opts) in one call.
+// The guard is the one place for the scope and the key (the adapter's
+// MessageOf puts the broker's stable id in idem.Message.ID); Handle runs fn
+// under idem.Guard.Do, HandleTx in the store's transaction with the dedup
+// marker (idem.DoTx). A duplicate is acked, a key in progress elsewhere
+// waits for its holder, a transient failure is retried with back-off, and
+// conflicts, permanent failures, poison and parked records are
+// dead-lettered with DeadLetterHeaders; each delivery yields one Report.
 //
-//   - The guard holds the scope and the key function, and only the guard:
-//     idem.Options.Scope and idem.Options.Key are the one place for each.
-//     The adapter's NewGuard fills an empty Scope with the consumer's
-//     identity (the consumer group, the durable name, the queue) and leaves a
-//     set one alone; the adapter's MessageOf puts the transport's stable id
-//     in idem.Message.ID, so the default key (idem.MessageID) works on every
-//     broker.
-//   - Handle(fn) runs fn under idem.Guard.Do (two-phase: side effects
-//     outside the database); HandleTx(fn) runs it inside the store's
-//     transaction with the dedup marker (idem.DoTx). A HandleTx handler
-//     whose guard's store has no transactions of its type is refused by
-//     NewConsumer.
-//   - Outcomes are settled alike: ack after the record is durable
-//     (processed, duplicate); wait for the holder's lease when the key is in
-//     progress elsewhere (idem.RetryAfter), without spending the broker's
-//     delivery limit on a live duplicate; retry transient failures with
-//     back-off; dead-letter conflicts, permanent failures, poison (no key)
-//     and parked records with idem.DeadLetterHeaders and the transport's
-//     own position (sequence, offset).
-//   - Each delivery yields one Report, passed to the Hooks.
+// # The engine
 //
-// # The engine and its transports
+// Three parts. An Engine (NewEngine) is a guard, a handler and Options,
+// checked once. A Processor (Engine.Processor, NewProcessor) runs one
+// delivery end to end over a Settler: claim and handler, the hold of a key
+// in progress elsewhere (claimed again on the back-off, at the latest when
+// the holder's lease ends, within MaxHold), the store-outage hold,
+// Decide, the hooks (BeforeSettle, the action, OnDeadLetter, AfterSettle),
+// the settle, the delivery limit, the keep-alive. A Consumer
+// (Engine.Consumer, NewConsumer) schedules what a Transport receives on
+// its Processor: slots, the receive loop, graceful shutdown. An adapter
+// whose broker schedules for it (Kafka partitions, Service Bus sessions,
+// SQS FIFO groups, a Watermill router) keeps an Engine and calls a
+// Processor per unit.
 //
-// The consumer flow is written once, here: Consumer[M] (NewConsumer) runs
-// a Handler for every delivery a Transport[M] receives. It owns the
-// concurrency slots, the hold of a key in progress elsewhere (claimed
-// again on the back-off, at most a second apart, and at the latest when
-// the holder's lease ends, within MaxHold), the store-outage hold, Decide,
-// the hook order (BeforeSettle, the action, OnDeadLetter, AfterSettle),
-// the dead-letter headers (DeadLetterHeaders), the delivery limit and the
-// graceful shutdown. Options is the one vocabulary (Concurrency, Backoff,
-// MaxHold, MaxDeliveries, ShutdownTimeout, Hooks), embedded by every
-// adapter's options.
+// A Settler moves messages and nothing else: Message (the guard's view),
+// Delivery (the broker's count, and whether this is its last allowed
+// delivery: never handed back), Ack (the record is durable), Retry (a
+// redelivery after a delay) and DeadLetter (durable before it returns,
+// the original settled; on error it is retried). A Transport adds
+// Receive(ctx, n): one to n deliveries, ctx's error, or an error wrapping
+// ErrClosed to end Run. Optional capabilities, read once when a Processor
+// is made: KeepAliver (extend a lock or an ack deadline while a delivery is
+// handled or held; ErrLockLost cancels the handler and nothing is settled),
+// Delayer (Retry cannot delay: the engine waits), InPlace (Ack and Retry
+// need no settle context), Runner (handlers run the transport's way:
+// Kafka's batch claims), Returner and Drainer (a Consumer's give-back and
+// prefetch at shutdown).
 //
-// A transport only moves messages. Its contract:
-//
-//   - Receive(ctx, n) blocks until it has one to n deliveries, or returns
-//     ctx's error; other errors are reported and Receive is called again
-//     after the back-off, unless they wrap ErrClosed (then Run returns).
-//   - Message(msg) is the guard's view (the transport's stable id in
-//     Message.ID); Delivery(msg) the broker's delivery count and whether
-//     it is the last the broker allows (then it is never handed back).
-//   - Ack settles a delivery whose record is durable; Retry hands it back
-//     for a redelivery after a delay; DeadLetter moves it, with the
-//     engine's headers and the transport's own position (sequence,
-//     offset), to the dead-letter destination and settles the original,
-//     returning only once the dead letter is durable.
-//   - Optional: KeepAliver (extend a lock, an ack deadline: called while
-//     a delivery is handled or held — on the guard's lease heartbeat while
-//     a two-phase handler runs, one clock for both, on the engine's timer
-//     otherwise; ErrLockLost cancels the handler),
-//     Delayer (Retry cannot delay: the engine waits the delay out, kept
-//     alive), Returner (a cheaper give-back at shutdown), Drainer (a
-//     prefetch buffer given back at shutdown), InPlace (Ack and Retry
-//     settle nothing at the broker: no settle context for them), Runner
-//     (some handlers run the transport's way: Kafka's batch claims).
-//
-// The engine's guarantees, the same on every broker:
-//
-//   - A store outage is not the message's fault: a delivery whose claim,
-//     marker, commit or completion meets a store that cannot be reached
-//     is held (kept alive, its worker and slot kept, so no more are
-//     received) and claimed again on the back-off until the store answers
-//     or shutdown, spending none of the broker's deliveries; the outage is
-//     reported through Hooks.OnError as an *OutageError at most every
-//     OutageReportEvery, and each failed call reaches the guard's
-//     observer. At shutdown a held delivery is handed back, except the
-//     broker's last allowed one, held until ShutdownTimeout.
-//   - The handler's own failures are counted durably (the record's
-//     attempts in two-phase mode, the broker's delivery count in the
-//     inbox) and dead-letter a message with ReasonMaxDeliver at
-//     MaxDeliveries; a retry on the broker's last allowed delivery is
-//     dead-lettered with ReasonMaxDeliver rather than handed to a broker
-//     that would drop it.
-//
-// brokertest runs the engine over each transport.
+// The guarantees, the same on every broker: a store outage is not the
+// message's fault (the delivery is held, kept alive, spending none of the
+// broker's deliveries; reported as an *OutageError at most every
+// OutageReportEvery); the handler's failures are counted durably (the
+// record's attempts, or the broker's count in the inbox) and dead-letter
+// with ReasonMaxDeliver at MaxDeliveries; a retry on the broker's last
+// allowed delivery is dead-lettered rather than dropped; at shutdown what
+// was not started is given back, and a last delivery is handled instead.
 //
 // # Package names
 //
-// An adapter package is named for the system it adapts (kafka, postgres,
-// mysql, sqlite, memory, servicebus), unless that name is the package name
-// of the client library a user imports beside it; then the name takes the
-// suffix of its role: "idem" for broker adapters (natsidem beside nats.go's
-// nats, amqpidem beside amqp091-go's amqp), "store" for stores (redisidem
-// beside go-redis's redis). The import path is always the plain name
+// An adapter package is named for the system it adapts (kafka,
+// servicebus), unless that is the name of the client library beside it;
+// then it takes its role's suffix: natsidem beside nats.go's nats,
+// amqpidem beside amqp091-go's amqp, redisidem beside go-redis's redis.
+// The import path is always the plain name
 // (github.com/idemgo/idem/broker/nats).
 package broker

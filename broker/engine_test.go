@@ -850,13 +850,13 @@ func TestEngineWaitOutEndsWithTheDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := broker.Handle(func(context.Context, *fmsg) ([]byte, error) { return nil, errors.New("transient") })
-	c, err := broker.NewConsumer[*fmsg](f, g, h, broker.Options[*fmsg]{Backoff: fixed(time.Hour)})
+	p, err := broker.NewProcessor[*fmsg](f, g, h, broker.Options[*fmsg]{Backoff: fixed(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	r := c.ProcessUntil(ctx, nil, &fmsg{id: "w", payload: "p", attempt: 1})
+	r := p.ProcessUntil(ctx, nil, &fmsg{id: "w", payload: "p", attempt: 1})
 	if r.Action != idem.ActionRetry || r.Delay >= time.Hour || r.Delay <= 0 {
 		t.Fatalf("report %+v: want a retry whose delay is the wait until the delivery's context ended", r)
 	}

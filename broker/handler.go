@@ -49,7 +49,7 @@ func HandleTx[Tx, M any](fn func(ctx context.Context, tx Tx, msg M) ([]byte, err
 
 // HandleRun is a handler of an adapter's own mode (Kafka's checkpoints):
 // run is called for each delivery under the guard, and check, when not
-// nil, once by NewConsumer (its error is wrapped in
+// nil, once by NewEngine (its error is wrapped in
 // idem.ErrInvalidOptions). Users build handlers with Handle and HandleTx,
 // or with the adapter's own constructors.
 func HandleRun[M any](run func(ctx context.Context, g *idem.Guard, im idem.Message, msg M) (idem.Result, error), check func(g *idem.Guard) error) Handler[M] {

@@ -11,7 +11,7 @@ import (
 	"github.com/idemgo/idem/store/memory"
 )
 
-// settleCtxs is a transport of strings (each its own id) that keeps the
+// settleCtxs is a settler of strings (each its own id) that keeps the
 // context each settling call was given, and says it settles in place when
 // inPlace is set.
 type settleCtxs struct {
@@ -19,10 +19,6 @@ type settleCtxs struct {
 	got     map[string]context.Context // by op
 }
 
-func (s *settleCtxs) Receive(ctx context.Context, _ int) ([]string, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
 func (s *settleCtxs) Message(m string) idem.Message           { return idem.Message{ID: m} }
 func (s *settleCtxs) Delivery(string) broker.Delivery         { return broker.Delivery{Attempt: 1} }
 func (s *settleCtxs) SettlesInPlace() bool                    { return s.inPlace }
@@ -58,13 +54,13 @@ func TestInPlaceSettleContext(t *testing.T) {
 			}
 			return nil, nil
 		})
-		c, err := broker.NewConsumer[string](tr, g, h, broker.Options[string]{})
+		p, err := broker.NewProcessor[string](tr, g, h, broker.Options[string]{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		for _, op := range []string{"ack", "retry", "dead_letter"} {
-			if r := c.ProcessUntil(ctx, nil, op); r.BrokerErr != nil || tr.got[op] == nil {
+			if r := p.ProcessUntil(ctx, nil, op); r.BrokerErr != nil || tr.got[op] == nil {
 				t.Fatalf("in place %v, %s: report %+v, the call not made", inPlace, op, r)
 			}
 			_, deadline := tr.got[op].Deadline()

@@ -51,7 +51,7 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// Fill checks o and sets the defaults of its zero fields. NewConsumer
+// Fill checks o and sets the defaults of its zero fields. NewEngine
 // calls it; adapters call it where they need the filled values earlier
 // (a prefetch sized from Concurrency). Errors wrap idem.ErrInvalidOptions.
 func (o *Options[M]) Fill() error {

@@ -27,7 +27,7 @@ type Consumer struct {
 	g    *idem.Guard // the caller's guard, as given
 	h    Handler
 	opts Options
-	eh   broker.Handler[*kgo.Record] // h as the engine runs it
+	eng  *broker.Engine[*kgo.Record] // h under g, checked once: each partition's processor
 	// batch: partitions claim their queued records in batches and run
 	// each under its ticket (see batch.go); else each record is claimed
 	// in its turn.
@@ -84,7 +84,11 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
-	c := &Consumer{cl: cl, g: g, h: h, eh: h.engine(), opts: opts,
+	eng, err := broker.NewEngine(g, h.engine(), opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{cl: cl, g: g, h: h, eng: eng, opts: opts,
 		parts: make(map[tp]*partition), sem: make(chan struct{}, opts.Concurrency)}
 	batch, err := claimsAhead(g, h, opts.MaxClaimBatch)
 	if err != nil {

@@ -39,7 +39,7 @@ type partition struct {
 	// and how many of those tries the handler failed.
 	attempts int // tries of the head record in this process
 
-	eng *broker.Consumer[*kgo.Record] // the engine over this partition's transport
+	proc *broker.Processor[*kgo.Record] // the engine's processor over this partition's transport
 	// Owned by the work goroutine, when the consumer claims in batches:
 	// the tickets of the current batch not run yet, from the head on (see
 	// batch.go).
@@ -53,8 +53,7 @@ func newPartition(c *Consumer, topic string, n int32, base context.Context) *par
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}),
 		commitOff: -1,
 	}
-	// Checked once by NewConsumer: this cannot fail.
-	p.eng, _ = broker.NewConsumer[*kgo.Record](transport{c: c, p: p}, c.g, c.eh, c.opts.Options)
+	p.proc = c.eng.Processor(transport{c: c, p: p})
 	return p
 }
 
@@ -155,7 +154,7 @@ func (p *partition) work() {
 			return
 		}
 		p.attempts++
-		r := p.eng.ProcessUntil(p.ctx, p.quit, rec)
+		r := p.proc.ProcessUntil(p.ctx, p.quit, rec)
 		<-p.c.sem
 		if r.Action == idem.ActionAck || (r.Action == idem.ActionDeadLetter && r.BrokerErr == nil) {
 			p.finish(rec)

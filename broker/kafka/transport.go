@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -58,20 +57,16 @@ func (c *Consumer) Key(rec *kgo.Record) (idem.Key, error) {
 	return c.g.Key(MessageOf(rec))
 }
 
-// transport is the Kafka side of the consumer engine. Kafka keeps an
-// order per partition and never redelivers to a running consumer, so the
-// consumer schedules records itself: each partition hands its head record
-// to the engine (broker.Consumer.ProcessUntil) and, for a retry, waits the
-// report's delay and hands it again (Retry is in place); a record is done
-// once acked or dead-lettered, and its offset is then committed. Receive is
-// not used.
+// transport settles one partition's records for the engine's processor.
+// Kafka keeps an order per partition and never redelivers to a running
+// consumer, so the consumer schedules records itself: each partition
+// hands its head record to its processor (broker.Processor.ProcessUntil)
+// and, for a retry, waits the report's delay and hands it again (Retry is
+// in place); a record is done once acked or dead-lettered, and its offset
+// is then committed.
 type transport struct {
 	c *Consumer
 	p *partition
-}
-
-func (t transport) Receive(context.Context, int) ([]*kgo.Record, error) {
-	return nil, fmt.Errorf("%w: kafka: records are scheduled by partition (Consumer.Run)", broker.ErrClosed)
 }
 
 // Message is MessageOf(rec), read once per record: one claimed ahead in

@@ -62,7 +62,8 @@ var ErrLockLost = broker.ErrLockLost
 // consumer engine (broker.Consumer).
 type Consumer struct {
 	t       *transport
-	eng     *broker.Consumer[*Message]
+	eng     *broker.Consumer[*Message]  // Run's scheduler
+	proc    *broker.Processor[*Message] // its processor: Process, and a last delivery handed over late
 	running atomic.Bool
 }
 
@@ -92,7 +93,7 @@ func NewConsumer(sub *pubsub.Subscriber, g *idem.Guard, h Handler, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{t: t, eng: eng}, nil
+	return &Consumer{t: t, eng: eng, proc: eng.Processor()}, nil
 }
 
 // Consume is NewConsumer followed by Run.
@@ -144,7 +145,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 					return
 				}
 				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.eng.Options().ShutdownTimeout)
-				c.eng.Process(pctx, msg)
+				c.proc.Process(pctx, msg)
 				cancel()
 			}
 		})
@@ -164,5 +165,5 @@ func (c *Consumer) Run(ctx context.Context) error {
 // A message whose key is in progress elsewhere, or whose store cannot be
 // reached, is held inline, its ack deadline extended by the client.
 func (c *Consumer) Process(ctx context.Context, m *Message) broker.Report {
-	return c.eng.Process(ctx, m)
+	return c.proc.Process(ctx, m)
 }

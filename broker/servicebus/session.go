@@ -27,14 +27,14 @@ const acceptWait = time.Minute
 // queue or subscription, one session at a time per worker: it accepts
 // the next available session, handles its messages one at a time in
 // their order, and releases it once it stays idle. It has the shape of
-// every idem consumer (Run, Process) and runs on the same engine
-// (broker.Consumer.ProcessUntil, per message, as Kafka's partitions do).
+// every idem consumer (Run, Process) and runs on the same engine: a
+// processor per session (broker.Processor.ProcessUntil, per message, as
+// Kafka's partitions do).
 type SessionConsumer struct {
 	client *azservicebus.Client
 	topic  string // "" for a queue
 	name   string // the queue, or the subscription
-	g      *idem.Guard
-	h      Handler
+	eng    *broker.Engine[*azservicebus.ReceivedMessage]
 	opts   Options
 }
 
@@ -67,12 +67,11 @@ func NewSessionConsumer(client *azservicebus.Client, entity string, g *idem.Guar
 		return nil, fmt.Errorf("%w: servicebus: negative LockRenewal, Sessions or SessionIdleTimeout", idem.ErrInvalidOptions)
 	}
 	// The engine checks the handler and the options once, here.
-	if _, err := broker.NewConsumer[*azservicebus.ReceivedMessage](&sessionTransport{}, g, h, opts.Options); err != nil {
+	eng, err := broker.NewEngine(g, h, opts.Options)
+	if err != nil {
 		return nil, err
 	}
-	if err := opts.Options.Fill(); err != nil {
-		return nil, err
-	}
+	opts.Options = eng.Options()
 	if opts.EntityPath == "" {
 		opts.EntityPath = entity
 	}
@@ -82,7 +81,7 @@ func NewSessionConsumer(client *azservicebus.Client, entity string, g *idem.Guar
 	if opts.SessionIdleTimeout == 0 {
 		opts.SessionIdleTimeout = DefaultSessionIdleTimeout
 	}
-	c := &SessionConsumer{client: client, name: entity, g: g, h: h, opts: opts}
+	c := &SessionConsumer{client: client, name: entity, eng: eng, opts: opts}
 	if topic, sub, ok := strings.Cut(entity, "/Subscriptions/"); ok {
 		c.topic, c.name = topic, sub
 	}
@@ -174,10 +173,8 @@ func (c *SessionConsumer) accept(ctx context.Context) (*azservicebus.SessionRece
 // for SessionIdleTimeout, its lock is lost, or ctx ends; then it closes
 // the receiver, which releases the session.
 func (c *SessionConsumer) runSession(ctx, hard context.Context, sr *azservicebus.SessionReceiver) {
-	t := &sessionTransport{sr: sr, entity: c.opts.EntityPath, maxDeliveries: c.opts.MaxDeliveries,
-		lockRenewal: c.opts.LockRenewal, renewed: time.Now(), onError: c.opts.Hooks.CallOnError}
-	// Checked by NewSessionConsumer: this cannot fail.
-	eng, _ := broker.NewConsumer[*azservicebus.ReceivedMessage](t, c.g, c.h, c.opts.Options)
+	t := c.transport(sr)
+	proc := c.eng.Processor(t)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -203,7 +200,7 @@ func (c *SessionConsumer) runSession(ctx, hard context.Context, sr *azservicebus
 			continue
 		}
 		for _, m := range msgs {
-			if !c.handle(ctx, hard, eng, t, m) {
+			if !c.handle(ctx, hard, proc, t, m) {
 				return
 			}
 		}
@@ -215,10 +212,10 @@ func (c *SessionConsumer) runSession(ctx, hard context.Context, sr *azservicebus
 // after its delay, the session held and its lock renewed. It reports
 // false when the session is to be given up (its lock lost, a settlement
 // failed, or shutdown).
-func (c *SessionConsumer) handle(ctx, hard context.Context, eng *broker.Consumer[*azservicebus.ReceivedMessage], t *sessionTransport, m *azservicebus.ReceivedMessage) bool {
+func (c *SessionConsumer) handle(ctx, hard context.Context, proc *broker.Processor[*azservicebus.ReceivedMessage], t *sessionTransport, m *azservicebus.ReceivedMessage) bool {
 	t.retries = 0
 	for {
-		r := eng.ProcessUntil(hard, ctx.Done(), m)
+		r := proc.ProcessUntil(hard, ctx.Done(), m)
 		switch {
 		case errors.Is(r.BrokerErr, broker.ErrLockLost):
 			return false
@@ -245,13 +242,16 @@ func (c *SessionConsumer) handle(ctx, hard context.Context, eng *broker.Consumer
 // message is received again. Call it from the session's own goroutine,
 // one message at a time, to keep the session's order.
 func (c *SessionConsumer) Process(ctx context.Context, sr *azservicebus.SessionReceiver, msg *azservicebus.ReceivedMessage) broker.Report {
-	t := &sessionTransport{sr: sr, entity: c.opts.EntityPath, maxDeliveries: c.opts.MaxDeliveries,
-		lockRenewal: c.opts.LockRenewal, renewed: time.Now(), onError: c.opts.Hooks.CallOnError}
-	eng, _ := broker.NewConsumer[*azservicebus.ReceivedMessage](t, c.g, c.h, c.opts.Options)
-	return eng.Process(ctx, msg)
+	return c.eng.Processor(c.transport(sr)).Process(ctx, msg)
 }
 
-// sessionTransport is the engine's view of one accepted session: complete
+// transport is the settler of the session sr holds.
+func (c *SessionConsumer) transport(sr *azservicebus.SessionReceiver) *sessionTransport {
+	return &sessionTransport{sr: sr, entity: c.opts.EntityPath, maxDeliveries: c.opts.MaxDeliveries,
+		lockRenewal: c.opts.LockRenewal, renewed: time.Now(), onError: c.opts.Hooks.CallOnError}
+}
+
+// sessionTransport settles one accepted session's messages: complete
 // and dead-letter on the session receiver, a retry in place (the session
 // loop tries the message again), the session lock as the keep-alive. It
 // belongs to the session's goroutine.
@@ -268,14 +268,9 @@ type sessionTransport struct {
 }
 
 var (
-	_ broker.Transport[*azservicebus.ReceivedMessage]  = (*sessionTransport)(nil)
+	_ broker.Settler[*azservicebus.ReceivedMessage]    = (*sessionTransport)(nil)
 	_ broker.KeepAliver[*azservicebus.ReceivedMessage] = (*sessionTransport)(nil)
 )
-
-// Receive is not used: the session loop receives.
-func (t *sessionTransport) Receive(context.Context, int) ([]*azservicebus.ReceivedMessage, error) {
-	return nil, fmt.Errorf("%w: servicebus: session messages are received by the session loop", broker.ErrClosed)
-}
 
 func (t *sessionTransport) Message(msg *azservicebus.ReceivedMessage) idem.Message {
 	return MessageOf(msg)

@@ -112,9 +112,8 @@ func NewGuard(store idem.Store, queueURL string, opts idem.Options) (*idem.Guard
 // consumer engine (broker.Consumer).
 type Consumer struct {
 	t    *transport
-	g    *idem.Guard
-	h    Handler
-	eng  *broker.Consumer[*types.Message]
+	eng  *broker.Engine[*types.Message]   // h under g, checked once: a FIFO group's processor
+	cons *broker.Consumer[*types.Message] // a standard queue's scheduler
 	opts Options
 }
 
@@ -150,11 +149,11 @@ func NewConsumer(client Client, g *idem.Guard, h Handler, opts Options) (*Consum
 	}
 	t := &transport{c: client, opts: opts, visibility: int32((opts.VisibilityTimeout + time.Second - 1) / time.Second),
 		maxDeliveries: opts.MaxDeliveries}
-	eng, err := broker.NewConsumer[*types.Message](t, g, h, opts.Options)
+	eng, err := broker.NewEngine(g, h, opts.Options)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{t: t, g: g, h: h, eng: eng, opts: opts}, nil
+	return &Consumer{t: t, eng: eng, cons: eng.Consumer(t), opts: opts}, nil
 }
 
 // Consume is NewConsumer followed by Run.
@@ -183,7 +182,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.t.fifo() {
 		return c.runFIFO(ctx)
 	}
-	return c.eng.Run(ctx)
+	return c.cons.Run(ctx)
 }
 
 // Process handles one message received from the consumer's queue (with
@@ -191,7 +190,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // does the same for every message. On a FIFO queue, call it for one
 // group's messages one at a time, in order.
 func (c *Consumer) Process(ctx context.Context, m *types.Message) broker.Report {
-	return c.eng.Process(ctx, m)
+	return c.cons.Process(ctx, m)
 }
 
 // ReceiveInput is the ReceiveMessage input the consumer sends: the

@@ -16,7 +16,7 @@ import (
 // group's messages in order, none while one of the group is in flight,
 // but several of one group in one receive: each group in hand is handled
 // by a goroutine of its own, one message at a time, in order, on the
-// engine (broker.Consumer.ProcessUntil), at most Concurrency groups at
+// engine (broker.Processor.ProcessUntil), at most Concurrency groups at
 // once. A retry is tried again in place after its back-off, the message
 // kept in flight, so that no later message of its group overtakes it.
 type fifoRun struct {
@@ -38,7 +38,7 @@ type fifoGroup struct {
 	waiting *types.Message   // the message waiting out its retry's delay
 }
 
-// groupTransport is the transport of one group's goroutine: a retry is in
+// groupTransport settles one group's messages on its goroutine: a retry is in
 // place (the group loop waits its delay and processes the message again),
 // and the in-place retries count in the delivery's Attempt so that
 // MaxDeliveries bounds them in the transactional inbox too.
@@ -137,8 +137,7 @@ func (r *fifoRun) next(g *fifoGroup) (*types.Message, bool) {
 func (r *fifoRun) run(g *fifoGroup) {
 	defer r.wg.Done()
 	t := &groupTransport{transport: r.c.t}
-	// Checked by NewConsumer: this cannot fail.
-	eng, _ := broker.NewConsumer[*types.Message](t, r.c.g, r.c.h, r.c.opts.Options)
+	proc := r.c.eng.Processor(t)
 	for {
 		if r.ctx.Err() != nil && !r.holdsLast(g) {
 			r.giveBack(g)
@@ -148,7 +147,7 @@ func (r *fifoRun) run(g *fifoGroup) {
 		if !ok {
 			return
 		}
-		if !r.handle(eng, t, g, m) {
+		if !r.handle(proc, t, g, m) {
 			r.giveBack(g)
 			return
 		}
@@ -159,10 +158,10 @@ func (r *fifoRun) run(g *fifoGroup) {
 // delay, kept in flight. It reports false when the group is to be given
 // up: m's visibility was lost (SQS delivers it again, so the later
 // messages must wait for it), or shutdown came during a retry.
-func (r *fifoRun) handle(eng *broker.Consumer[*types.Message], t *groupTransport, g *fifoGroup, m *types.Message) bool {
+func (r *fifoRun) handle(proc *broker.Processor[*types.Message], t *groupTransport, g *fifoGroup, m *types.Message) bool {
 	t.retries = 0
 	for {
-		rep := eng.ProcessUntil(r.hard, r.stop, m)
+		rep := proc.ProcessUntil(r.hard, r.stop, m)
 		switch {
 		case errors.Is(rep.BrokerErr, broker.ErrLockLost):
 			return false

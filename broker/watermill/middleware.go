@@ -86,7 +86,7 @@ type ConsumerOptions = broker.Options[*message.Message]
 // messages; a handler error releases the claim and is returned once the
 // back-off is waited out (the router nacks, the Pub/Sub redelivers); a
 // conflict goes to the poison topic with idem's headers and is acked.
-// Each message runs through idem's consumer engine (broker.Consumer), so
+// Each message runs through idem's consumer engine (broker.Processor), so
 // holds, store outages and delivery limits behave as on every broker.
 type Middleware struct {
 	g    *idem.Guard
@@ -131,7 +131,7 @@ func (m *Middleware) Close() {
 	m.workers.once.Do(func() { close(m.workers.quit) })
 }
 
-// workers run the engine's flow for the router's messages on goroutines
+// workers run the engine's processor for the router's messages on goroutines
 // kept between messages, up to maxIdle idle: the router starts a fresh
 // goroutine per message, and growing its stack through the flow (the
 // guard, the store, SHA-256) cost more than the flow itself, about 5 µs of
@@ -145,7 +145,7 @@ type workers struct {
 }
 
 type job struct {
-	eng  *broker.Consumer[*message.Message]
+	proc *broker.Processor[*message.Message]
 	msg  *message.Message
 	r    broker.Report
 	done chan struct{}
@@ -153,9 +153,9 @@ type job struct {
 
 var jobs = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
 
-func (w *workers) process(eng *broker.Consumer[*message.Message], msg *message.Message) broker.Report {
+func (w *workers) process(proc *broker.Processor[*message.Message], msg *message.Message) broker.Report {
 	j := jobs.Get().(*job)
-	j.eng, j.msg = eng, msg
+	j.proc, j.msg = proc, msg
 	select {
 	case w.jobs <- j:
 	default:
@@ -173,7 +173,7 @@ func (w *workers) work(j *job) {
 		// No stop channel: a hold ends with the message's context, which
 		// is only asked for its Done channel when a delivery is held (the
 		// channel is made on first use, a cost per message otherwise).
-		j.r = j.eng.ProcessUntil(j.msg.Context(), nil, j.msg)
+		j.r = j.proc.ProcessUntil(j.msg.Context(), nil, j.msg)
 		j.done <- struct{}{}
 		if w.idle.Add(1) > w.maxIdle {
 			w.idle.Add(-1)
@@ -286,24 +286,24 @@ func (m *Middleware) register(ctx context.Context) error {
 	return nil
 }
 
-// wrap is the router handler running h on the engine, built on the first
-// message (which names the handler and its topic).
+// wrap is the router handler running h on the engine's processor, built
+// on the first message (which names the handler and its topic).
 func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFunc {
 	var (
 		once sync.Once
-		eng  *broker.Consumer[*message.Message]
+		proc *broker.Processor[*message.Message]
 		err  error
 	)
 	return func(msg *message.Message) ([]*message.Message, error) {
 		once.Do(func() {
 			if err = m.register(msg.Context()); err == nil {
-				eng, err = broker.NewConsumer[*message.Message](transport{m}, m.g, h, m.opts.Options)
+				proc, err = broker.NewProcessor[*message.Message](transport{m}, m.g, h, m.opts.Options)
 			}
 		})
 		if err != nil {
 			return nil, err
 		}
-		r := m.workers.process(eng, msg)
+		r := m.workers.process(proc, msg)
 		switch {
 		case r.Action == idem.ActionAck, r.Action == idem.ActionDeadLetter && r.BrokerErr == nil:
 			return nil, nil
@@ -314,17 +314,13 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 	}
 }
 
-// transport is the Watermill side of the engine. The router schedules
-// messages (a handler call each) and acks or nacks each from what the
-// middleware returns, so Ack and Retry settle nothing themselves; the
-// engine waits the back-off out (a nack is redelivered at once: Delayer
-// false) before the middleware returns the error. Watermill counts
-// no deliveries: the handler's failures are counted in the record.
+// transport settles the router's messages for the engine's processor.
+// The router schedules messages (a handler call each) and acks or nacks
+// each from what the middleware returns, so Ack and Retry settle nothing
+// themselves; the engine waits the back-off out (a nack is redelivered at
+// once: Delayer false) before the middleware returns the error. Watermill
+// counts no deliveries: the handler's failures are counted in the record.
 type transport struct{ m *Middleware }
-
-func (transport) Receive(context.Context, int) ([]*message.Message, error) {
-	return nil, fmt.Errorf("%w: watermillidem: messages are scheduled by the router", broker.ErrClosed)
-}
 
 func (transport) Message(msg *message.Message) idem.Message { return MessageOf(msg) }
 

@@ -1,0 +1,57 @@
+package broker
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// OutageError is what Hooks.OnError receives while the store cannot be
+// reached: the latest store error and how many claims met it since the
+// previous report. It is reported at most once per OutageReportEvery, so a
+// store error loop is never silent and never floods the hook.
+type OutageError struct {
+	Err  error
+	Held int // claims that met the outage since the last report
+}
+
+// OutageReportEvery is how often, at most, an OutageError is reported.
+const OutageReportEvery = 10 * time.Second
+
+func (e *OutageError) Error() string {
+	return fmt.Sprintf("broker: store unreachable, deliveries held without spending a broker delivery (%d claims since the last report): %v", e.Held, e.Err)
+}
+
+func (e *OutageError) Unwrap() error { return e.Err }
+
+// isOutage reports whether a guard call failed because the store could not
+// be reached (down, timed out): not the message's fault, so it spends no
+// delivery and counts as no failure.
+func isOutage(res idem.Result, err error) bool {
+	return err != nil && res.Outcome == idem.OutcomeStoreError && !idem.IsPermanent(err)
+}
+
+// outageReporter rate-limits the OutageErrors of one Engine: its
+// processors (a partition's, a session's) share it.
+type outageReporter struct {
+	mu   sync.Mutex
+	last time.Time
+	n    int
+}
+
+func (o *outageReporter) report(onError func(error), err error) {
+	o.mu.Lock()
+	o.n++
+	if !o.last.IsZero() && time.Since(o.last) < OutageReportEvery {
+		o.mu.Unlock()
+		return
+	}
+	n := o.n
+	o.n, o.last = 0, time.Now()
+	o.mu.Unlock()
+	if onError != nil {
+		onError(&OutageError{Err: err, Held: n})
+	}
+}
