@@ -12,6 +12,13 @@
 //	err = c.Run(ctx)                                           // until ctx ends
 //
 // or natsidem.Consume(ctx, cons, g, natsidem.Handle(fn), opts) in one call.
+// Every adapter exports the same names for the same ideas: NewGuard,
+// Handle, HandleTx, NewConsumer, Consume, MessageOf, DeadLetterOf, Replay
+// (a replay gets a broker dedup id of its own) and a producer helper,
+// Publish or Send, that sets the key and a dedup id from key and content.
+// Watermill alone has no NewConsumer or Consume: its router is the
+// consumer (internal/release/api's TestAdapterSurface holds every adapter
+// to this list).
 // The guard is the one place for the scope and the key (the adapter's
 // MessageOf puts the broker's stable id in idem.Message.ID); Handle runs fn
 // under idem.Guard.Do, HandleTx in the store's transaction with the dedup

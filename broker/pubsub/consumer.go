@@ -42,8 +42,8 @@ type Options struct {
 // pubsubidem.Options{Options: pubsubidem.ConsumerOptions{Concurrency: 8}}.
 type ConsumerOptions = broker.Options[*Message]
 
-// Handler is the work a Consumer runs for each message: broker.Handle
-// (two-phase) or broker.HandleTx (transactional inbox).
+// Handler is the work a Consumer runs for each message: Handle
+// (two-phase) or HandleTx (transactional inbox).
 type Handler = broker.Handler[*Message]
 
 // ReasonMaxDeliver is broker.ReasonMaxDeliver: the dead-letter reason of

@@ -109,7 +109,7 @@
 // (AcceptNextSessionForQueue / ForSubscription), renews the session's
 // lock while it holds it (every Options.LockRenewal, by default a third
 // of the lock) and handles the session's messages one at a time, in
-// order, on the same engine as Consumer (broker.Consumer.ProcessUntil per
+// order, on the same engine as Consumer (broker.Processor.ProcessUntil per
 // message). A retry never abandons the message, which would let the next
 // one overtake it: it is tried again in place after its back-off, the
 // session held. A message whose key is in progress elsewhere (an

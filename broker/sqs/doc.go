@@ -90,7 +90,7 @@
 // hands out a group's messages in order and none while one of the group
 // is in flight, but may hand several of one group in one receive. Each
 // group in hand is handled by a goroutine of its own, one message at a
-// time, in order, on the same engine (broker.Consumer.ProcessUntil per
+// time, in order, on the same engine (broker.Processor.ProcessUntil per
 // message, as broker/kafka's partitions and broker/servicebus's sessions
 // are), at most Options.Concurrency groups at once; the messages waiting
 // behind their group's current one are kept in flight. A retry never

@@ -228,6 +228,8 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // together, or neither does; what fn produces is published before the
 // commit. The guard's store must implement idem.TxStore[Tx]; one that
 // does not is refused with an error wrapping idem.ErrInvalidOptions.
+//
+// Deprecated: use HandleTx, the name every adapter gives it.
 func HandlerTx[Tx any](m *Middleware, fn func(ctx context.Context, tx Tx, msg *message.Message) ([]*message.Message, error)) (message.HandlerFunc, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: watermillidem: nil handler", idem.ErrInvalidOptions)
