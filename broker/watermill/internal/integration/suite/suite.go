@@ -150,7 +150,7 @@ func (b *Broker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.
 	}
 	var h message.HandlerFunc
 	if sc.HandleTx != nil {
-		h, err = watermillidem.HandlerTx(mw, func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
+		h, err = watermillidem.HandleTx(mw, func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 			_, err := sc.HandleTx(ctx, tx, watermillidem.MessageOf(msg))
 			return nil, err
 		})
