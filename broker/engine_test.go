@@ -796,7 +796,7 @@ func TestEngineDeadLetterFailureRetried(t *testing.T) {
 func TestEngineHeartbeatRenewsTheLock(t *testing.T) {
 	f := newFake()
 	f.kaEvery = time.Hour
-	e := newEngine(t, f, nil, idem.Options{Lease: 60 * time.Millisecond}, func(ctx context.Context, m *fmsg) ([]byte, error) {
+	e := newEngine(t, f, nil, idem.Options{Lease: 300 * time.Millisecond}, func(ctx context.Context, m *fmsg) ([]byte, error) {
 		for f.keepAlives.Load() < 3 {
 			select {
 			case <-ctx.Done():
@@ -818,7 +818,7 @@ func TestEngineHeartbeatRenewsTheLock(t *testing.T) {
 	f.kaEvery = time.Hour
 	f.kaErr = fmt.Errorf("servicebus: %w", broker.ErrLockLost)
 	causes := make(chan error, 1)
-	e = newEngine(t, f, nil, idem.Options{Lease: 60 * time.Millisecond}, func(ctx context.Context, _ *fmsg) ([]byte, error) {
+	e = newEngine(t, f, nil, idem.Options{Lease: 300 * time.Millisecond}, func(ctx context.Context, _ *fmsg) ([]byte, error) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
