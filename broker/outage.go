@@ -13,15 +13,16 @@ import (
 // previous report. It is reported at most once per OutageReportEvery, so a
 // store error loop is never silent and never floods the hook.
 type OutageError struct {
-	Err  error
-	Held int // claims that met the outage since the last report
+	Err   error
+	Held  int    // claims that met the outage since the last report
+	Scope string // the guard's scope (the consumer's identity): which consumer's store is out
 }
 
 // OutageReportEvery is how often, at most, an OutageError is reported.
 const OutageReportEvery = 10 * time.Second
 
 func (e *OutageError) Error() string {
-	return fmt.Sprintf("broker: store unreachable, deliveries held without spending a broker delivery (%d claims since the last report): %v", e.Held, e.Err)
+	return fmt.Sprintf("broker: store unreachable for scope %q, deliveries held without spending a broker delivery (%d claims since the last report): %v", e.Scope, e.Held, e.Err)
 }
 
 func (e *OutageError) Unwrap() error { return e.Err }
@@ -41,7 +42,7 @@ type outageReporter struct {
 	n    int
 }
 
-func (o *outageReporter) report(onError func(error), err error) {
+func (o *outageReporter) report(onError func(error), scope string, err error) {
 	o.mu.Lock()
 	o.n++
 	if !o.last.IsZero() && time.Since(o.last) < OutageReportEvery {
@@ -52,6 +53,6 @@ func (o *outageReporter) report(onError func(error), err error) {
 	o.n, o.last = 0, time.Now()
 	o.mu.Unlock()
 	if onError != nil {
-		onError(&OutageError{Err: err, Held: n})
+		onError(&OutageError{Err: err, Held: n, Scope: scope})
 	}
 }

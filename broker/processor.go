@@ -210,7 +210,7 @@ func (p *Processor[M]) claim(d *delivery[M], stop <-chan struct{}) (wait time.Du
 		}
 		d.outage = true
 		d.outages++
-		e.outage.report(e.opts.Hooks.OnError, d.err)
+		e.outage.report(e.opts.Hooks.OnError, e.g.Options().Scope, d.err)
 		return max(e.opts.Backoff(d.outages), minPoll), true
 	}
 	return 0, false

@@ -43,8 +43,10 @@ type brokerMetrics struct {
 //	                                    lock lost), by idem.action
 //	idem.broker.store_outages  counter  OutageError reports (at most one per
 //	                                    broker.OutageReportEvery while the store
-//	                                    cannot be reached): a store-error loop
-//	idem.broker.outage_held    counter  claims that met the outage (OutageError.Held)
+//	                                    cannot be reached): a store-error loop,
+//	                                    by idem.scope
+//	idem.broker.outage_held    counter  claims that met the outage (OutageError.Held),
+//	                                    by idem.scope
 //	idem.broker.errors         counter  every other error the consumer handled by
 //	                                    itself (a failed action again, a fetch, a
 //	                                    commit, a keep-alive, a reconnection)
@@ -117,8 +119,12 @@ func (m *brokerMetrics) afterSettle(ctx context.Context, r broker.Report) {
 func (m *brokerMetrics) onError(err error) {
 	ctx := context.Background()
 	if oe, ok := errors.AsType[*broker.OutageError](err); ok {
-		m.outages.Add(ctx, 1)
-		m.outageHeld.Add(ctx, int64(oe.Held))
+		var scope []attribute.KeyValue
+		if oe.Scope != "" {
+			scope = []attribute.KeyValue{attribute.String("idem.scope", oe.Scope)}
+		}
+		m.outages.Add(ctx, 1, metric.WithAttributes(scope...))
+		m.outageHeld.Add(ctx, int64(oe.Held), metric.WithAttributes(scope...))
 		return
 	}
 	m.errs.Add(ctx, 1)

@@ -143,7 +143,11 @@ func storeOutage(t *testing.T, b Broker, mode string) {
 		t.Fatalf("%s: %d dead letters during a store outage (first: %q, %v)", mode, len(dls), dls[0].ID, dls[0].Headers)
 	}
 	select {
-	case <-outages:
+	case err := <-outages:
+		var oe *broker.OutageError
+		if errors.As(err, &oe); oe.Scope != c.Guard.Options().Scope {
+			t.Errorf("%s: the outage report names scope %q, want the consumer's %q", mode, oe.Scope, c.Guard.Options().Scope)
+		}
 	default:
 		t.Errorf("%s: the outage was not reported through Hooks.OnError as an *broker.OutageError", mode)
 	}

@@ -104,7 +104,7 @@ func TestHooks(t *testing.T) {
 		Action: idem.ActionAck, BrokerErr: errors.New("connection reset")})
 
 	down := errors.New("dial tcp: connection refused")
-	hooks.CallOnError(&broker.OutageError{Err: down, Held: 3})
+	hooks.CallOnError(&broker.OutageError{Err: down, Held: 3, Scope: "billing"})
 	hooks.CallOnError(fmt.Errorf("wrapped: %w", &broker.OutageError{Err: down, Held: 4}))
 	hooks.CallOnError(errors.New("broker: fetch: timeout"))
 
@@ -120,9 +120,11 @@ func TestHooks(t *testing.T) {
 		"idem.broker.dead_letters{idem.reason=max_deliver,idem.scope=billing}":                  1,
 		"idem.broker.action_errors{idem.action=dead_letter}":                                    1,
 		"idem.broker.action_errors{idem.action=ack,idem.scope=billing}":                         1,
-		"idem.broker.store_outages{}": 2,
-		"idem.broker.outage_held{}":   7,
-		"idem.broker.errors{}":        1,
+		"idem.broker.store_outages{idem.scope=billing}":                                         1, // the scope the report names
+		"idem.broker.outage_held{idem.scope=billing}":                                           3,
+		"idem.broker.store_outages{}":                                                           1,
+		"idem.broker.outage_held{}":                                                             4,
+		"idem.broker.errors{}":                                                                  1,
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("counters:\n%s\nwant:\n%s", dump(got), dump(want))
@@ -281,13 +283,13 @@ func TestHooksOnEngine(t *testing.T) {
 		"idem.broker.settles{idem.action=retry,idem.outcome=in_progress,idem.scope=billing}":    1,
 		"idem.broker.dead_letters{idem.reason=conflict,idem.scope=billing}":                     1,
 		"idem.broker.dead_letters{idem.reason=permanent,idem.scope=billing}":                    1,
-		"idem.broker.store_outages{}": 1,
+		"idem.broker.store_outages{idem.scope=billing}":                                         1,
 	} {
 		if got[k] != n {
 			t.Errorf("%s = %d, want %d; all:\n%s", k, got[k], n, dump(got))
 		}
 	}
-	if got["idem.broker.outage_held{}"] < 1 {
+	if got["idem.broker.outage_held{idem.scope=billing}"] < 1 {
 		t.Errorf("no held claims counted:\n%s", dump(got))
 	}
 	if deadLetters.Load() != 2 {
