@@ -136,6 +136,22 @@ func InsertRace(t testing.TB, ids, goroutines int, insert func(id string) error)
 // Observer) saw distinct processed and deliveries-distinct duplicates.
 func Deliveries[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error) {
 	t.Helper()
+	deliver(t, g, counter, deliveries, distinct, apply, nil)
+}
+
+// DeliveriesCommitted is Deliveries for stores whose handler runs before
+// the store knows whether its writes will commit (a batch sent when the
+// handler returns, refused whole when another delivery's came first, and
+// the handler run again): a handler run that returns nil proves nothing
+// there. Instead, once every delivery is done, committed(id) reads how
+// many times id's effect is stored, which must be once.
+func DeliveriesCommitted[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error, committed func(id string) int) {
+	t.Helper()
+	deliver(t, g, counter, deliveries, distinct, apply, committed)
+}
+
+func deliver[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error, committed func(id string) int) {
+	t.Helper()
 	ctx := context.Background()
 	var applied sync.Map // id -> *atomic.Int32: applies that went through
 	handler := func(ctx context.Context, tx Tx) ([]byte, error) {
@@ -163,6 +179,12 @@ func Deliveries[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deli
 	wg.Wait()
 	for i := range distinct {
 		id := fmt.Sprintf("p-%d", i)
+		if committed != nil {
+			if n := committed(id); n != 1 {
+				t.Fatalf("%s stored %d times, want once", id, n)
+			}
+			continue
+		}
 		if n, ok := applied.Load(id); !ok || n.(*atomic.Int32).Load() != 1 {
 			t.Fatalf("%s applied %v times, want once", id, n)
 		}
