@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/store/cosmos"
+	"github.com/idemgo/idem/store/cosmos/cosmostest"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -83,6 +86,24 @@ var operatorStores = map[string]func(t *testing.T) string{
 		}
 		return withParam(t, addr, "prefix", uniqueName("idem-cli"))
 	},
+	"cosmos": func(t *testing.T) string { return withParam(t, cosmosAccount(t), "container", uniqueName("idem_cli")) },
+}
+
+// cosmosAccount starts an in-process Cosmos DB account (cosmostest) for t
+// and returns its DSN: the server's certificate in a file as ?ca=, the
+// emulator's key the DSN's default.
+func cosmosAccount(t *testing.T) string {
+	t.Helper()
+	srv, err := cosmostest.NewServer(cosmostest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "cosmostest.pem")
+	if err := os.WriteFile(ca, srv.CertificatePEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "cosmos://" + strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "https://"), "/") + "?ca=" + ca
 }
 
 func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, time.Now().UnixNano()%1e12) }
@@ -116,6 +137,8 @@ func dropStore(t *testing.T, d, name string) {
 		_, err = h.SQL.ExecContext(ctx, drop)
 	case h.PG != nil:
 		_, err = h.PG.Exec(ctx, drop)
+	case h.Cosmos != nil:
+		err = h.Native.(*cosmos.Store).Drop(ctx)
 	case h.Redis != nil:
 		var keys []string
 		keys, err = h.Redis.Keys(ctx, name+"*").Result()
