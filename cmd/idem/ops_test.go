@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/internal/testenv"
 	"github.com/idemgo/idem/store/cosmos"
-	"github.com/idemgo/idem/store/cosmos/cosmostest"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -89,21 +87,16 @@ var operatorStores = map[string]func(t *testing.T) string{
 	"cosmos": func(t *testing.T) string { return withParam(t, cosmosAccount(t), "container", uniqueName("idem_cli")) },
 }
 
-// cosmosAccount starts an in-process Cosmos DB account (cosmostest) for t
-// and returns its DSN: the server's certificate in a file as ?ca=, the
-// emulator's key the DSN's default.
+// cosmosAccount starts an in-process Cosmos DB account for t and returns
+// its DSN.
 func cosmosAccount(t *testing.T) string {
 	t.Helper()
-	srv, err := cosmostest.NewServer(cosmostest.Options{})
+	d, stop, err := dsn.InProcessCosmos(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Close)
-	ca := filepath.Join(t.TempDir(), "cosmostest.pem")
-	if err := os.WriteFile(ca, srv.CertificatePEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return "cosmos://" + strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "https://"), "/") + "?ca=" + ca
+	t.Cleanup(stop)
+	return d
 }
 
 func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, time.Now().UnixNano()%1e12) }

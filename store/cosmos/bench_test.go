@@ -121,27 +121,23 @@ func BenchmarkInbox(b *testing.B) {
 		}
 		reportRU(b, srv, before)
 	})
-	batchInbox := func(b *testing.B, coll *azcosmos.ContainerClient) *idem.Guard {
-		inbox, err := cosmos.NewBatchInbox(coll, cosmos.InboxOptions{PartitionKeyPath: "/orderId"})
+	guard := func(b *testing.B, ts idem.TxStore[*cosmos.Batch], err error) *idem.Guard {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g, err := idem.NewInbox(inbox, idem.Options{Scope: "bench"})
+		g, err := idem.NewInbox(ts, idem.Options{Scope: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return g
 	}
+	batchInbox := func(b *testing.B, coll *azcosmos.ContainerClient) *idem.Guard {
+		inbox, err := cosmos.NewBatchInbox(coll, cosmos.InboxOptions{PartitionKeyPath: "/orderId"})
+		return guard(b, inbox, err)
+	}
 	entityInbox := func(b *testing.B, coll *azcosmos.ContainerClient) *idem.Guard {
 		inbox, err := cosmos.NewEntityInbox(coll)
-		if err != nil {
-			b.Fatal(err)
-		}
-		g, err := idem.NewInbox(inbox, idem.Options{Scope: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return g
+		return guard(b, inbox, err)
 	}
 	withMarker := func(ctx context.Context, bt *cosmos.Batch) ([]byte, error) {
 		k, _ := idem.KeyFromContext(ctx)

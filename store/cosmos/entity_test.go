@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
@@ -209,44 +207,26 @@ func TestVersionGuard(t *testing.T) {
 	}
 	ctx := context.Background()
 	const versions = 40
-	var (
-		wg                  sync.WaitGroup
-		mu                  sync.Mutex
-		applied, superseded int
-	)
-	for _, v := range rand.Perm(versions) {
-		wg.Go(func() {
-			ver := int64(v + 1)
-			doc := map[string]any{"status": fmt.Sprintf("status-%d", ver)}
-			var err error
-			if v%2 == 0 {
-				err = ships.Apply(ctx, nil, "s-1", ver, doc)
-			} else {
-				var res idem.Result
-				res, err = idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("v%d", ver)}, func(ctx context.Context, b *cosmos.Batch) ([]byte, error) {
-					return nil, ships.Apply(ctx, b, "s-1", ver, doc)
-				})
-				if err == nil && res.Outcome == idem.OutcomeSuperseded {
-					err = idem.ErrSuperseded
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				applied++
-			case errors.Is(err, idem.ErrSuperseded):
-				superseded++
-			default:
-				t.Errorf("Apply(v%d): %v", ver, err)
-			}
+	inboxcheck.VersionRace(t, versions, func(ver int64) error {
+		doc := map[string]any{"status": fmt.Sprintf("status-%d", ver)}
+		if ver%2 == 0 {
+			return ships.Apply(ctx, nil, "s-1", ver, doc)
+		}
+		res, err := idem.DoTx(ctx, g, idem.Message{ID: fmt.Sprintf("v%d", ver)}, func(ctx context.Context, b *cosmos.Batch) ([]byte, error) {
+			return nil, ships.Apply(ctx, b, "s-1", ver, doc)
 		})
-	}
-	wg.Wait()
-	d := readDoc(t, coll, "s-1")
-	if d["version"] != float64(versions) || d["status"] != fmt.Sprintf("status-%d", versions) || applied+superseded != versions || applied < 1 {
-		t.Fatalf("ended at %v; applied %d superseded %d", d, applied, superseded)
-	}
+		if err == nil && res.Outcome == idem.OutcomeSuperseded {
+			return idem.ErrSuperseded
+		}
+		return err
+	}, func() int64 {
+		d := readDoc(t, coll, "s-1")
+		if d["status"] != fmt.Sprintf("status-%v", d["version"]) {
+			t.Errorf("document %v: the status of another version", d)
+		}
+		v, _ := d["version"].(float64)
+		return int64(v)
+	})
 	if err := ships.Apply(ctx, nil, "s-1", versions, map[string]any{"status": "again"}); !errors.Is(err, idem.ErrSuperseded) {
 		t.Fatalf("equal version = %v", err)
 	}

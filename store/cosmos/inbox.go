@@ -248,7 +248,7 @@ func (x *BatchInbox) queue(b *Batch, pk string, rec idem.Record, req idem.ClaimR
 func (m *marker) body() ([]byte, error) {
 	r := m.rec
 	r.Result = m.result
-	d := markerDoc{ID: markerID(m.key), Idem: markerOf(r)}
+	d := markerDoc{ID: markerID(m.key), Idem: fieldsOf(r)}
 	d.TTL = ttlFor(fromMS(num(m.now)), r.ExpiresAt)
 	body, err := json.Marshal(d)
 	if err != nil {
@@ -281,52 +281,11 @@ func withProperty(doc []byte, name string, value any) ([]byte, error) {
 func markerID(k idem.Key) string { return "idem-" + addressOf(k).id }
 
 // markerDoc is a marker as the container holds it (beside the partition
-// key property, which the inbox's options name).
+// key property, which the inbox's options name): the record under "idem".
 type markerDoc struct {
-	ID   string     `json:"id"`
-	TTL  num        `json:"ttl"`
-	Idem markerBody `json:"idem"`
-}
-
-// markerBody is a marker's record. Times are Unix milliseconds of the
-// caller's clock.
-type markerBody struct {
-	Scope    string `json:"scope"`
-	SID      string `json:"sid"`
-	Display  string `json:"display,omitempty"`
-	State    string `json:"state"`
-	FP       string `json:"fp,omitempty"`
-	Result   []byte `json:"result,omitempty"`
-	Token    num    `json:"token"`
-	Attempts num    `json:"attempts"`
-	Lease    num    `json:"lease"`
-	Exp      num    `json:"exp"`
-	Created  num    `json:"created"`
-	Updated  num    `json:"updated"`
-}
-
-func markerOf(r idem.Record) markerBody {
-	m := markerBody{
-		Scope: r.Scope, SID: r.ID, State: string(r.State), FP: r.Fingerprint, Result: r.Result,
-		Token: num(r.Token), Attempts: num(r.Attempts),
-		Lease: ms(r.LeaseUntil), Exp: ms(r.ExpiresAt), Created: ms(r.CreatedAt), Updated: ms(r.UpdatedAt),
-	}
-	if r.DisplayID != r.ID {
-		m.Display = r.DisplayID
-	}
-	return m
-}
-
-func (m markerBody) record() idem.Record {
-	r := idem.Record{
-		Scope: m.Scope, ID: m.SID, DisplayID: m.Display, State: idem.State(m.State),
-		Fingerprint: m.FP, Result: m.Result, Token: int64(m.Token), Attempts: int(m.Attempts),
-		LeaseUntil: fromMS(m.Lease), ExpiresAt: fromMS(m.Exp), CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated),
-	}
-	if r.DisplayID == "" {
-		r.DisplayID = r.ID
-	}
-	return r
+	ID   string `json:"id"`
+	TTL  num    `json:"ttl"`
+	Idem fields `json:"idem"`
 }
 
 // SaveResult implements idem.TxStore: the result goes on key's marker,

@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
+	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/store/cosmos"
-	"github.com/idemgo/idem/store/cosmos/cosmostest"
 )
 
 // InProcessCosmos is the --store value that runs the demo on an in-process
@@ -19,27 +17,20 @@ import (
 // HTTPS), as --broker servicebus runs it on an in-process Service Bus.
 const InProcessCosmos = "cosmos"
 
-// inProcessCosmos starts a cosmostest account and returns its DSN (its
-// certificate in a temporary file as ?ca=, the emulator's key the
-// default) and how to stop it.
+// inProcessCosmos starts an in-process account (dsn.InProcessCosmos, its
+// certificate in a temporary directory) and returns its DSN and how to stop
+// it.
 func inProcessCosmos() (string, func(), error) {
-	srv, err := cosmostest.NewServer(cosmostest.Options{})
-	if err != nil {
-		return "", nil, fmt.Errorf("in-process Cosmos DB: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "idem-demo-cosmos-")
 	if err != nil {
-		srv.Close()
 		return "", nil, fmt.Errorf("temporary directory for the Cosmos DB certificate: %w", err)
 	}
-	stop := func() { srv.Close(); os.RemoveAll(dir) }
-	ca := filepath.Join(dir, "cosmostest.pem")
-	if err := os.WriteFile(ca, srv.CertificatePEM(), 0o600); err != nil {
-		stop()
+	d, stop, err := dsn.InProcessCosmos(dir)
+	if err != nil {
+		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	host := strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "https://"), "/")
-	return "cosmos://" + host + "?ca=" + ca, stop, nil
+	return d, func() { stop(); os.RemoveAll(dir) }, nil
 }
 
 // removeCosmosRecords deletes the records of scope, found by a query across

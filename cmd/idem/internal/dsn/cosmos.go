@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -112,6 +113,24 @@ func openCosmos(_ context.Context, u *url.URL, raw string) (*Handle, error) {
 		schema: s.CheckSchema,
 		ping:   func(ctx context.Context) error { return cosmosPing(ctx, client, db) },
 	}, nil
+}
+
+// InProcessCosmos starts an in-process Cosmos DB account (cosmostest: the
+// real azcosmos client over HTTPS) and returns a cosmos:// DSN of it: its
+// certificate written in dir as ?ca=, the emulator's key (the account's)
+// the DSN's default. stop closes the account; dir is the caller's.
+func InProcessCosmos(dir string) (dsn string, stop func(), err error) {
+	srv, err := cosmostest.NewServer(cosmostest.Options{})
+	if err != nil {
+		return "", nil, fmt.Errorf("in-process Cosmos DB: %w", err)
+	}
+	ca := filepath.Join(dir, "cosmostest.pem")
+	if err := os.WriteFile(ca, srv.CertificatePEM(), 0o600); err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "https://"), "/")
+	return "cosmos://" + host + "?ca=" + ca, srv.Close, nil
 }
 
 // cosmosKey is the account key of a DSN's parameters q: ?key=, else

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +13,16 @@ import (
 	"github.com/idemgo/idem/store/cosmos/cosmostest"
 )
 
-// cosmosAccount starts a cosmostest server and returns it with a DSN of
-// it: its certificate in a file as ?ca=, and the container given.
-func cosmosAccount(t *testing.T) (*cosmostest.Server, string) {
+// cosmosAccount returns the DSN of an in-process account for t, the
+// database and container given.
+func cosmosAccount(t *testing.T) string {
 	t.Helper()
-	srv, err := cosmostest.NewServer(cosmostest.Options{})
+	d, stop, err := InProcessCosmos(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Close)
-	ca := filepath.Join(t.TempDir(), "cosmos.pem")
-	if err := os.WriteFile(ca, srv.CertificatePEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	host := strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "https://"), "/")
-	return srv, "cosmos://" + host + "?database=app&container=inbox&ca=" + ca
+	t.Cleanup(stop)
+	return d + "&database=app&container=inbox"
 }
 
 // A cosmos:// DSN opens the store on the account: before migrate the
@@ -38,7 +31,7 @@ func cosmosAccount(t *testing.T) (*cosmostest.Server, string) {
 // shown.
 func TestCosmos(t *testing.T) {
 	ctx := context.Background()
-	_, d := cosmosAccount(t)
+	d := cosmosAccount(t)
 	h, err := Open(ctx, d)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +84,14 @@ func TestCosmos(t *testing.T) {
 // test server's) self-signed certificate, and says how to.
 func TestCosmosUntrustedCertificate(t *testing.T) {
 	ctx := context.Background()
-	_, d := cosmosAccount(t)
-	d, _, _ = strings.Cut(d, "&ca=")
+	u, err := url.Parse(cosmosAccount(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("ca")
+	u.RawQuery = q.Encode()
+	d := u.String()
 	h, err := Open(ctx, d)
 	if err != nil {
 		t.Fatal(err)
