@@ -3,6 +3,8 @@ module github.com/idemgo/idem/examples
 go 1.26.0
 
 require (
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
+	github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos v1.4.1
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
@@ -18,6 +20,7 @@ require (
 	github.com/idemgo/idem/outbox v0.1.0
 	github.com/idemgo/idem/outbox/nats v0.1.0
 	github.com/idemgo/idem/outbox/postgres v0.1.0
+	github.com/idemgo/idem/store/cosmos v0.1.0
 	github.com/idemgo/idem/store/mongo v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
 	github.com/idemgo/idem/store/redis v0.1.0
@@ -36,7 +39,7 @@ require (
 require (
 	filippo.io/edwards25519 v1.1.0 // indirect
 	github.com/AlekSi/pointer v1.2.0 // indirect
-	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0 // indirect
+	github.com/Azure/azure-sdk-for-go v68.0.0+incompatible // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/FerretDB/FerretDB v1.24.2 // indirect

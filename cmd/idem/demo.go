@@ -49,12 +49,15 @@ consumer's client, and its locked message comes back when the lock runs out.
 With --producer outbox the orders go through a transactional outbox instead
 (outbox/sqlite in a temporary directory, one transaction per send, a
 producer retry kept once by it) and its relay publishes them with
-outbox/servicebus.`,
+outbox/servicebus. --store cosmos runs it on an in-process Azure Cosmos DB
+for NoSQL (the real azcosmos client against store/cosmos/cosmostest, records
+two-phase): with --broker servicebus, the seed's own pair.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
   idem demo --broker servicebus --json
   idem demo --broker servicebus --producer outbox
+  idem demo --broker servicebus --store cosmos
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -105,7 +108,7 @@ outbox/servicebus.`,
 	fl.Float64Var(&cfg.ConflictRate, "conflict-rate", demo.DefaultConflictRate, "share of order ids reused with other content (at least one unless 0)")
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
-	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
+	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+", or cosmos for an in-process Azure Cosmos DB; every form is listed above")
 	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")

@@ -22,7 +22,7 @@ import (
 // and checks that it removed its records and ledger tables afterwards, and
 // said so.
 func TestDemoCleansUpNamedStores(t *testing.T) {
-	for _, name := range []string{"sqlite", "postgres", "mysql", "redis"} {
+	for _, name := range []string{"sqlite", "postgres", "mysql", "redis", "cosmos"} {
 		t.Run(name, func(t *testing.T) {
 			d := operatorStores[name](t)
 			code, out, errs := runCmd(t, "demo", "--json", "--store", d, "--messages", "120", "--seed", "8")

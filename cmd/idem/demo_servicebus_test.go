@@ -101,3 +101,18 @@ func TestDemoProducerOutboxNeedsServiceBus(t *testing.T) {
 		t.Fatalf("exit status %d, stderr %q; want a usage error naming --broker servicebus", code, stderr)
 	}
 }
+
+// TestDemoServiceBusCosmos: idem demo --broker servicebus --store cosmos
+// runs the scenario on the seed's own pair, an in-process Service Bus and
+// an in-process Cosmos DB (cosmostest), two-phase, and holds the
+// invariant.
+func TestDemoServiceBusCosmos(t *testing.T) {
+	code, out, stderr := runCmd(t, "demo", "--broker", "servicebus", "--store", "cosmos", "--json", "--messages", "120", "--seed", "8")
+	if code != exitOK {
+		t.Fatalf("exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	rep := decode(t, out)
+	if rep["invariant_ok"] != true || !strings.Contains(rep["store"].(string), "Cosmos DB") || rep["effects_applied"] != float64(120) {
+		t.Fatalf("report: %v", rep)
+	}
+}

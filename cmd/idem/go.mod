@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
+	github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos v1.4.1
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
@@ -23,6 +24,7 @@ require (
 	github.com/idemgo/idem/outbox/mysql v0.1.0
 	github.com/idemgo/idem/outbox/postgres v0.1.0
 	github.com/idemgo/idem/outbox/servicebus v0.1.0
+	github.com/idemgo/idem/store/cosmos v0.1.0
 	github.com/idemgo/idem/store/mongo v0.1.0
 	github.com/idemgo/idem/store/mysql v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
@@ -44,6 +46,7 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/Azure/azure-sdk-for-go v68.0.0+incompatible // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/Azure/go-amqp v1.7.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect

@@ -11,6 +11,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 	"github.com/idemgo/idem/internal/testenv"
+	"github.com/idemgo/idem/store/cosmos"
 	"github.com/idemgo/idem/store/memory"
 )
 
@@ -83,6 +84,19 @@ var operatorStores = map[string]func(t *testing.T) string{
 		}
 		return withParam(t, addr, "prefix", uniqueName("idem-cli"))
 	},
+	"cosmos": func(t *testing.T) string { return withParam(t, cosmosAccount(t), "container", uniqueName("idem_cli")) },
+}
+
+// cosmosAccount starts an in-process Cosmos DB account for t and returns
+// its DSN.
+func cosmosAccount(t *testing.T) string {
+	t.Helper()
+	d, stop, err := dsn.InProcessCosmos(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return d
 }
 
 func uniqueName(base string) string { return fmt.Sprintf("%s_%d", base, time.Now().UnixNano()%1e12) }
@@ -116,6 +130,8 @@ func dropStore(t *testing.T, d, name string) {
 		_, err = h.SQL.ExecContext(ctx, drop)
 	case h.PG != nil:
 		_, err = h.PG.Exec(ctx, drop)
+	case h.Cosmos != nil:
+		err = h.Native.(*cosmos.Store).Drop(ctx)
 	case h.Redis != nil:
 		var keys []string
 		keys, err = h.Redis.Keys(ctx, name+"*").Result()

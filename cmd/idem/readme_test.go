@@ -204,8 +204,8 @@ func TestREADMEListsDSNForms(t *testing.T) {
 			}
 		}
 	}
-	if len(want) != 12 {
-		t.Fatalf("found %d forms and parameters in dsn.Forms, want 12: %q", len(want), want)
+	if len(want) != 17 {
+		t.Fatalf("found %d forms and parameters in dsn.Forms, want 17: %q", len(want), want)
 	}
 	for _, w := range want {
 		if !strings.Contains(string(readme), "`"+w+"`") {

@@ -41,7 +41,7 @@ func (f *storeFlags) timedOut(err error) error {
 	return fmt.Errorf("--timeout %v ran out (pass a longer one): %w", f.timeout, err)
 }
 
-const dsnHelp = "memory://, sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB, redis://HOST:PORT"
+const dsnHelp = "memory://, sqlite://PATH, postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB, redis://HOST:PORT, cosmos://HOST:PORT"
 
 // withDSNForms appends the reference of DSN forms and parameters to a
 // command's long help.

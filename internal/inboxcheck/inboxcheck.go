@@ -4,13 +4,14 @@
 // it with idem.NewInbox refuses two-phase work without running the handler;
 // concurrent inserts of one entity key create it once and report the rest
 // as duplicates; concurrent deliveries through idem.DoTx apply each message
-// once.
+// once; concurrent versions of one entity end at the newest.
 package inboxcheck
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -136,6 +137,22 @@ func InsertRace(t testing.TB, ids, goroutines int, insert func(id string) error)
 // Observer) saw distinct processed and deliveries-distinct duplicates.
 func Deliveries[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error) {
 	t.Helper()
+	deliver(t, g, counter, deliveries, distinct, apply, nil)
+}
+
+// DeliveriesCommitted is Deliveries for stores whose handler runs before
+// the store knows whether its writes will commit (a batch sent when the
+// handler returns, refused whole when another delivery's came first, and
+// the handler run again): a handler run that returns nil proves nothing
+// there. Instead, once every delivery is done, committed(id) reads how
+// many times id's effect is stored, which must be once.
+func DeliveriesCommitted[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error, committed func(id string) int) {
+	t.Helper()
+	deliver(t, g, counter, deliveries, distinct, apply, committed)
+}
+
+func deliver[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deliveries, distinct int, apply func(ctx context.Context, tx Tx, id string) error, committed func(id string) int) {
+	t.Helper()
 	ctx := context.Background()
 	var applied sync.Map // id -> *atomic.Int32: applies that went through
 	handler := func(ctx context.Context, tx Tx) ([]byte, error) {
@@ -163,11 +180,51 @@ func Deliveries[Tx any](t testing.TB, g *idem.Guard, counter *idem.Counter, deli
 	wg.Wait()
 	for i := range distinct {
 		id := fmt.Sprintf("p-%d", i)
+		if committed != nil {
+			if n := committed(id); n != 1 {
+				t.Fatalf("%s stored %d times, want once", id, n)
+			}
+			continue
+		}
 		if n, ok := applied.Load(id); !ok || n.(*atomic.Int32).Load() != 1 {
 			t.Fatalf("%s applied %v times, want once", id, n)
 		}
 	}
 	if p, d := counter.Count(idem.OutcomeProcessed), counter.Count(idem.OutcomeDuplicate); p != int64(distinct) || d != int64(deliveries-distinct) {
 		t.Fatalf("processed %d, duplicates %d; want %d and %d", p, d, distinct, deliveries-distinct)
+	}
+}
+
+// VersionRace applies versions 1 to versions of one entity at once, in a
+// random order, through apply (a version guard: nil when it wrote, an error
+// wrapping idem.ErrSuperseded when a newer or equal version was stored).
+// It fails t unless every call is one or the other, at least one applied,
+// and stored() (read after them all) reports the newest version.
+func VersionRace(t testing.TB, versions int, apply func(version int64) error, stored func() int64) {
+	t.Helper()
+	var (
+		wg                  sync.WaitGroup
+		mu                  sync.Mutex
+		applied, superseded int
+	)
+	for _, v := range rand.Perm(versions) {
+		wg.Go(func() {
+			ver := int64(v + 1)
+			err := apply(ver)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				applied++
+			case errors.Is(err, idem.ErrSuperseded):
+				superseded++
+			default:
+				t.Errorf("apply(v%d): %v", ver, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := stored(); got != int64(versions) || applied+superseded != versions || applied < 1 {
+		t.Fatalf("ended at version %d of %d; applied %d, superseded %d", got, versions, applied, superseded)
 	}
 }

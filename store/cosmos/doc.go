@@ -70,10 +70,45 @@
 // retention ended by the callers' clock before the server's countdown, each
 // only if still as read (If-Match).
 //
+// # Entity mode and the transactional batch inbox
+//
+// The seed's example keeps no record beside the business: its orders
+// container is partitioned by /orderId, an order's id is the order id, so
+// every copy of an order meets in one logical partition and creating the
+// document is the dedup check. Entities.Insert does exactly that: create;
+// on 409 read the stored document and compare the request hash kept in it
+// (FingerprintField): the same is an *idem.DuplicateError (ack), another
+// an *idem.ConflictError (dead-letter with idem's headers, and alert).
+// Versioned.Apply guards state-transfer updates by version, each write
+// conditional on the ETag read.
+//
+// Through the guard, both take the *Batch that idem.DoTx hands the
+// handler, from an inbox given to idem.NewInbox:
+//
+//   - EntityInbox: the entity write is the only record (Mark writes
+//     nothing), as entity.Store is for SQL tables;
+//   - BatchInbox: idem's dedup marker is an item of the business
+//     container, in the message's partition, sent in one transactional
+//     batch with the handler's documents, all or none (the seed's
+//     "lote transaccional").
+//
+// The handler adds documents to the batch; nothing is sent until it
+// returns. The marker and the entity writes go first, sent without reading
+// (a create of an existing id fails the whole batch with 409); the inbox
+// then runs the handler again with a batch that reads first, where the
+// stored marker or document makes the message a duplicate or a conflict.
+// So a handler on a Batch must write only through it: a duplicate runs it
+// once more before it is skipped. A handler operation the server refuses
+// is a *BatchError (a permanent *idem.InvalidDataError when a retry cannot
+// change it). Neither inbox is an idem.Store: two-phase work needs Store.
+//
 // # Costs
 //
 // A new key costs one create (a small item's write: some 5 to 10 RU), its
 // completion one patch; a duplicate one failed create and one point read.
+// Through a BatchInbox or EntityInbox a new message costs one batch (its
+// documents' writes, the marker's beside them); a duplicate a refused
+// batch and a point read.
 // List runs Partitions ordered queries per page; Stats, Activity and Sweep
 // one query across partitions each, reading the records they count (as a
 // SQL store scans them): an operator's page now and then, not a request

@@ -6,6 +6,7 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos v1.4.1
 	github.com/idemgo/idem v0.1.0
+	github.com/idemgo/idem/entity v0.1.0
 )
 
 require (

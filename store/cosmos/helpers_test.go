@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
 	"github.com/idemgo/idem/internal/testenv"
@@ -68,6 +72,14 @@ func needServer(t testing.TB) *cosmostest.Server {
 // clock, throttling and request-unit totals are tb's alone.
 func ownStore(tb testing.TB, opts cosmostest.Options) (*cosmostest.Server, *cosmos.Store) {
 	tb.Helper()
+	srv, c := ownAccount(tb, opts)
+	return srv, newStore(tb, c, cosmos.Options{})
+}
+
+// ownAccount returns a cosmostest server of tb's own and a client of it
+// (skipping tb where the tests run on IDEM_COSMOS_URL's account).
+func ownAccount(tb testing.TB, opts cosmostest.Options) (*cosmostest.Server, *azcosmos.Client) {
+	tb.Helper()
 	if !inProcess() {
 		tb.Skip("needs an in-process cosmostest server of its own (IDEM_COSMOS_URL is set)")
 	}
@@ -80,7 +92,7 @@ func ownStore(tb testing.TB, opts cosmostest.Options) (*cosmostest.Server, *cosm
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return srv, newStore(tb, c, cosmos.Options{})
+	return srv, c
 }
 
 // newClient returns a client of the test account.
@@ -172,4 +184,75 @@ func newStore(t testing.TB, c *azcosmos.Client, opts cosmos.Options) *cosmos.Sto
 		}
 	})
 	return s
+}
+
+// businessContainer returns a fresh container of business documents
+// partitioned by /orderId, with a default time to live of -1 (items'
+// own ttl counts), deleted at the end of the test.
+func businessContainer(t testing.TB, c *azcosmos.Client) *azcosmos.ContainerClient {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: testDatabase()}, nil); err != nil && !isConflict(err) {
+		t.Fatal(err)
+	}
+	db, err := c.NewDatabase(testDatabase())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueContainer()
+	ttl := int32(-1)
+	if _, err := db.CreateContainer(ctx, azcosmos.ContainerProperties{
+		ID:                     name,
+		PartitionKeyDefinition: azcosmos.PartitionKeyDefinition{Kind: azcosmos.PartitionKeyKindHash, Paths: []string{"/orderId"}, Version: 2},
+		DefaultTimeToLive:      &ttl,
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := db.NewContainer(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := coll.Delete(context.Background(), nil); err != nil {
+			t.Errorf("delete container %s: %v", name, err)
+		}
+	})
+	return coll
+}
+
+func isConflict(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusConflict
+}
+
+// items returns the ids of the container's items in partition pk ("":
+// every partition) that match where ("": all), a condition on c.
+func items(t testing.TB, coll *azcosmos.ContainerClient, pk, where string) []string {
+	t.Helper()
+	q := "SELECT c.id FROM c"
+	if where != "" {
+		q += " WHERE " + where
+	}
+	key := azcosmos.NewPartitionKey()
+	if pk != "" {
+		key = azcosmos.NewPartitionKeyString(pk)
+	}
+	var ids []string
+	pager := coll.NewQueryItemsPager(q, key, nil)
+	for pager.More() {
+		page, err := pager.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range page.Items {
+			var d struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(it, &d); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
 }

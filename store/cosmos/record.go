@@ -50,15 +50,24 @@ func order(scope, storedID string) string {
 	return hex.EncodeToString([]byte(scope)) + "-" + hex.EncodeToString([]byte(storedID))
 }
 
-// recordDoc is a record as the container holds it. Times are Unix
-// milliseconds of the caller's clock.
+// recordDoc is a record as the container holds it.
 type recordDoc struct {
-	ID       string `json:"id"`
-	PK       string `json:"pk"`
+	ID  string `json:"id"`
+	PK  string `json:"pk"`
+	Ord string `json:"ord"`
+	fields
+	// TTL is Cosmos DB's time to live in seconds: -1 (never) while in
+	// progress, the retention left once settled (ttlFor).
+	TTL num `json:"ttl"`
+}
+
+// fields are a record's properties, as the store's items and a
+// BatchInbox's markers hold them. Times are Unix milliseconds of the
+// caller's clock.
+type fields struct {
 	Scope    string `json:"scope"`
 	SID      string `json:"sid"`
 	Display  string `json:"display,omitempty"` // when the original id is not the stored id
-	Ord      string `json:"ord"`
 	State    string `json:"state"`
 	FP       string `json:"fp,omitempty"`
 	Result   []byte `json:"result,omitempty"`
@@ -68,9 +77,6 @@ type recordDoc struct {
 	Exp      num    `json:"exp"`
 	Created  num    `json:"created"`
 	Updated  num    `json:"updated"`
-	// TTL is Cosmos DB's time to live in seconds: -1 (never) while in
-	// progress, the retention left once settled (ttlFor).
-	TTL num `json:"ttl"`
 }
 
 // num is an integer property. Cosmos DB keeps numbers as doubles and may
@@ -128,27 +134,30 @@ func ttlFor(now, exp time.Time) num {
 // docOf is the document of r; ttl -1 unless r is settled.
 func docOf(r idem.Record, now time.Time) recordDoc {
 	a := addressOfStored(r.Scope, r.ID)
-	d := recordDoc{
-		ID: a.id, PK: a.pk, Scope: r.Scope, SID: r.ID, Ord: order(r.Scope, r.ID),
-		State: string(r.State), FP: r.Fingerprint, Result: r.Result,
-		Token: num(r.Token), Attempts: num(r.Attempts),
-		Lease: ms(r.LeaseUntil), Exp: ms(r.ExpiresAt), Created: ms(r.CreatedAt), Updated: ms(r.UpdatedAt),
-		TTL: -1,
-	}
-	if r.DisplayID != r.ID {
-		d.Display = r.DisplayID
-	}
+	d := recordDoc{ID: a.id, PK: a.pk, Ord: order(r.Scope, r.ID), fields: fieldsOf(r), TTL: -1}
 	if r.State != idem.StateInProgress {
 		d.TTL = ttlFor(now, r.ExpiresAt)
 	}
 	return d
 }
 
-func (d recordDoc) record() idem.Record {
+func fieldsOf(r idem.Record) fields {
+	f := fields{
+		Scope: r.Scope, SID: r.ID, State: string(r.State), FP: r.Fingerprint, Result: r.Result,
+		Token: num(r.Token), Attempts: num(r.Attempts),
+		Lease: ms(r.LeaseUntil), Exp: ms(r.ExpiresAt), Created: ms(r.CreatedAt), Updated: ms(r.UpdatedAt),
+	}
+	if r.DisplayID != r.ID {
+		f.Display = r.DisplayID
+	}
+	return f
+}
+
+func (f fields) record() idem.Record {
 	r := idem.Record{
-		Scope: d.Scope, ID: d.SID, DisplayID: d.Display, State: idem.State(d.State),
-		Fingerprint: d.FP, Result: d.Result, Token: int64(d.Token), Attempts: int(d.Attempts),
-		LeaseUntil: fromMS(d.Lease), ExpiresAt: fromMS(d.Exp), CreatedAt: fromMS(d.Created), UpdatedAt: fromMS(d.Updated),
+		Scope: f.Scope, ID: f.SID, DisplayID: f.Display, State: idem.State(f.State),
+		Fingerprint: f.FP, Result: f.Result, Token: int64(f.Token), Attempts: int(f.Attempts),
+		LeaseUntil: fromMS(f.Lease), ExpiresAt: fromMS(f.Exp), CreatedAt: fromMS(f.Created), UpdatedAt: fromMS(f.Updated),
 	}
 	if r.DisplayID == "" {
 		r.DisplayID = r.ID

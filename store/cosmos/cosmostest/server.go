@@ -3,6 +3,7 @@ package cosmostest
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
@@ -93,6 +94,12 @@ func (s *Server) Key() string { return s.keyB }
 // azcosmos.NewClientFromConnectionString (with ClientOptions).
 func (s *Server) ConnectionString() string {
 	return "AccountEndpoint=" + s.URL() + ";AccountKey=" + s.keyB + ";"
+}
+
+// CertificatePEM returns the server's certificate, PEM-encoded, for
+// clients that cannot take HTTPClient (a command line's ca= file).
+func (s *Server) CertificatePEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.http.Certificate().Raw})
 }
 
 // HTTPClient returns an HTTP client that trusts the server's certificate

@@ -1,10 +1,14 @@
 package cosmostest_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 
 	"github.com/idemgo/idem/store/cosmos/cosmostest"
@@ -104,5 +108,37 @@ func TestMasterKeyAuthorization(t *testing.T) {
 func TestBadKeyOption(t *testing.T) {
 	if _, err := cosmostest.NewServer(cosmostest.Options{Key: "not base64!"}); err == nil {
 		t.Fatal("NewServer accepted a key that is not base64")
+	}
+}
+
+// A client that trusts the PEM of CertificatePEM alone reaches the
+// account; one that trusts only the system's roots does not.
+func TestCertificatePEM(t *testing.T) {
+	srv, _ := newServer(t)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(srv.CertificatePEM()) {
+		t.Fatalf("CertificatePEM is no PEM certificate: %q", srv.CertificatePEM())
+	}
+	for _, tc := range []struct {
+		name  string
+		roots *x509.CertPool
+		ok    bool
+	}{{"trusting the PEM", pool, true}, {"trusting the system's roots", nil, false}} {
+		cred, err := azcosmos.NewKeyCredential(srv.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.roots}}}
+		c, err := azcosmos.NewClientWithKey(srv.URL(), cred, &azcosmos.ClientOptions{ClientOptions: azcore.ClientOptions{
+			Transport: hc, Retry: policy.RetryOptions{MaxRetries: -1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.CreateDatabase(ctx, azcosmos.DatabaseProperties{ID: "pem"}, nil)
+		// azcosmos reports the failed account read in text, not the
+		// *tls.CertificateVerificationError.
+		if tc.ok && err != nil && status(err) != http.StatusConflict || !tc.ok && (err == nil || !strings.Contains(err.Error(), "certificate")) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
+	"github.com/idemgo/idem/store/cosmos"
 	"github.com/idemgo/idem/store/memory"
 	mongoidem "github.com/idemgo/idem/store/mongo"
 	"github.com/idemgo/idem/store/mysql"
@@ -42,7 +43,15 @@ type demoStore struct {
 // it. It migrates the schema: the demo owns a fresh store, and a user-named
 // one gets its tables created the same way idem migrate would.
 func openStore(ctx context.Context, raw, runID string) (*demoStore, error) {
-	s := &demoStore{named: raw != ""}
+	s := &demoStore{named: raw != "" && raw != InProcessCosmos}
+	if raw == InProcessCosmos {
+		d, stop, err := inProcessCosmos()
+		if err != nil {
+			return nil, err
+		}
+		s.undo = append(s.undo, stop)
+		raw, s.label = d, "in-process Azure Cosmos DB (cosmostest)"
+	}
 	if raw == "" {
 		if slices.Contains(dsn.Schemes(), "sqlite") {
 			dir, err := os.MkdirTemp("", "idem-demo-store-")
@@ -129,6 +138,8 @@ func (s *demoStore) removeRecords(ctx context.Context, scope string) (int64, err
 		return res.DeletedCount, nil
 	case *memory.Store:
 		return 0, nil // gone with the process
+	case *cosmos.Store:
+		return removeCosmosRecords(ctx, st, scope)
 	}
 	return 0, fmt.Errorf("the demo cannot remove records from a %s store", s.h.Scheme)
 }

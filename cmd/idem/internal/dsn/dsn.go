@@ -7,6 +7,7 @@
 //	mysql://USER@HOST:PORT/DB[?table=T&...]  MariaDB / MySQL (also mariadb://)
 //	redis://HOST:PORT[/DB][?prefix=P&...]    Redis (also rediss://)
 //	mongodb://HOST:PORT/[DB][?collection=C&...]  MongoDB API (also mongodb+srv://)
+//	cosmos://HOST[:PORT][?key=K&database=D&container=C&ca=FILE]  Azure Cosmos DB for NoSQL
 //
 // Forms is the whole reference, as --help prints it.
 //
@@ -25,9 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -75,6 +78,8 @@ type Handle struct {
 	PG *pgxpool.Pool
 	// Redis is the client of the redis store; nil otherwise.
 	Redis goredis.UniversalClient
+	// Cosmos is the client of the cosmos store's account; nil otherwise.
+	Cosmos *azcosmos.Client
 	// Migrate creates or upgrades the schema; nil when the store has none.
 	Migrate func(ctx context.Context) error
 	// Ping checks that the server answers and takes the DSN's credentials,
@@ -94,6 +99,10 @@ type Handle struct {
 	tableGiven bool                                        // the DSN names its table (?table=)
 	ping       func(ctx context.Context) error             // the driver's ping; nil: no server
 	tables     func(ctx context.Context) ([]string, error) // idem records tables in the database
+	// schema checks the schema where a read of a missing key cannot tell
+	// a missing table from a missing record (Cosmos DB answers 404 to both);
+	// nil: Probe reads a key.
+	schema func(ctx context.Context) error
 }
 
 // opener opens one scheme.
@@ -105,7 +114,7 @@ var openers = map[string]opener{}
 var aliases = map[string]string{"postgresql": "postgres", "rediss": "redis", "mariadb": "mysql"}
 
 // planned are schemes idem knows of whose store package is not in this build.
-var planned = []string{"sqlite", "postgres", "mysql", "redis"}
+var planned = []string{"sqlite", "postgres", "mysql", "redis", "cosmos"}
 
 func register(scheme string, o opener) { openers[scheme] = o }
 
@@ -174,20 +183,27 @@ func schemeList() string {
 	return strings.Join(s, ", ")
 }
 
-// Redact hides the password of a URL-shaped DSN (or broker URL).
+// Redact hides the password of a URL-shaped DSN (or broker URL), and the
+// value of a key= parameter (a cosmos:// DSN's account key).
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return redactText(raw)
+		return redactKey(redactText(raw))
 	}
 	if u.User == nil {
-		return raw
+		return redactKey(raw)
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
-	return u.String()
+	return redactKey(u.String())
 }
+
+// keyParam is a key= parameter and its value.
+var keyParam = regexp.MustCompile(`([?&]key=)[^&#]*`)
+
+// redactKey hides the value of every key= parameter of raw.
+func redactKey(raw string) string { return keyParam.ReplaceAllString(raw, "${1}xxxxx") }
 
 // redactText hides the password of a DSN that url.Parse rejects (a bad
 // port, a stray character), which error messages quote: everything from

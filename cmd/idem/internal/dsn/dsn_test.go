@@ -23,7 +23,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"", ErrBadDSN, "IDEM_STORE"},
 		{"idem.db", ErrBadDSN, "has no scheme"},
-		{"cassandra://localhost", ErrUnknownScheme, "available: memory://"},
+		{"cassandra://localhost", ErrUnknownScheme, "available: cosmos://, memory://"},
 		{"mongodb://127.0.0.1:27017/app?ttl=sometimes", ErrBadDSN, "ttl"},
 		{"mongodb://127.0.0.1:27017/app?collection=a$b", ErrBadDSN, "a$b"},
 		{"mongodb://127.0.0.1:27017/bad.db", ErrBadDSN, "bad.db"},
@@ -35,6 +35,13 @@ func TestOpenErrors(t *testing.T) {
 		{"mysql://root@127.0.0.1:3306/test?table=no-dashes", ErrBadDSN, "no-dashes"},
 		{"postgres://u:secret@127.0.0.1:1/db?partitions=many", ErrBadDSN, "partitions"},
 		{"redis://127.0.0.1:6379/0?prefix={bad}", ErrBadDSN, "prefix"},
+		{"cosmos://", ErrBadDSN, "name the account's host"},
+		{"cosmos://127.0.0.1:8081/db", ErrBadDSN, "host and parameters only"},
+		{"cosmos://u:secret@127.0.0.1:8081", ErrBadDSN, "host and parameters only"},
+		{"cosmos://127.0.0.1:8081?db=x", ErrBadDSN, `unknown parameter "db"`},
+		{"cosmos://127.0.0.1:8081?key=not-base64!", ErrBadDSN, "not a base64 account key"},
+		{"cosmos://127.0.0.1:8081?container=a/b", ErrBadDSN, "a/b"},
+		{"cosmos://127.0.0.1:8081?ca=/nonexistent/ca.pem", ErrBadDSN, "ca"},
 	} {
 		t.Run(tc.dsn, func(t *testing.T) {
 			h, err := Open(ctx, tc.dsn)
@@ -54,7 +61,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestSchemes(t *testing.T) {
 	got := strings.Join(Schemes(), " ")
-	if got != "memory mongodb mysql postgres redis sqlite" {
+	if got != "cosmos memory mongodb mysql postgres redis sqlite" {
 		t.Fatalf("Schemes() = %q", got)
 	}
 	h, err := Open(context.Background(), "postgresql://u@127.0.0.1:1/db")
@@ -68,8 +75,16 @@ func TestSchemes(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
-	if got := Redact("postgres://app:hunter2@db/app"); strings.Contains(got, "hunter2") || !strings.Contains(got, "app:xxxxx@") {
-		t.Fatalf("redact = %q", got)
+	for in, want := range map[string]string{
+		"postgres://app:hunter2@db/app":                     "postgres://app:xxxxx@db/app",
+		"cosmos://h:8081?key=c2VjcmV0&container=c":          "cosmos://h:8081?key=xxxxx&container=c",
+		"cosmos://h:8081?container=c&key=c2VjcmV0%3D%3D":    "cosmos://h:8081?container=c&key=xxxxx",
+		"cosmos://h:bad?key=c2VjcmV0":                       "cosmos://h:bad?key=xxxxx",
+		"postgres://h/db?sslkey=/etc/k.pem&monkey=business": "postgres://h/db?sslkey=/etc/k.pem&monkey=business",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

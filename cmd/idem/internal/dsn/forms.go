@@ -22,6 +22,10 @@ const Forms = `Store DSNs (--store DSN, or the IDEM_STORE environment variable):
       MongoDB API: MongoDB, Cosmos DB for MongoDB, FerretDB (also mongodb+srv://);
       database idem when left out; other parameters go to the driver:
       replicaSet, authSource, tls, ...
+  cosmos://HOST[:PORT][?key=K][&database=D][&container=C][&ca=FILE]
+      Azure Cosmos DB for NoSQL at the account endpoint https://HOST:PORT/
+      (port 443 when left out): cosmos://ACCOUNT.documents.azure.com?key=K;
+      the emulator: cosmos://127.0.0.1:8081?ca=emulator.pem (its key is the default)
 
 Parameters idem reads:
   table=T       the records table of an SQL store (default idem_records);
@@ -35,6 +39,12 @@ Parameters idem reads:
   collection=C  the records collection of a MongoDB store (default idem_records)
   ttl=none      MongoDB: migrate creates no TTL index (ttl=required: fail
                 where the server has none; default: create it where it can)
+  key=K         Cosmos DB: the account key (base64: write + / = as %2B %2F %3D);
+                default $IDEM_COSMOS_KEY, else the emulator's well-known key
+  database=D    Cosmos DB: the records' database (default idem)
+  container=C   Cosmos DB: the records' container (default idem_records)
+  ca=FILE       Cosmos DB: PEM certificates to trust beside the system's (the
+                emulator's self-signed one, from its /_explorer/emulator.pem)
 
 Every command on one store needs the same table or prefix as the program
 that writes it: stats on a DSN without ?table= reads idem_records.
@@ -44,4 +54,5 @@ DSN examples:
   postgres://app:secret@db.internal:5432/app?sslmode=require&table=billing_inbox
   mysql://root@127.0.0.1:3306/test?table=idem_records
   redis://127.0.0.1:6379/0?prefix=billing
-  mongodb://127.0.0.1:27017/shop?collection=idem_records`
+  mongodb://127.0.0.1:27017/shop?collection=idem_records
+  cosmos://shop.documents.azure.com?container=billing_records (the key in $IDEM_COSMOS_KEY)`

@@ -20,7 +20,7 @@ import (
 var fuzzSchemes = map[string]bool{"memory": true, "postgres": true, "postgresql": true, "mysql": true, "mariadb": true,
 	"redis": true, "rediss": true}
 
-// secret is the password a DSN spells out, when it is one a test can look
+// secret is the password (or key= parameter) a DSN spells out, when it is one a test can look
 // for in the output: url.Parse's view, or for a DSN url.Parse rejects the
 // text between "user:" and the last '@'; at least 6 bytes long and found
 // once in raw.
@@ -29,6 +29,9 @@ func secret(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User != nil {
 			p, _ = u.User.Password()
+		}
+		if k := u.Query().Get("key"); p == "" && k != "" {
+			p = k // a cosmos:// DSN's account key
 		}
 	} else if i := strings.Index(raw, "://"); i >= 0 {
 		rest := raw[i+3:]
@@ -87,7 +90,8 @@ func FuzzOpen(f *testing.F) {
 
 func FuzzRedact(f *testing.F) {
 	for _, s := range []string{"postgres://u:hunter22@h/db", "postgres://u:hunter22@h:port/db", "redis://:hunter22@h",
-		"u:hunter22@tcp(h:3306)/db", "amqp://guest:guest@127.0.0.1:5672/", "x://a:b@c@d"} {
+		"u:hunter22@tcp(h:3306)/db", "amqp://guest:guest@127.0.0.1:5672/", "x://a:b@c@d",
+		"cosmos://h:8081?key=c2VjcmV0LWtleQ==&container=c", "cosmos://h?container=c&key=hunter22#frag"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {

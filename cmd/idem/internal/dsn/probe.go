@@ -2,12 +2,15 @@ package dsn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -61,6 +64,16 @@ func (h *Handle) pingServer(ctx context.Context) error {
 func (h *Handle) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	if h.schema != nil {
+		err := h.schema(pctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, idem.ErrSchemaMissing):
+			return h.noSchema(pctx, err)
+		}
+		return h.classify(ctx, err)
+	}
 	_, err := h.Store.Get(pctx, probeKey)
 	if err == nil || errors.Is(err, idem.ErrNotFound) {
 		return nil
@@ -89,8 +102,12 @@ func (h *Handle) noSchema(ctx context.Context, cause error) error {
 	if len(others) > 0 {
 		beside = fmt.Sprintf("; the database keeps idem's records in %s: to read those, name that table", strings.Join(others, ", "))
 	}
-	return fmt.Errorf("%w: %s has no table %s yet; create it with: idem migrate --store '%s'%s%s [%v]",
-		ErrNoSchema, h.Redacted, h.table, h.Redacted, h.PasswordNote(), beside, cause)
+	kind := "table"
+	if h.Scheme == "cosmos" {
+		kind = "container"
+	}
+	return fmt.Errorf("%w: %s has no %s %s yet; create it with: idem migrate --store '%s'%s%s [%v]",
+		ErrNoSchema, h.Redacted, kind, h.table, h.Redacted, h.PasswordNote(), beside, cause)
 }
 
 // Table is the records table (the collection, on MongoDB) the handle reads
@@ -123,6 +140,9 @@ func (h *Handle) OtherTables(ctx context.Context) ([]string, error) {
 // put the password back: "" when the DSN had none.
 func (h *Handle) PasswordNote() string {
 	if h.Redacted != h.raw {
+		if h.Scheme == "cosmos" {
+			return " (with the key in place of xxxxx)"
+		}
 		return " (with the password in place of xxxxx)"
 	}
 	return ""
@@ -159,7 +179,19 @@ func (h *Handle) classify(ctx context.Context, err error) error {
 	if errors.As(err, &myErr) {
 		myCode = myErr.Number
 	}
+	var certErr *tls.CertificateVerificationError
+	httpCode := statusCode(err)
 	switch {
+	case httpCode == http.StatusUnauthorized || httpCode == http.StatusForbidden || h.Scheme == "cosmos" && has("response 401", "response 403"):
+		// azcosmos reports a refused account read in text only.
+		return fmt.Errorf("%w: %s at %s: %v (check the account key: ?key= in the DSN, or $%s)", ErrAuth, name, h.Redacted, err, CosmosKeyEnv)
+	case errors.As(err, &certErr) || has("tls: failed to verify certificate", "x509: certificate signed by unknown authority"):
+		hint := "trust the certificate's issuer on this host"
+		if h.Scheme == "cosmos" {
+			hint = "for the emulator, pass its certificate as ?ca=FILE"
+		}
+		return fmt.Errorf("%w: %s at %s does not present a certificate this host trusts: %v (%s)",
+			ErrUnreachable, name, h.Redacted, err, hint)
 	case pgCode == "28P01" || pgCode == "28000" || myCode == 1045 || myCode == 1044 || myCode == 1698 ||
 		has("password authentication failed", "no pg_hba.conf entry", "access denied for user", "sqlstate 28p01", "error 1045",
 			"wrongpass", "noauth", "invalid password", "invalid username-password", "authentication required"):
@@ -181,4 +213,14 @@ func (h *Handle) classify(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: no %s server answers at %s: %v (%s)", ErrUnreachable, name, h.Redacted, err, hint)
 	}
 	return fmt.Errorf("%s at %s: %w", name, h.Redacted, err)
+}
+
+// statusCode is the HTTP status of an Azure SDK call the server answered
+// with an error, 0 otherwise.
+func statusCode(err error) int {
+	var re *azcore.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode
+	}
+	return 0
 }
