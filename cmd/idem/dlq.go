@@ -30,7 +30,7 @@ func (b *brokerFlags) add(c *cobra.Command, required bool) {
 		help = "broker URL (default $IDEM_BROKER): also check its redelivery horizon; forms below"
 	}
 	c.Flags().StringVar(&b.url, "broker", "", help)
-	c.Long += "\n\n" + dlq.Forms
+	c.Long += "\n\n" + brokerForms()
 }
 
 // open opens the broker's dead letters; nil, nil when none is named and
@@ -46,7 +46,7 @@ func (b *brokerFlags) open(ctx context.Context, required bool) (dlq.Queue, error
 		}
 		return nil, usagef("no broker given: pass --broker URL or set IDEM_BROKER (nats://, amqp://, kafka:// or a Service Bus connection string)")
 	}
-	q, err := dlq.Open(ctx, raw)
+	q, err := openQueue(ctx, raw)
 	if errors.Is(err, dlq.ErrBadURL) {
 		return nil, usageError{err}
 	}
@@ -69,6 +69,7 @@ duplicate).`,
   idem dlq replay --reason max_deliver --broker 'amqp://guest:guest@localhost:5672/?dlq=orders.dlq'
   idem dlq replay 0/17 0/18 --yes --as alice --broker 'kafka://localhost:9092?dlq=orders.dlq'`,
 	}
+	c.Long += "\n\n" + brokerForms()
 	c.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQReplayCmd())
 	return c
 }

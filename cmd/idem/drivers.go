@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/idemgo/idem/cmd/idem/internal/dlq"
+)
+
+// driver is one broker idem's tools run on: a row of drivers. Every tool
+// that takes --broker finds the broker here, by the URL's scheme (or the
+// short name of a server the tool runs itself), so a new broker is one row
+// plus, for each tool, that tool's file for it (internal/dlq/<broker>.go
+// for dead letters, replay and the doctor's horizon; internal/demo and
+// internal/chaos for the demo and the chaos harness).
+type driver struct {
+	name    string   // for people: "Redis Streams"
+	kind    string   // the short name --broker takes for a server the tool runs itself: "redisstream"
+	schemes []string // URL schemes that name it (connStringScheme for a Service Bus connection string)
+	form    string   // its --broker URL form, for --help
+	about   string   // what the form names, for --help
+	// dlq opens its dead letters: idem dlq list|show|replay, idem console
+	// --broker, and idem doctor --broker (a queue that is a
+	// dlq.Horizoner reads the settings that bound redelivery).
+	dlq dlq.Opener
+}
+
+// connStringScheme stands for a Service Bus connection string
+// (Endpoint=sb://...), which has no URL scheme.
+const connStringScheme = "endpoint"
+
+// drivers is the table of brokers, in the order --help lists them.
+var drivers = []driver{
+	{name: "NATS JetStream", kind: "nats", schemes: []string{"nats", "tls"}, dlq: dlq.OpenNATS,
+		form:  "nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]",
+		about: "the stream that holds the consumers' DeadLetterSubject; stream and\nconsumer name the consumed stream and durable (idem doctor)"},
+	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP,
+		form:  "amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)",
+		about: "the dead-letter queue the consumers' exchange routes to"},
+	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka,
+		form:  "kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]",
+		about: "the consumers' DeadLetterTopic; topic is the consumed one"},
+	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus,
+		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
+		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
+}
+
+// schemeOf is the scheme that picks raw's driver: the URL's, in lower
+// case, or connStringScheme for a Service Bus connection string.
+func schemeOf(raw string) (scheme string, u *url.URL, err error) {
+	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
+		return connStringScheme, nil, nil
+	}
+	u, err = url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "", nil, fmt.Errorf("%w: %q: want %s", dlq.ErrBadURL, dlq.Redact(raw), brokerSchemes())
+	}
+	return strings.ToLower(u.Scheme), u, nil
+}
+
+// driverOf is the driver of a broker URL.
+func driverOf(raw string) (*driver, *url.URL, error) {
+	scheme, u, err := schemeOf(strings.TrimSpace(raw))
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range drivers {
+		for _, s := range drivers[i].schemes {
+			if s == scheme {
+				return &drivers[i], u, nil
+			}
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: scheme %q: want %s", dlq.ErrBadURL, u.Scheme, brokerSchemes())
+}
+
+// openQueue opens the dead letters a broker URL names.
+func openQueue(ctx context.Context, raw string) (dlq.Queue, error) {
+	raw = strings.TrimSpace(raw)
+	d, u, err := driverOf(raw)
+	if err != nil {
+		return nil, err
+	}
+	return d.dlq(ctx, u, raw)
+}
+
+// brokerSchemes lists the URL forms the table takes, for an error.
+func brokerSchemes() string {
+	var s []string
+	for _, d := range drivers {
+		for _, sc := range d.schemes {
+			if sc != connStringScheme {
+				s = append(s, sc+"://")
+			}
+		}
+	}
+	return strings.Join(s, ", ") + " or a Service Bus connection string (Endpoint=sb://...;EntityPath=...)"
+}
+
+// brokerForms is the reference of broker URLs, as --help prints it.
+func brokerForms() string {
+	var b strings.Builder
+	b.WriteString("Broker URLs (--broker or IDEM_BROKER):")
+	for _, d := range drivers {
+		fmt.Fprintf(&b, "\n  %s\n      %s: %s", d.form, d.name, strings.ReplaceAll(d.about, "\n", "\n      "))
+	}
+	return b.String()
+}
