@@ -45,6 +45,27 @@ var drivers = []driver{
 	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus,
 		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
+	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams,
+		form:  "redis://[USER:PASS@]HOST:PORT[/DB]?dlq=STREAM[&stream=S&group=G]   (also rediss://)",
+		about: "the consumers' DeadLetterStream; stream and group name the consumed\nstream and its consumer group (idem doctor)"},
+	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT,
+		form: "mqtt://[USER:PASS@]HOST:PORT?dlq=TOPIC[&client=ID][&wait=1s]   (also mqtts://)",
+		about: "the consumers' DeadLetterTopic, read through a persistent session of\n" +
+			"its own, ID (default idem-dlq): MQTT keeps a message only for sessions\n" +
+			"subscribed when it is published, so the first call subscribes it, says\n" +
+			"so and lists nothing; run it once before the consumers dead-letter.\n" +
+			"Replay acks in order: a dead letter behind one not replayed stays"},
+	{name: "Amazon SQS", kind: "sqs", schemes: []string{"sqs"}, dlq: dlq.OpenSQS,
+		form: "sqs://[HOST[:PORT]]?dlq=QUEUE[&queue=Q][&region=R]",
+		about: "QUEUE is the consumers' DeadLetterQueueURL (a name or a URL), Q the\n" +
+			"consumed queue (idem doctor); HOST the endpoint (plain HTTP on a\n" +
+			"loopback address), AWS's for the region without one; credentials from\n" +
+			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN"},
+	{name: "Google Cloud Pub/Sub", kind: "pubsub", schemes: []string{"pubsub"}, dlq: dlq.OpenPubSub,
+		form: "pubsub://PROJECT?dlq=SUBSCRIPTION[&subscription=S][&topic=T]",
+		about: "a subscription of the dead-letter topic; S the consumed subscription\n" +
+			"(idem doctor, and where a dead letter goes back), T that topic;\n" +
+			"Application Default Credentials, or the emulator at PUBSUB_EMULATOR_HOST"},
 }
 
 // schemeOf is the scheme that picks raw's driver: the URL's, in lower

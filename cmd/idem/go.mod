@@ -3,7 +3,10 @@ module github.com/idemgo/idem/cmd/idem
 go 1.26.0
 
 require (
+	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/go-sql-driver/mysql v1.10.1
@@ -12,8 +15,10 @@ require (
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/mqtt v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0
+	github.com/idemgo/idem/broker/pubsub v0.1.0
 	github.com/idemgo/idem/broker/redisstream v0.1.0
 	github.com/idemgo/idem/broker/servicebus v0.1.0
+	github.com/idemgo/idem/broker/sqs v0.1.0
 	github.com/idemgo/idem/console v0.1.0
 	github.com/idemgo/idem/idemprom v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
