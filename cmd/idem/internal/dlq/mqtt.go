@@ -76,7 +76,9 @@ func OpenMQTT(_ context.Context, u *url.URL, _ string) (Queue, error) {
 		q.password, _ = u.User.Password()
 	}
 	server := *u
-	server.RawQuery, server.User = "", nil
+	server.RawQuery = ""
+	q.name = server.Redacted()
+	server.User = nil
 	q.server = &server
 	return q, nil
 }
