@@ -35,7 +35,9 @@ func newRedisDLQ(t *testing.T) *redisDLQ {
 	return b
 }
 
-func (b *redisDLQ) url() string         { return "redis://" + b.addr + "?dlq=" + url.QueryEscape(b.stream+".dlq") }
+func (b *redisDLQ) url() string {
+	return "redis://" + b.addr + "?dlq=" + url.QueryEscape(b.stream+".dlq")
+}
 func (b *redisDLQ) keepsReplayed() bool { return false }
 
 // publish adds an entry as a producer does: the key in Idem-Id, the body
