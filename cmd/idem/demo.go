@@ -137,17 +137,11 @@ func checkDemoFlags(c *cobra.Command, cfg *demo.Config) error {
 	if cfg.Consumers < 1 {
 		return usagef("--consumers must be at least 1")
 	}
-	switch {
-	case cfg.Broker == "", cfg.Broker == demo.BrokerServiceBus,
-		strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"),
-		strings.HasPrefix(cfg.Broker, "amqp://"), strings.HasPrefix(cfg.Broker, "amqps://"):
-	case strings.HasPrefix(cfg.Broker, "kafka://"):
-		return usagef("--broker kafka://: not supported by the demo yet; use nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, servicebus or leave it out for the embedded broker")
-	case strings.HasPrefix(cfg.Broker, "sb://"), strings.HasPrefix(strings.ToLower(cfg.Broker), "endpoint="):
-		return usagef("--broker: the demo runs Service Bus in-process only (--broker servicebus); a namespace of yours is not supported yet")
-	default:
-		return usagef("--broker %q: want nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/ or servicebus (or nothing, for the embedded broker)", cfg.Broker)
+	on, url, err := demoBroker(cfg.Broker)
+	if err != nil {
+		return err
 	}
+	cfg.On, cfg.Broker = on, url
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/idemgo/idem/cmd/idem/internal/demo"
 	"github.com/idemgo/idem/cmd/idem/internal/dlq"
 )
 
@@ -25,6 +26,10 @@ type driver struct {
 	// --broker, and idem doctor --broker (a queue that is a
 	// dlq.Horizoner reads the settings that bound redelivery).
 	dlq dlq.Opener
+	// demo runs idem demo on it (nil: the demo has no transport for it
+	// yet): on a server the demo runs itself (--broker KIND) or on the
+	// user's (--broker URL), as demo.Broker says it can.
+	demo *demo.Broker
 }
 
 // connStringScheme stands for a Service Bus connection string
@@ -33,16 +38,16 @@ const connStringScheme = "endpoint"
 
 // drivers is the table of brokers, in the order --help lists them.
 var drivers = []driver{
-	{name: "NATS JetStream", kind: "nats", schemes: []string{"nats", "tls"}, dlq: dlq.OpenNATS,
+	{name: "NATS JetStream", kind: "nats", schemes: []string{"nats", "tls"}, dlq: dlq.OpenNATS, demo: demo.NATS,
 		form:  "nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]",
 		about: "the stream that holds the consumers' DeadLetterSubject; stream and\nconsumer name the consumed stream and durable (idem doctor)"},
-	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP,
+	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP, demo: demo.AMQP,
 		form:  "amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)",
 		about: "the dead-letter queue the consumers' exchange routes to"},
 	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka,
 		form:  "kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]",
 		about: "the consumers' DeadLetterTopic; topic is the consumed one"},
-	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus,
+	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus,
 		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
 	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams,
@@ -55,7 +60,7 @@ var drivers = []driver{
 			"subscribed when it is published, so the first call subscribes it, says\n" +
 			"so and lists nothing; run it once before the consumers dead-letter.\n" +
 			"Replay acks in order: a dead letter behind one not replayed stays"},
-	{name: "Amazon SQS", kind: "sqs", schemes: []string{"sqs"}, dlq: dlq.OpenSQS,
+	{name: "Amazon SQS", kind: "sqs", schemes: []string{"sqs"}, dlq: dlq.OpenSQS, demo: demo.SQS,
 		form: "sqs://[HOST[:PORT]]?dlq=QUEUE[&queue=Q][&region=R]",
 		about: "QUEUE is the consumers' DeadLetterQueueURL (a name or a URL), Q the\n" +
 			"consumed queue (idem doctor); HOST the endpoint (plain HTTP on a\n" +
@@ -128,4 +133,53 @@ func brokerForms() string {
 		fmt.Fprintf(&b, "\n  %s\n      %s: %s", d.form, d.name, strings.ReplaceAll(d.about, "\n", "\n      "))
 	}
 	return b.String()
+}
+
+// driverByKind is the driver whose short name is kind, or nil.
+func driverByKind(kind string) *driver {
+	for i := range drivers {
+		if drivers[i].kind == kind {
+			return &drivers[i]
+		}
+	}
+	return nil
+}
+
+// demoBroker reads idem demo's --broker: nothing (the embedded NATS), a
+// driver's short name (a server the demo runs itself) or a URL (the
+// user's server).
+func demoBroker(arg string) (on *demo.Broker, url string, err error) {
+	var names, urls []string
+	for _, d := range drivers {
+		if d.demo != nil && d.demo.InProcess() {
+			names = append(names, d.kind)
+		}
+		if d.demo != nil && d.demo.TakesURL() {
+			urls = append(urls, d.form)
+		}
+	}
+	want := fmt.Sprintf("want %s (a server the demo runs itself), or a URL of yours: %s", strings.Join(names, ", "), strings.Join(urls, ", "))
+	if arg == "" {
+		return demo.NATS, "", nil
+	}
+	if d := driverByKind(arg); d != nil {
+		switch {
+		case d.demo == nil:
+			return nil, "", usagef("--broker %s: the demo does not run on %s yet; %s", arg, d.name, want)
+		case !d.demo.InProcess():
+			return nil, "", usagef("--broker %s: the demo runs %s on your server only: give its URL (%s)", arg, d.name, d.form)
+		}
+		return d.demo, "", nil
+	}
+	d, _, err := driverOf(arg)
+	if err != nil {
+		return nil, "", usagef("--broker %q: %s", dlq.Redact(arg), want)
+	}
+	switch {
+	case d.demo == nil:
+		return nil, "", usagef("--broker %s: the demo does not run on %s yet; %s", dlq.Redact(arg), d.name, want)
+	case !d.demo.TakesURL():
+		return nil, "", usagef("--broker: the demo runs %s in-process only (--broker %s); a server of yours is not supported yet", d.name, d.kind)
+	}
+	return d.demo, arg, nil
 }
