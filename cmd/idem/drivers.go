@@ -66,7 +66,7 @@ var drivers = []driver{
 			"consumed queue (idem doctor); HOST the endpoint (plain HTTP on a\n" +
 			"loopback address), AWS's for the region without one; credentials from\n" +
 			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN"},
-	{name: "Google Cloud Pub/Sub", kind: "pubsub", schemes: []string{"pubsub"}, dlq: dlq.OpenPubSub,
+	{name: "Google Cloud Pub/Sub", kind: "pubsub", schemes: []string{"pubsub"}, dlq: dlq.OpenPubSub, demo: demo.PubSub,
 		form: "pubsub://PROJECT?dlq=SUBSCRIPTION[&subscription=S][&topic=T]",
 		about: "a subscription of the dead-letter topic; S the consumed subscription\n" +
 			"(idem doctor, and where a dead letter goes back), T that topic;\n" +

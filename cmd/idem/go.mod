@@ -41,6 +41,8 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.mongodb.org/mongo-driver/v2 v2.10.0
+	google.golang.org/api v0.304.0
+	google.golang.org/grpc v1.84.0
 	modernc.org/sqlite v1.62.0
 )
 
