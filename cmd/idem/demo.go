@@ -49,12 +49,24 @@ consumer's client, and its locked message comes back when the lock runs out.
 With --producer outbox the orders go through a transactional outbox instead
 (outbox/sqlite in a temporary directory, one transaction per send, a
 producer retry kept once by it) and its relay publishes them with
-outbox/servicebus.`,
+outbox/servicebus.
+
+--broker sqs runs it on an in-process Amazon SQS (broker/sqs/sqstest, the
+real aws-sdk-go-v2 client): a standard queue per consumer group with a
+visibility timeout of a second, the producer on sqsidem.Send; a crashed
+consumer's messages come back when their visibility timeout ends.
+--broker pubsub runs it on an in-process Google Cloud Pub/Sub (pstest, the
+real client over gRPC): a subscription per consumer group, consumers
+pulling with an ack deadline of a second, the producer on
+pubsubidem.Publish. The brokers come from the table idem dlq uses (idem
+dlq --help); Kafka, Redis Streams and MQTT have no demo transport yet.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
   idem demo --broker servicebus --json
   idem demo --broker servicebus --producer outbox
+  idem demo --broker sqs --messages 500
+  idem demo --broker pubsub --json
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -106,7 +118,7 @@ outbox/servicebus.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
-	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, or servicebus for an in-process Azure Service Bus")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")

@@ -155,7 +155,7 @@ func demoBroker(arg string) (on *demo.Broker, url string, err error) {
 			names = append(names, d.kind)
 		}
 		if d.demo != nil && d.demo.TakesURL() {
-			urls = append(urls, d.form)
+			urls = append(urls, d.schemes[0]+"://...")
 		}
 	}
 	want := fmt.Sprintf("want %s (a server the demo runs itself), or a URL of yours: %s", strings.Join(names, ", "), strings.Join(urls, ", "))
@@ -165,7 +165,7 @@ func demoBroker(arg string) (on *demo.Broker, url string, err error) {
 	if d := driverByKind(arg); d != nil {
 		switch {
 		case d.demo == nil:
-			return nil, "", usagef("--broker %s: the demo does not run on %s yet; %s", arg, d.name, want)
+			return nil, "", usagef("--broker %s: not supported by the demo yet (it has no %s transport); %s", arg, d.name, want)
 		case !d.demo.InProcess():
 			return nil, "", usagef("--broker %s: the demo runs %s on your server only: give its URL (%s)", arg, d.name, d.form)
 		}
@@ -177,7 +177,7 @@ func demoBroker(arg string) (on *demo.Broker, url string, err error) {
 	}
 	switch {
 	case d.demo == nil:
-		return nil, "", usagef("--broker %s: the demo does not run on %s yet; %s", dlq.Redact(arg), d.name, want)
+		return nil, "", usagef("--broker %s: not supported by the demo yet (it has no %s transport); %s", dlq.Redact(arg), d.name, want)
 	case !d.demo.TakesURL():
 		return nil, "", usagef("--broker: the demo runs %s in-process only (--broker %s); a server of yours is not supported yet", d.name, d.kind)
 	}
