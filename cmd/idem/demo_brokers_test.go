@@ -3,23 +3,30 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemgo/idem/internal/testenv"
 )
 
-// TestDemoBrokers runs idem demo on each broker the demo runs in process
-// beside the embedded NATS (Service Bus has tests of its own), under
-// heavy chaos: every order charged once, the naive consumer over-charging,
-// crashes and restarts on the record.
+// TestDemoBrokers runs idem demo on each broker of the table the demo
+// runs on beside NATS, RabbitMQ and Service Bus (tested on their own):
+// SQS and Pub/Sub in process, Redis Streams on the test Redis; under heavy
+// chaos every order is charged once, the naive consumer over-charges,
+// crashes and restarts are on the record.
 func TestDemoBrokers(t *testing.T) {
-	for _, kind := range []string{"sqs", "pubsub"} {
+	for _, kind := range []string{"sqs", "pubsub", "redisstream"} {
 		t.Run(kind, func(t *testing.T) {
-			code, out, stderr := runCmd(t, "demo", "--broker", kind, "--json", "--messages", "150", "--consumers", "3",
-				"--crash-rate", "0.2", "--dup-rate", "0.5", "--seed", "9")
+			t.Parallel() // each on a broker of its own, or streams of its run on the test Redis
+			if kind == "redisstream" {
+				kind = "redis://" + testenv.Redis.Need(t)
+			}
+			code, out, stderr := runCmd(t, "demo", "--broker", kind, "--json", "--messages", "100", "--consumers", "3",
+				"--crash-rate", "0.1", "--dup-rate", "0.5", "--seed", "9")
 			if code != exitOK {
 				t.Fatalf("idem demo --broker %s: exit %d\n%s%s", kind, code, out, stderr)
 			}
 			rep := decode(t, out)
 			num := func(k string) int { v, _ := rep[k].(float64); return int(v) }
-			if rep["invariant_ok"] != true || num("effects_applied") != 150 || num("naive_overcharged") == 0 ||
+			if rep["invariant_ok"] != true || num("effects_applied") != 100 || num("naive_overcharged") == 0 ||
 				num("crashes") == 0 || num("duplicates_suppressed") == 0 || num("conflicts") == 0 {
 				t.Fatalf("idem demo --broker %s: %v", kind, rep)
 			}
@@ -35,6 +42,8 @@ func TestDemoBrokerRefused(t *testing.T) {
 		{"kafka", "not supported by the demo yet (it has no Kafka transport)"},
 		{"kafka://127.0.0.1:9092", "not supported by the demo yet (it has no Kafka transport)"},
 		{"amqp", "on your server only"},
+		{"redisstream", "on your server only"},
+		{"mqtt", "not supported by the demo yet (it has no MQTT transport)"},
 		{"sqs://127.0.0.1:9324?dlq=x", "in-process only (--broker sqs)"},
 		{"Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s", "in-process only"},
 		{"http://x", "sqs"},

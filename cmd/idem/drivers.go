@@ -56,7 +56,7 @@ var drivers = []driver{
 	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus,
 		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
-	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, chaos: "redisstream", chaosURL: true,
+	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: "redisstream", chaosURL: true,
 		form:  "redis://[USER:PASS@]HOST:PORT[/DB]?dlq=STREAM[&stream=S&group=G]   (also rediss://)",
 		about: "the consumers' DeadLetterStream; stream and group name the consumed\nstream and its consumer group (idem doctor)"},
 	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT, chaos: "mqtt", chaosURL: true,
