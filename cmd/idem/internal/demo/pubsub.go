@@ -139,10 +139,7 @@ type psDelivery struct {
 	ctx context.Context
 }
 
-func (d *psDelivery) seq() uint64 {
-	n, _ := strconv.ParseUint(d.m.Message.GetAttributes()[seqHeader], 10, 64)
-	return n
-}
+func (d *psDelivery) seq() uint64  { return seqOf(d.m.Message.GetAttributes()[seqHeader]) }
 func (d *psDelivery) data() []byte { return d.m.Message.GetData() }
 func (d *psDelivery) key() string  { return d.m.Message.GetAttributes()[orderHeader] }
 

@@ -130,10 +130,7 @@ type redisDelivery struct {
 
 func (d *redisDelivery) field(name string) string { v, _ := d.m.Values[name].(string); return v }
 
-func (d *redisDelivery) seq() uint64 {
-	n, _ := strconv.ParseUint(d.field(seqHeader), 10, 64)
-	return n
-}
+func (d *redisDelivery) seq() uint64  { return seqOf(d.field(seqHeader)) }
 func (d *redisDelivery) data() []byte { return []byte(d.field(redisstream.FieldPayload)) }
 func (d *redisDelivery) key() string  { return d.field(orderHeader) }
 

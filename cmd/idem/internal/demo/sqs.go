@@ -125,10 +125,7 @@ func (d *sqsDelivery) attr(name string) string {
 	return aws.ToString(d.m.MessageAttributes[name].StringValue)
 }
 
-func (d *sqsDelivery) seq() uint64 {
-	n, _ := strconv.ParseUint(d.attr(seqHeader), 10, 64)
-	return n
-}
+func (d *sqsDelivery) seq() uint64  { return seqOf(d.attr(seqHeader)) }
 func (d *sqsDelivery) data() []byte { return []byte(aws.ToString(d.m.Body)) }
 func (d *sqsDelivery) key() string  { return d.attr(orderHeader) }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 )
 
@@ -124,4 +125,11 @@ func startTransport(ctx context.Context, cfg Config, runID string) (transport, e
 		return NATS.start(ctx, cfg, runID)
 	}
 	return cfg.On.start(ctx, cfg, runID)
+}
+
+// seqOf reads the producer's sequence number a message carries (seqHeader);
+// 0 when it has none (not one of the demo's).
+func seqOf(v string) uint64 {
+	n, _ := strconv.ParseUint(v, 10, 64)
+	return n
 }
