@@ -101,6 +101,8 @@ type mqttRead struct {
 func (q *mqttQueue) read(ctx context.Context) (*mqttRead, error) {
 	var (
 		mu      sync.Mutex
+		got     []paho.PublishReceived // what arrived, until read returns
+		closed  bool
 		r       = &mqttRead{}
 		arrived = make(chan struct{}, 1)
 		up      = make(chan *paho.Connack, 1)
@@ -129,7 +131,9 @@ func (q *mqttQueue) read(ctx context.Context) (*mqttRead, error) {
 					return false, nil
 				}
 				mu.Lock()
-				r.pubs = append(r.pubs, pr)
+				if !closed { // a late one stays unacked in the session, for the next read
+					got = append(got, pr)
+				}
 				mu.Unlock()
 				select {
 				case arrived <- struct{}{}:
@@ -185,7 +189,7 @@ func (q *mqttQueue) read(ctx context.Context) (*mqttRead, error) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r.pubs = r.pubs[:len(r.pubs):len(r.pubs)]
+	r.pubs, closed = got, true
 	return r, nil
 }
 

@@ -163,20 +163,22 @@ func (q *sqsQueue) each(ctx context.Context, f func(m types.Message, dl DeadLett
 			want = got // fewer than the approximate count: one long poll more
 			continue
 		}
+		more := true
 		for _, m := range out.Messages {
-			if seen[aws.ToString(m.MessageId)] {
-				held = append(held, m) // back from a read made visible meanwhile: not twice
+			if !more || seen[aws.ToString(m.MessageId)] {
+				held = append(held, m) // after the last f wants, or back from a read made visible meanwhile
 				continue
 			}
 			seen[aws.ToString(m.MessageId)] = true
 			got++
-			more, took := f(m, sqsDeadLetter(m))
+			var took bool
+			more, took = f(m, sqsDeadLetter(m))
 			if !took {
 				held = append(held, m)
 			}
-			if !more {
-				return nil
-			}
+		}
+		if !more {
+			return nil
 		}
 	}
 }
