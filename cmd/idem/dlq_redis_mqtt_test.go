@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -160,5 +161,28 @@ func dropMQTTSession(addr, id string) {
 	defer cancel()
 	if cm.AwaitConnection(ctx) == nil {
 		cm.Disconnect(ctx)
+	}
+}
+
+// MQTT acks a session's messages in order: replaying the second dead
+// letter alone is refused, saying why, and leaves both in the session;
+// replaying the first alone then works.
+func TestDLQMQTTReplayInOrder(t *testing.T) {
+	b := newMQTTDLQ(t)
+	startDLQRun(t, b)
+	dls := dlqList(t, b.url())
+	if len(dls) != 2 {
+		t.Fatalf("idem dlq list: %v", dls)
+	}
+	first, second := fmt.Sprint(dls[0]["id"]), fmt.Sprint(dls[1]["id"])
+	code, out, errs := runCmd(t, "dlq", "replay", second, "--yes", "--broker", b.url())
+	if code != exitFailure || !strings.Contains(errs, "acks a session's messages in order") || !strings.Contains(errs, first) {
+		t.Fatalf("idem dlq replay of the second: exit %d, want %d and why\n%s%s", code, exitFailure, out, errs)
+	}
+	if after := dlqList(t, b.url()); len(after) != 2 || fmt.Sprint(after[0]["id"]) != first {
+		t.Fatalf("after a refused replay: %v", after)
+	}
+	if code, out, errs := runCmd(t, "dlq", "replay", first, "--yes", "--broker", b.url()); code != exitOK || !strings.Contains(out, "Replayed 1 of 1") {
+		t.Fatalf("idem dlq replay of the first: exit %d\n%s%s", code, out, errs)
 	}
 }
