@@ -61,10 +61,15 @@ pulling with an ack deadline of a second, the producer on
 pubsubidem.Publish. --broker redis://HOST:PORT runs it on Redis Streams
 on your Redis: a stream of the run read by a consumer group per side, a
 crashed consumer's entries claimed (XAUTOCLAIM) once idle a second, and a
-dead-letter stream, both deleted afterwards. The brokers come from the
-table idem dlq uses (idem dlq --help); Kafka (no per-message redelivery:
-a retried record holds its partition's commits) and MQTT (no redelivery
-but on a session's next connection) have no demo transport yet.`,
+dead-letter stream, both deleted afterwards. --broker mqtt://HOST:PORT runs
+it on your MQTT v5 broker: a topic of the run with a shared subscription
+per side whose members are persistent sessions, one per consumer slot (a
+crashed consumer's unacked messages go to the next consumer that takes its
+slot), retries held in the consumer (MQTT has no nack), and a dead-letter
+topic; the sessions are discarded afterwards. The brokers come from the
+table idem dlq uses (idem dlq --help); Kafka has no demo transport yet (no
+per-message redelivery: a retried record holds back its partition's
+commits).`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
@@ -73,6 +78,7 @@ but on a session's next connection) have no demo transport yet.`,
   idem demo --broker sqs --messages 500
   idem demo --broker pubsub --json
   idem demo --broker redis://127.0.0.1:6379 --store sqlite://demo.db
+  idem demo --broker mqtt://127.0.0.1:1883
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -124,7 +130,7 @@ but on a session's next connection) have no demo transport yet.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+"; every form is listed above")
-	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, redis://HOST:PORT (Redis Streams), sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, or servicebus for an in-process Azure Service Bus")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, redis://HOST:PORT (Redis Streams), mqtt://HOST:PORT, sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")

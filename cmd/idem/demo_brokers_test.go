@@ -9,15 +9,19 @@ import (
 
 // TestDemoBrokers runs idem demo on each broker of the table the demo
 // runs on beside NATS, RabbitMQ and Service Bus (tested on their own):
-// SQS and Pub/Sub in process, Redis Streams on the test Redis; under heavy
+// SQS and Pub/Sub in process, Redis Streams and MQTT on the test servers;
+// under heavy
 // chaos every order is charged once, the naive consumer over-charges,
 // crashes and restarts are on the record.
 func TestDemoBrokers(t *testing.T) {
-	for _, kind := range []string{"sqs", "pubsub", "redisstream"} {
+	for _, kind := range []string{"sqs", "pubsub", "redisstream", "mqtt"} {
 		t.Run(kind, func(t *testing.T) {
-			t.Parallel() // each on a broker of its own, or streams of its run on the test Redis
-			if kind == "redisstream" {
+			t.Parallel() // each on a broker of its own, or on the run's streams and topics on the test servers
+			switch kind {
+			case "redisstream":
 				kind = "redis://" + testenv.Redis.Need(t)
+			case "mqtt":
+				kind = "mqtt://" + testenv.MQTT.Need(t)
 			}
 			code, out, stderr := runCmd(t, "demo", "--broker", kind, "--json", "--messages", "100", "--consumers", "3",
 				"--crash-rate", "0.1", "--dup-rate", "0.5", "--seed", "9")
@@ -43,7 +47,7 @@ func TestDemoBrokerRefused(t *testing.T) {
 		{"kafka://127.0.0.1:9092", "not supported by the demo yet (it has no Kafka transport)"},
 		{"amqp", "on your server only"},
 		{"redisstream", "on your server only"},
-		{"mqtt", "not supported by the demo yet (it has no MQTT transport)"},
+		{"mqtt", "on your server only"},
 		{"sqs://127.0.0.1:9324?dlq=x", "in-process only (--broker sqs)"},
 		{"Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s", "in-process only"},
 		{"http://x", "sqs"},

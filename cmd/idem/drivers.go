@@ -59,7 +59,7 @@ var drivers = []driver{
 	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: "redisstream", chaosURL: true,
 		form:  "redis://[USER:PASS@]HOST:PORT[/DB]?dlq=STREAM[&stream=S&group=G]   (also rediss://)",
 		about: "the consumers' DeadLetterStream; stream and group name the consumed\nstream and its consumer group (idem doctor)"},
-	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT, chaos: "mqtt", chaosURL: true,
+	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT, demo: demo.MQTT, chaos: "mqtt", chaosURL: true,
 		form: "mqtt://[USER:PASS@]HOST:PORT?dlq=TOPIC[&client=ID][&wait=1s]   (also mqtts://)",
 		about: "the consumers' DeadLetterTopic, read through a persistent session of\n" +
 			"its own, ID (default idem-dlq): MQTT keeps a message only for sessions\n" +
