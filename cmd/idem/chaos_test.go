@@ -116,14 +116,14 @@ func TestChaosBrokerTable(t *testing.T) {
 	for _, d := range drivers {
 		var cfg chaos.Config
 		err := chaosBroker(&cfg, d.kind)
-		if d.chaos == "" {
+		if !d.chaos {
 			var ue usageError
 			if !errors.As(err, &ue) {
 				t.Errorf("--broker %s: %v, want a usage error (no chaos transport)", d.kind, err)
 			}
 			continue
 		}
-		if err != nil || cfg.Broker != d.chaos || cfg.BrokerURL != "" {
+		if err != nil || cfg.Broker != d.kind || cfg.BrokerURL != "" {
 			t.Errorf("--broker %s: broker %q, URL %q, %v", d.kind, cfg.Broker, cfg.BrokerURL, err)
 		}
 	}

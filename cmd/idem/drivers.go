@@ -31,11 +31,10 @@ type driver struct {
 	// yet): on a server the demo runs itself (--broker KIND) or on the
 	// user's (--broker URL), as demo.Broker says it can.
 	demo *demo.Broker
-	// chaos is the chaos harness's name of it ("": no chaos transport yet);
-	// chaosURL says the harness runs on the user's server too (--broker
-	// URL), not only on its own (--broker KIND).
-	chaos    string
-	chaosURL bool
+	// chaos says the chaos harness runs on it (chaos.Config.Broker is its
+	// kind; false: no chaos transport yet); chaosURL that it runs on the
+	// user's server too (--broker URL), not only on its own (--broker KIND).
+	chaos, chaosURL bool
 }
 
 // connStringScheme stands for a Service Bus connection string
@@ -44,35 +43,35 @@ const connStringScheme = "endpoint"
 
 // drivers is the table of brokers, in the order --help lists them.
 var drivers = []driver{
-	{name: "NATS JetStream", kind: "nats", schemes: []string{"nats", "tls"}, dlq: dlq.OpenNATS, demo: demo.NATS, chaos: "nats", chaosURL: true,
+	{name: "NATS JetStream", kind: "nats", schemes: []string{"nats", "tls"}, dlq: dlq.OpenNATS, demo: demo.NATS, chaos: true, chaosURL: true,
 		form:  "nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]",
 		about: "the stream that holds the consumers' DeadLetterSubject; stream and\nconsumer name the consumed stream and durable (idem doctor)"},
-	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP, demo: demo.AMQP, chaos: "amqp", chaosURL: true,
+	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP, demo: demo.AMQP, chaos: true, chaosURL: true,
 		form:  "amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)",
 		about: "the dead-letter queue the consumers' exchange routes to"},
-	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka, chaos: "kafka",
+	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka, chaos: true,
 		form:  "kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]",
 		about: "the consumers' DeadLetterTopic; topic is the consumed one"},
 	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus,
 		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
-	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: "redisstream", chaosURL: true,
+	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: true, chaosURL: true,
 		form:  "redis://[USER:PASS@]HOST:PORT[/DB]?dlq=STREAM[&stream=S&group=G]   (also rediss://)",
 		about: "the consumers' DeadLetterStream; stream and group name the consumed\nstream and its consumer group (idem doctor)"},
-	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT, demo: demo.MQTT, chaos: "mqtt", chaosURL: true,
+	{name: "MQTT", kind: "mqtt", schemes: []string{"mqtt", "mqtts"}, dlq: dlq.OpenMQTT, demo: demo.MQTT, chaos: true, chaosURL: true,
 		form: "mqtt://[USER:PASS@]HOST:PORT?dlq=TOPIC[&client=ID][&wait=1s]   (also mqtts://)",
 		about: "the consumers' DeadLetterTopic, read through a persistent session of\n" +
 			"its own, ID (default idem-dlq): MQTT keeps a message only for sessions\n" +
 			"subscribed when it is published, so the first call subscribes it, says\n" +
 			"so and lists nothing; run it once before the consumers dead-letter.\n" +
 			"Replay acks in order: a dead letter behind one not replayed stays"},
-	{name: "Amazon SQS", kind: "sqs", schemes: []string{"sqs"}, dlq: dlq.OpenSQS, demo: demo.SQS, chaos: "sqs",
+	{name: "Amazon SQS", kind: "sqs", schemes: []string{"sqs"}, dlq: dlq.OpenSQS, demo: demo.SQS, chaos: true,
 		form: "sqs://[HOST[:PORT]]?dlq=QUEUE[&queue=Q][&region=R]",
 		about: "QUEUE is the consumers' DeadLetterQueueURL (a name or a URL), Q the\n" +
 			"consumed queue (idem doctor); HOST the endpoint (plain HTTP on a\n" +
 			"loopback address), AWS's for the region without one; credentials from\n" +
 			"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN"},
-	{name: "Google Cloud Pub/Sub", kind: "pubsub", schemes: []string{"pubsub"}, dlq: dlq.OpenPubSub, demo: demo.PubSub, chaos: "pubsub",
+	{name: "Google Cloud Pub/Sub", kind: "pubsub", schemes: []string{"pubsub"}, dlq: dlq.OpenPubSub, demo: demo.PubSub, chaos: true,
 		form: "pubsub://PROJECT?dlq=SUBSCRIPTION[&subscription=S][&topic=T]",
 		about: "a subscription of the dead-letter topic; S the consumed subscription\n" +
 			"(idem doctor, and where a dead letter goes back), T that topic;\n" +
@@ -195,7 +194,7 @@ func demoBroker(arg string) (on *demo.Broker, url string, err error) {
 func chaosBroker(cfg *chaos.Config, arg string) error {
 	var kinds, urls []string
 	for _, d := range drivers {
-		if d.chaos != "" {
+		if d.chaos {
 			kinds = append(kinds, d.kind)
 		}
 		if d.chaosURL {
@@ -210,21 +209,21 @@ func chaosBroker(cfg *chaos.Config, arg string) error {
 			return usagef("--broker %q: Redis Streams is --broker redisstream (or a redis:// URL)", arg)
 		case d == nil:
 			return usagef("--broker %q: want %s", arg, want)
-		case d.chaos == "":
+		case !d.chaos:
 			return usagef("--broker %s: the chaos harness has no %s transport yet; want %s", arg, d.name, want)
 		}
-		cfg.Broker = d.chaos
+		cfg.Broker = d.kind
 		return nil
 	}
 	d, _, err := driverOf(arg)
 	switch {
 	case err != nil:
 		return usagef("--broker %q: want %s", dlq.Redact(arg), want)
-	case d.chaos == "":
+	case !d.chaos:
 		return usagef("--broker %s: the chaos harness has no %s transport yet; want %s", dlq.Redact(arg), d.name, want)
 	case !d.chaosURL:
 		return usagef("--broker %s: %s runs on the harness's own in-process server (kfake, sqstest, pstest): pass --broker %s", dlq.Redact(arg), d.name, d.kind)
 	}
-	cfg.Broker, cfg.BrokerURL = d.chaos, arg
+	cfg.Broker, cfg.BrokerURL = d.kind, arg
 	return nil
 }
