@@ -91,7 +91,7 @@ func newMQTTDLQ(t *testing.T) *mqttDLQ {
 
 func (b *mqttDLQ) topic() string { return "idemdlq/" + b.id + "/orders" }
 func (b *mqttDLQ) url() string {
-	return "mqtt://" + b.addr + "?" + url.Values{"dlq": {"idemdlq/" + b.id + "/dlq"}, "client": {b.id + "-dlq"}, "wait": {"300ms"}}.Encode()
+	return "mqtt://" + b.addr + "?" + url.Values{"dlq": {"idemdlq/" + b.id + "/dlq"}, "client": {b.id + "-dlq"}, "wait": {"500ms"}}.Encode()
 }
 func (b *mqttDLQ) keepsReplayed() bool { return false }
 
