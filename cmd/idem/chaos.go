@@ -68,7 +68,22 @@ The broker is one of:
                     to its directory: a shared subscription of persistent
                     sessions, one per consumer slot (a restarted consumer
                     resumes its predecessor's unacked messages), PUBACK after
-                    the commit, and a dead-letter topic.
+                    the commit, and a dead-letter topic;
+  --broker sqs      Amazon SQS on sqstest, hosted by the harness on a
+                    loopback port and reached over HTTP with the real
+                    aws-sdk-go-v2 client: a standard queue the consumers
+                    share (a killed consumer's messages come back when their
+                    visibility timeout ends), DeleteMessage after the commit,
+                    and a dead-letter queue; in memory, so never restarted;
+  --broker pubsub   Google Cloud Pub/Sub on pstest, hosted by the harness and
+                    reached over gRPC with the real client's streaming pull:
+                    one subscription the consumers share (a killed consumer's
+                    messages come back when its ack deadline ends), the ack
+                    after the commit, and a dead-letter topic; in memory, so
+                    never restarted.
+
+The brokers are those of idem dlq's table of drivers (idem dlq --help);
+Azure Service Bus has no chaos transport yet.
 
 A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
 at chosen points through the library's hooks: after the commit (or Complete)
@@ -105,9 +120,10 @@ kept and named.
 on NATS the durable consumer's MaxDeliver (idem's MaxDeliveries follows
 it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
 MaxDeliveries set to match and the queue dead-lettering what it drops to
-the dead-letter queue, and on Kafka, Redis Streams and MQTT, which have no
-broker limit, the consumer's MaxDeliveries only. Without it the limit is 100
-on NATS and RabbitMQ and there is none on Kafka, Redis Streams and MQTT. The handler fails about 1% of the
+the dead-letter queue, and on Kafka, Redis Streams, MQTT, SQS and Pub/Sub
+(their queue and subscription without a redrive or dead-letter policy),
+the consumer's MaxDeliveries only. Without it the limit is 100 on NATS and
+RabbitMQ and there is none on the others. The handler fails about 1% of the
 orders twice before it charges them, and with --max-deliver 0.3% every
 time: those must end dead-lettered (max_deliver). The verdict counts as
 failures a dead letter of an order the handler never failed (its
@@ -125,6 +141,8 @@ their sessions received).`,
   idem chaos --store sqlite --broker kafka
   idem chaos --store sqlite --broker redisstream
   idem chaos --store sqlite --broker mqtt
+  idem chaos --store sqlite --broker sqs
+  idem chaos --store postgres --broker pubsub
   idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
@@ -177,7 +195,7 @@ their sessions received).`,
 	}
 	f := c.Flags()
 	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
-	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server) or mqtt (a private mosquitto); or your nats://, amqp://, redis:// or mqtt:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server), mqtt (a private mosquitto), sqs (sqstest) or pubsub (pstest); or your nats://, amqp://, redis:// or mqtt:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
@@ -212,36 +230,6 @@ func chaosStore(cfg *chaos.Config, store string) error {
 	}
 	if isURL {
 		cfg.StoreURL = store
-	}
-	return nil
-}
-
-// chaosBroker reads --broker: a kind or the user's URL.
-func chaosBroker(cfg *chaos.Config, b string) error {
-	kind, _, isURL := strings.Cut(b, "://")
-	switch kind {
-	case "nats", "kafka", "mqtt":
-		cfg.Broker = kind
-	case "amqp", "amqps":
-		cfg.Broker = "amqp"
-	case "redisstream":
-		if isURL {
-			return usagef("--broker %q: a Redis for Redis Streams is a redis:// URL", b)
-		}
-		cfg.Broker = kind
-	case "redis", "rediss":
-		if !isURL {
-			return usagef("--broker %q: Redis Streams is --broker redisstream (or a redis:// URL)", b)
-		}
-		cfg.Broker = "redisstream"
-	default:
-		return usagef("--broker %q: nats, amqp, kafka, redisstream or mqtt, or a nats://, amqp://, redis:// or mqtt:// URL", b)
-	}
-	if isURL {
-		if kind == "kafka" {
-			return usagef("--broker %q: Kafka runs on the harness's own kfake; pass --broker kafka", b)
-		}
-		cfg.BrokerURL = b
 	}
 	return nil
 }

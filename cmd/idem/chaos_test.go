@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -17,7 +18,9 @@ func TestChaosUsageErrors(t *testing.T) {
 	}{
 		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
 		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
-		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, redisstream or mqtt"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, redisstream, mqtt, sqs, pubsub"},
+		{"sqs url", []string{"chaos", "--broker", "sqs://127.0.0.1:9324?dlq=x"}, "pass --broker sqs"},
+		{"no chaos transport", []string{"chaos", "--broker", "servicebus"}, "no Azure Service Bus transport yet"},
 		{"redis without url", []string{"chaos", "--broker", "redis"}, "--broker redisstream"},
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
@@ -82,6 +85,46 @@ func TestChaosBrokerMQTT(t *testing.T) {
 		var cfg chaos.Config
 		if err := chaosBroker(&cfg, arg); err != nil || cfg.Broker != "mqtt" || cfg.BrokerURL != url {
 			t.Errorf("--broker %s: broker %q, URL %q, %v; want mqtt, %q", arg, cfg.Broker, cfg.BrokerURL, err, url)
+		}
+	}
+}
+
+// TestChaosInProcessBrokers runs a small idem chaos on the brokers the
+// harness hosts in process beside its consumers (sqstest, pstest), on
+// SQLite: consumers SIGKILLed at the hooks and at random, the verdict from
+// the effects, and the naive consumer's doubles.
+func TestChaosInProcessBrokers(t *testing.T) {
+	for _, broker := range []string{"sqs", "pubsub"} {
+		t.Run(broker, func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, "chaos", "--store", "sqlite", "--broker", broker, "--orders", "150", "--consumers", "2",
+				"--kills", "2", "--json", "--quiet", "--seed", "3")
+			if code != exitOK {
+				t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			m := decode(t, stdout)
+			if m["verdict_ok"] != true || m["broker"] != broker || m["doubles"].(float64) != 0 || m["lost"].(float64) != 0 ||
+				m["kills"].(float64) == 0 || m["naive_doubles"].(float64) == 0 {
+				t.Errorf("verdict:\n%s", stdout)
+			}
+		})
+	}
+}
+
+// TestChaosBrokerTable: every broker kind of the table the harness has a
+// transport for is accepted as --broker KIND.
+func TestChaosBrokerTable(t *testing.T) {
+	for _, d := range drivers {
+		var cfg chaos.Config
+		err := chaosBroker(&cfg, d.kind)
+		if !d.chaos {
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Errorf("--broker %s: %v, want a usage error (no chaos transport)", d.kind, err)
+			}
+			continue
+		}
+		if err != nil || cfg.Broker != d.kind || cfg.BrokerURL != "" {
+			t.Errorf("--broker %s: broker %q, URL %q, %v", d.kind, cfg.Broker, cfg.BrokerURL, err)
 		}
 	}
 }

@@ -15,10 +15,7 @@ import (
 	"github.com/idemgo/idem"
 )
 
-func TestConsoleDLQNATS(t *testing.T)       { runConsoleDLQ(t, newNATSDLQ(t)) }
-func TestConsoleDLQAMQP(t *testing.T)       { runConsoleDLQ(t, newAMQPDLQ(t)) }
-func TestConsoleDLQKafka(t *testing.T)      { runConsoleDLQ(t, newKafkaDLQ(t)) }
-func TestConsoleDLQServiceBus(t *testing.T) { runConsoleDLQ(t, newServiceBusDLQ(t)) }
+func TestConsoleDLQ(t *testing.T) { eachBroker(t, runConsoleDLQ) }
 
 var (
 	dlRowRE   = regexp.MustCompile(`(?s)<tr data-id="([^"]*)">.*?<td data-reason>([^<]*)</td>`)

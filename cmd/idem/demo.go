@@ -51,13 +51,37 @@ With --producer outbox the orders go through a transactional outbox instead
 producer retry kept once by it) and its relay publishes them with
 outbox/servicebus. --store cosmos runs it on an in-process Azure Cosmos DB
 for NoSQL (the real azcosmos client against store/cosmos/cosmostest, records
-two-phase): with --broker servicebus, the seed's own pair.`,
+two-phase): with --broker servicebus, the seed's own pair.
+
+--broker sqs runs it on an in-process Amazon SQS (broker/sqs/sqstest, the
+real aws-sdk-go-v2 client): a standard queue per consumer group with a
+visibility timeout of a second, the producer on sqsidem.Send; a crashed
+consumer's messages come back when their visibility timeout ends.
+--broker pubsub runs it on an in-process Google Cloud Pub/Sub (pstest, the
+real client over gRPC): a subscription per consumer group, consumers
+pulling with an ack deadline of a second, the producer on
+pubsubidem.Publish. --broker redis://HOST:PORT runs it on Redis Streams
+on your Redis: a stream of the run read by a consumer group per side, a
+crashed consumer's entries claimed (XAUTOCLAIM) once idle a second, and a
+dead-letter stream, both deleted afterwards. --broker mqtt://HOST:PORT runs
+it on your MQTT v5 broker: a topic of the run with a shared subscription
+per side whose members are persistent sessions, one per consumer slot (a
+crashed consumer's unacked messages go to the next consumer that takes its
+slot), retries held in the consumer (MQTT has no nack), and a dead-letter
+topic; the sessions are discarded afterwards. The brokers come from the
+table idem dlq uses (idem dlq --help); Kafka has no demo transport yet (no
+per-message redelivery: a retried record holds back its partition's
+commits).`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
   idem demo --messages 500 --json
   idem demo --broker servicebus --json
   idem demo --broker servicebus --producer outbox
   idem demo --broker servicebus --store cosmos
+  idem demo --broker sqs --messages 500
+  idem demo --broker pubsub --json
+  idem demo --broker redis://127.0.0.1:6379 --store sqlite://demo.db
+  idem demo --broker mqtt://127.0.0.1:1883
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
   idem demo --store postgres://localhost/app --broker amqp://guest:guest@localhost:5672/`,
 		Args: args(cobra.NoArgs),
@@ -109,7 +133,7 @@ two-phase): with --broker servicebus, the seed's own pair.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+", or cosmos for an in-process Azure Cosmos DB; every form is listed above")
-	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, or servicebus for an in-process Azure Service Bus")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, redis://HOST:PORT (Redis Streams), mqtt://HOST:PORT, sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")
@@ -140,17 +164,11 @@ func checkDemoFlags(c *cobra.Command, cfg *demo.Config) error {
 	if cfg.Consumers < 1 {
 		return usagef("--consumers must be at least 1")
 	}
-	switch {
-	case cfg.Broker == "", cfg.Broker == demo.BrokerServiceBus,
-		strings.HasPrefix(cfg.Broker, "nats://"), strings.HasPrefix(cfg.Broker, "tls://"),
-		strings.HasPrefix(cfg.Broker, "amqp://"), strings.HasPrefix(cfg.Broker, "amqps://"):
-	case strings.HasPrefix(cfg.Broker, "kafka://"):
-		return usagef("--broker kafka://: not supported by the demo yet; use nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, servicebus or leave it out for the embedded broker")
-	case strings.HasPrefix(cfg.Broker, "sb://"), strings.HasPrefix(strings.ToLower(cfg.Broker), "endpoint="):
-		return usagef("--broker: the demo runs Service Bus in-process only (--broker servicebus); a namespace of yours is not supported yet")
-	default:
-		return usagef("--broker %q: want nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/ or servicebus (or nothing, for the embedded broker)", cfg.Broker)
+	on, url, err := demoBroker(cfg.Broker)
+	if err != nil {
+		return err
 	}
+	cfg.On, cfg.Broker = on, url
 	return nil
 }
 

@@ -30,7 +30,7 @@ func (b *brokerFlags) add(c *cobra.Command, required bool) {
 		help = "broker URL (default $IDEM_BROKER): also check its redelivery horizon; forms below"
 	}
 	c.Flags().StringVar(&b.url, "broker", "", help)
-	c.Long += "\n\n" + dlq.Forms
+	c.Long += "\n\n" + brokerForms()
 }
 
 // open opens the broker's dead letters; nil, nil when none is named and
@@ -44,9 +44,9 @@ func (b *brokerFlags) open(ctx context.Context, required bool) (dlq.Queue, error
 		if !required {
 			return nil, nil
 		}
-		return nil, usagef("no broker given: pass --broker URL or set IDEM_BROKER (nats://, amqp://, kafka:// or a Service Bus connection string)")
+		return nil, usagef("no broker given: pass --broker URL or set IDEM_BROKER (%s)", brokerSchemes())
 	}
-	q, err := dlq.Open(ctx, raw)
+	q, err := openQueue(ctx, raw)
 	if errors.Is(err, dlq.ErrBadURL) {
 		return nil, usageError{err}
 	}
@@ -59,7 +59,8 @@ func newDLQCmd() *cobra.Command {
 		Short: "List, show and replay the dead letters of a broker",
 		Long: `dlq reads the dead letters idem's consumers wrote to a broker (NATS
 dead-letter stream, RabbitMQ dead-letter queue, Kafka dead-letter topic,
-Service Bus $DeadLetterQueue), shows one beside the stored record of its
+Service Bus $DeadLetterQueue, Redis dead-letter stream, MQTT dead-letter
+topic, SQS dead-letter queue, Pub/Sub dead-letter topic), shows one beside the stored record of its
 key, and replays them through the adapter's Replay: the consumer's record
 then decides, as for any redelivery (a conflict is dead-lettered again, a
 message never completed is processed, one completed meanwhile is a
@@ -67,8 +68,13 @@ duplicate).`,
 		Example: `  idem dlq list --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ'
   idem dlq show 42 --broker 'nats://127.0.0.1:4222?dlq=ORDERS_DLQ' --store postgres://app@db/app
   idem dlq replay --reason max_deliver --broker 'amqp://guest:guest@localhost:5672/?dlq=orders.dlq'
-  idem dlq replay 0/17 0/18 --yes --as alice --broker 'kafka://localhost:9092?dlq=orders.dlq'`,
+  idem dlq replay 0/17 0/18 --yes --as alice --broker 'kafka://localhost:9092?dlq=orders.dlq'
+  idem dlq list --broker 'redis://localhost:6379?dlq=orders.dlq'
+  idem dlq list --broker 'sqs://?dlq=orders-dlq&region=eu-west-1'
+  idem dlq replay --all --broker 'pubsub://my-project?dlq=orders-dlq-reader'
+  idem dlq list --broker 'mqtt://localhost:1883?dlq=dlq/sensors&client=ops-dlq'`,
 	}
+	c.Long += "\n\n" + brokerForms()
 	c.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQReplayCmd())
 	return c
 }
@@ -346,8 +352,10 @@ func newDLQReplayCmd() *cobra.Command {
 		Short: "Replay dead letters through the adapter's Replay, with confirmation",
 		Long: `replay sends dead letters back to where they came from with the adapter's
 Replay and removes each replayed one from the dead-letter entity (NATS
-deletes it, RabbitMQ acks it, Service Bus completes it; Kafka keeps it: a
-topic cannot drop one record). Name them by id (as list prints them,
+deletes it, RabbitMQ acks it, Service Bus completes it, Redis deletes the
+entry, SQS deletes the message, Pub/Sub acks it; Kafka keeps it: a topic
+cannot drop one record; MQTT acks it in the dead-letter session, in
+order: a dead letter behind one not replayed is refused). Name them by id (as list prints them,
 space- or comma-separated), or take every one of a --reason, or --all.
 It lists the selection and asks before replaying (--yes does not ask).
 

@@ -30,11 +30,43 @@ func tag() string { return fmt.Sprintf("%d_%d", time.Now().UnixNano(), rand.Uint
 // fast is the engine's back-off in these tests.
 func fast(int) time.Duration { return 10 * time.Millisecond }
 
-func TestDLQNATS(t *testing.T)  { runDLQScenario(t, newNATSDLQ(t)) }
-func TestDLQAMQP(t *testing.T)  { runDLQScenario(t, newAMQPDLQ(t)) }
-func TestDLQKafka(t *testing.T) { runDLQScenario(t, newKafkaDLQ(t)) }
-func TestDLQServiceBus(t *testing.T) {
-	runDLQScenario(t, newServiceBusDLQ(t))
+// dlqBrokers is every broker of the tools' tests, by its driver's kind:
+// idem dlq, idem console --broker and idem doctor --broker run on each
+// (TestDriversTested holds the table of drivers to it).
+var dlqBrokers = []struct {
+	kind string
+	open func(t *testing.T) dlqBroker
+}{
+	{"nats", func(t *testing.T) dlqBroker { return newNATSDLQ(t) }},
+	{"amqp", func(t *testing.T) dlqBroker { return newAMQPDLQ(t) }},
+	{"kafka", func(t *testing.T) dlqBroker { return newKafkaDLQ(t) }},
+	{"servicebus", func(t *testing.T) dlqBroker { return newServiceBusDLQ(t) }},
+	{"redisstream", func(t *testing.T) dlqBroker { return newRedisDLQ(t) }},
+	{"mqtt", func(t *testing.T) dlqBroker { return newMQTTDLQ(t) }},
+	{"sqs", func(t *testing.T) dlqBroker { return newSQSDLQ(t) }},
+	{"pubsub", func(t *testing.T) dlqBroker { return newPubSubDLQ(t) }},
+}
+
+// eachBroker runs f on every broker of dlqBrokers, as a subtest.
+func eachBroker(t *testing.T, f func(t *testing.T, b dlqBroker)) {
+	for _, b := range dlqBrokers {
+		t.Run(b.kind, func(t *testing.T) { f(t, b.open(t)) })
+	}
+}
+
+func TestDLQ(t *testing.T) { eachBroker(t, runDLQScenario) }
+
+// Every driver of the table is tested on its broker.
+func TestDriversTested(t *testing.T) {
+	tested := map[string]bool{}
+	for _, b := range dlqBrokers {
+		tested[b.kind] = true
+	}
+	for _, d := range drivers {
+		if !tested[d.kind] {
+			t.Errorf("driver %s (%s) has no broker in dlqBrokers: idem dlq, console and doctor are not tested on it", d.kind, d.name)
+		}
+	}
 }
 
 // dlqHooks files a consumer's reports with ev.

@@ -66,9 +66,13 @@ func newDoctorCmd() *cobra.Command {
              before a replay. Retention is --retention, or the guard's
              default (7 days). A replay after its record expired is applied
              again. Service Bus's LockDuration × MaxDeliveryCount and
-             DefaultMessageTimeToLive come from its administration API.
-             Settings a client cannot read (RabbitMQ queue arguments over
-             AMQP; Service Bus without that API) are named: pass them as
+             DefaultMessageTimeToLive come from its administration API;
+             SQS maxReceiveCount × VisibilityTimeout and
+             MessageRetentionPeriod, Pub/Sub MaxDeliveryAttempts × ack
+             deadline and message retention; Redis Streams and MQTT set no
+             age limit (a warning). Settings a client cannot read (RabbitMQ
+             queue arguments over AMQP; Service Bus without that API; an
+             MQTT broker's queue limits) are named: pass them as
              --redelivery-horizon.
   clock      this host's clock against the store server's (PostgreSQL,
              MySQL, Redis), the fleet's shared reference: off by more than

@@ -242,6 +242,32 @@ func TestDoctorServiceBus(t *testing.T) {
 	}
 }
 
+// On every broker of the table, idem doctor --broker reads what bounds
+// how long a dead letter waits (or says it cannot), and compares it with
+// the retention: the finding each broker gives on its dead-letter entity.
+func TestDoctorBrokers(t *testing.T) {
+	want := map[string]struct{ level, says string }{
+		"nats":        {levelOK, "dead-letter stream"},
+		"amqp":        {levelNote, "not readable over AMQP"},
+		"kafka":       {levelTrap, "dead-letter topic orders.dlq: retention.ms"},
+		"servicebus":  {levelWarning, "$DeadLetterQueue: dead letters never expire"},
+		"redisstream": {levelWarning, "Redis keeps entries until trimmed"},
+		"mqtt":        {levelWarning, "never expires"},
+		"sqs":         {levelNote, "MessageRetentionPeriod"},
+		"pubsub":      {levelTrap, "dead-letter subscription projects/" + psProject + "/subscriptions/orders-dlq-reader: message retention"},
+	}
+	eachBroker(t, func(t *testing.T, b dlqBroker) {
+		w, ok := want[strings.Split(t.Name(), "/")[1]]
+		if !ok {
+			t.Fatalf("no finding expected of %s", t.Name())
+		}
+		code, fs := doctorRun(t, "--store", operatorStores["memory"](t), "--broker", b.url())
+		if code == exitUsage || !has(fs, "retention", w.level, w.says) {
+			t.Fatalf("doctor: exit %d, want a %s finding saying %q: %+v", code, w.level, w.says, fs)
+		}
+	})
+}
+
 // A skewed clock: this host's clock read 20 s ahead (a clock function,
 // since the test cannot move the real one) is off the store server's by
 // more than Lease/6 of the default lease, a trap; the real clock is not;

@@ -102,6 +102,10 @@ func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 		return openRedisStream(ctx, e, cfg.MaxDeliver, naive) // nor has Redis
 	case "mqtt":
 		return openMQTT(ctx, cfg, e, cfg.MaxDeliver, naive) // nor has MQTT
+	case "sqs":
+		return openSQS(ctx, e, cfg.MaxDeliver, naive) // no redrive policy: the consumers' limit only
+	case "pubsub":
+		return openPubSub(ctx, e, cfg.MaxDeliver, naive) // no dead-letter policy: the consumers' limit only
 	}
 	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }

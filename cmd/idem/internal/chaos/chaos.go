@@ -2,7 +2,8 @@
 // OS processes written as a user writes them (the transactional inbox on
 // PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
 // HTTP call to a bank process that dedups by the derived key), over NATS
-// JetStream, RabbitMQ, Kafka (kfake), Redis Streams or MQTT (Mosquitto),
+// JetStream, RabbitMQ, Kafka (kfake), Redis Streams, MQTT (Mosquitto),
+// Amazon SQS (sqstest) or Google Cloud Pub/Sub (pstest),
 // and a supervisor that SIGKILLs consumers at random and at the worst
 // moments (through the library's BeforeSettle hook: after the commit,
 // before the ack; and in the handler:
@@ -31,8 +32,9 @@ type Config struct {
 	Store    string
 	StoreURL string // the user's store; "": a private server (a file for SQLite) the harness starts
 	// Broker is "nats" (JetStream), "amqp" (RabbitMQ), "kafka" (kfake,
-	// hosted by the harness), "redisstream" (Redis Streams) or "mqtt"
-	// (MQTT v5).
+	// hosted by the harness), "redisstream" (Redis Streams), "mqtt"
+	// (MQTT v5), "sqs" (sqstest, hosted by the harness) or "pubsub"
+	// (pstest, hosted by the harness).
 	Broker string
 	// BrokerURL is the user's NATS JetStream, RabbitMQ, Redis or MQTT
 	// broker; "": a private nats-server, redis-server or mosquitto, or the
@@ -85,14 +87,14 @@ func (c *Config) defaults() error {
 	}
 	switch c.Broker {
 	case "nats", "amqp", "redisstream", "mqtt":
-	case "kafka":
+	case "kafka", "sqs", "pubsub":
 		if c.BrokerURL != "" {
-			return fmt.Errorf("chaos: Kafka runs on the harness's own kfake: no broker URL")
+			return fmt.Errorf("chaos: %s runs on the harness's own in-process server: no broker URL", brokerNames[c.Broker])
 		}
 	case "":
 		c.Broker = "nats"
 	default:
-		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream or mqtt)", c.Broker)
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream, mqtt, sqs or pubsub)", c.Broker)
 	}
 	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
 	// broker at the user's URL is never the harness's (only the user's
@@ -101,6 +103,11 @@ func (c *Config) defaults() error {
 		c.StoreRestarts = -1
 	}
 	if (c.Broker == "amqp" || c.BrokerURL != "") && c.RestartBroker == "" {
+		c.BrokerRestarts = -1
+	}
+	// sqstest and pstest keep what they hold in memory: a restart would
+	// lose it, which neither SQS nor Pub/Sub does.
+	if c.Broker == "sqs" || c.Broker == "pubsub" {
 		c.BrokerRestarts = -1
 	}
 	if c.Orders <= 0 {
@@ -269,7 +276,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
-	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams", "mqtt": "MQTT (Mosquitto)"}
+	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams", "mqtt": "MQTT (Mosquitto)",
+		"sqs": "Amazon SQS (sqstest)", "pubsub": "Google Cloud Pub/Sub (pstest)"}
 )
 
 // brokerLimit is the delivery limit the broker is given: MaxDeliver, else
@@ -325,6 +333,10 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		e.broker, err = StartRedisBroker(ctx)
 	case cfg.Broker == "mqtt":
 		e.broker, err = StartMosquitto(ctx)
+	case cfg.Broker == "sqs":
+		e.broker, err = StartSQS(ctx)
+	case cfg.Broker == "pubsub":
+		e.broker, err = StartPubSub(ctx)
 	default:
 		e.broker, err = StartNATS(ctx)
 	}
@@ -391,6 +403,9 @@ func (r *Result) Table() string {
 	}
 	if r.Broker == "amqp" && r.Idem != nil && r.Idem.BrokerRestrt == 0 {
 		b.WriteString("(RabbitMQ through queues of this run only: a shared node is never restarted)\n")
+	}
+	if r.Broker == "sqs" || r.Broker == "pubsub" {
+		b.WriteString("(the broker is in-process and keeps its messages in memory: never restarted; the kills apply)\n")
 	}
 	b.WriteString("\n")
 	passes := []*Pass{r.Idem}

@@ -140,6 +140,29 @@ func TestShortFormSQLiteMQTT(t *testing.T) {
 	wantRestartAndDeliveries(t, res, "mosquitto")
 }
 
+// TestShortFormPostgresSQS is the short form on SQS: sqstest hosted by the
+// harness, the consumer processes on the real aws-sdk-go-v2 client,
+// PostgreSQL restarted under them (sqstest is in memory and never is).
+func TestShortFormPostgresSQS(t *testing.T) {
+	res := runShort(t, Config{Store: "postgres", Broker: "sqs", Orders: shortOrders(600), RandomKills: 2})
+	if res.Idem.BrokerRestrt != 0 || res.Idem.StoreRestart == 0 || res.Deliveries < res.Orders {
+		t.Errorf("%d broker and %d store restarts, %d deliveries of %d orders: want PostgreSQL restarted, sqstest never, every order delivered",
+			res.Idem.BrokerRestrt, res.Idem.StoreRestart, res.Deliveries, res.Orders)
+	}
+}
+
+// TestShortFormRedisPubSub is the short form on Pub/Sub: pstest hosted by
+// the harness, the consumer processes on the real client's streaming pull,
+// two-phase on a Redis restarted under them (pstest is in memory and never
+// is).
+func TestShortFormRedisPubSub(t *testing.T) {
+	res := runShort(t, Config{Store: "redis", Broker: "pubsub", Orders: shortOrders(400), RandomKills: 2})
+	if res.Idem.BrokerRestrt != 0 || res.Idem.StoreRestart == 0 || res.Deliveries < res.Orders {
+		t.Errorf("%d broker and %d store restarts, %d deliveries of %d orders: want Redis restarted, pstest never, every order delivered",
+			res.Idem.BrokerRestrt, res.Idem.StoreRestart, res.Deliveries, res.Orders)
+	}
+}
+
 // shortOrders is the short form's size: def, or IDEM_CHAOS_ORDERS.
 func shortOrders(def int) int {
 	if n, err := strconv.Atoi(os.Getenv("IDEM_CHAOS_ORDERS")); err == nil && n > 0 {

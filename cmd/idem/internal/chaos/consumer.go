@@ -90,6 +90,10 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		return runRedisStream(ctx, cfg, l)
 	case "mqtt":
 		return runMQTT(ctx, cfg, l)
+	case "sqs":
+		return runSQS(ctx, cfg, l)
+	case "pubsub":
+		return runPubSub(ctx, cfg, l)
 	}
 	return runNATS(ctx, cfg, l)
 }

@@ -33,14 +33,6 @@ const (
 	DefaultDeadline     = 5 * time.Minute
 )
 
-// BrokerServiceBus as Config.Broker runs the demo on an in-process Azure
-// Service Bus (broker/servicebus/servicebustest) through the real
-// azservicebus client: a topic with duplicate detection and a subscription
-// per consumer group, locks of AckWait; idem's consumers are
-// servicebus.NewConsumer, the producer servicebus.Send, and a crash closes
-// the consumer's client.
-const BrokerServiceBus = "servicebus"
-
 // ErrStalled means the run stopped making progress before every message was
 // settled.
 var ErrStalled = errors.New("demo stalled")
@@ -55,10 +47,11 @@ type Config struct {
 	CrashRate    float64 // per delivery: crash after commit (and half as often a lost ack, a failed handler); default DefaultCrashRate, negative: none
 	Seed         uint64  // the faults and the orders; 0: random (reported)
 	Store        string  // store DSN; "": an embedded store in a temporary directory
-	Broker       string  // nats://..., amqp://..., BrokerServiceBus; "": an embedded nats-server
+	On           *Broker // the broker (NATS, AMQP, ServiceBus, ...); nil: NATS
+	Broker       string  // the URL of the user's server of On; "": one the demo runs in process
 	// Producer is ProducerDirect ("" too: each order published to the
 	// broker) or ProducerOutbox (each order enqueued in a transactional
-	// outbox, published by its relay; on BrokerServiceBus).
+	// outbox, published by its relay; on ServiceBus).
 	Producer string
 	Mode     string // "auto" (tx where the store has a transactional inbox), "tx", "two-phase"
 	AckWait  time.Duration
@@ -117,10 +110,22 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("mode must be auto, tx or two-phase, not %q", c.Mode)
 	case c.Producer != "" && c.Producer != ProducerDirect && c.Producer != ProducerOutbox:
 		return fmt.Errorf("producer must be %s or %s, not %q", ProducerDirect, ProducerOutbox, c.Producer)
-	case c.Producer == ProducerOutbox && c.Broker != BrokerServiceBus:
-		return fmt.Errorf("the outbox producer runs on --broker %s only (the demo has no outbox publisher for %q yet)", BrokerServiceBus, c.Broker)
+	case c.Broker == "" && c.On != nil && !c.On.inProcess:
+		return fmt.Errorf("the demo runs %s on your server only: give its URL", c.On.name)
+	case c.Broker != "" && c.On != nil && !c.On.url:
+		return fmt.Errorf("the demo runs %s in process only (--broker %s), not on a server of yours", c.On.name, c.On.name)
+	case c.Producer == ProducerOutbox && c.On != ServiceBus:
+		return fmt.Errorf("the outbox producer runs on --broker %s only (the demo has no outbox publisher for %s yet)", ServiceBus.name, c.brokerName())
 	}
 	return nil
+}
+
+// brokerName names the broker of c, for messages.
+func (c *Config) brokerName() string {
+	if c.On == nil {
+		return NATS.name
+	}
+	return c.On.name
 }
 
 // ErrConfig means the Config is invalid; the message says which field.

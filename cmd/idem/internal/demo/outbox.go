@@ -51,7 +51,7 @@ type outboxProducer struct {
 func startOutbox(ctx context.Context, b transport, fail chan<- error) (_ *outboxProducer, err error) {
 	ot, ok := b.(outboxTransport)
 	if !ok {
-		return nil, fmt.Errorf("%w: the outbox producer runs on --broker %s only (%s has no outbox publisher in the demo)", ErrConfig, BrokerServiceBus, b.name())
+		return nil, fmt.Errorf("%w: the outbox producer runs on --broker %s only (%s has no outbox publisher in the demo)", ErrConfig, ServiceBus.name, b.name())
 	}
 	pub, dest, err := ot.outboxPublisher()
 	if err != nil {

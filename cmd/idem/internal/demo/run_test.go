@@ -44,7 +44,7 @@ func TestRunReportsABrokenLedger(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	for _, c := range []Config{{Orders: -1}, {Consumers: 1000}, {CrashRate: 0.9}, {Mode: "fast"}, {Broker: "kafka://x"}} {
+	for _, c := range []Config{{Orders: -1}, {Consumers: 1000}, {CrashRate: 0.9}, {Mode: "fast"}, {On: AMQP}} {
 		if _, err := Run(context.Background(), c); err == nil {
 			t.Errorf("%+v: no error", c)
 		}

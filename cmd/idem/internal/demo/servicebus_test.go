@@ -15,7 +15,7 @@ import (
 func TestRunServiceBus(t *testing.T) {
 	for _, tc := range []struct{ store, mode string }{{"", "auto"}, {"memory://", "two-phase"}} {
 		t.Run(tc.mode, func(t *testing.T) {
-			rep, err := Run(context.Background(), Config{Broker: BrokerServiceBus, Store: tc.store, Mode: tc.mode,
+			rep, err := Run(context.Background(), Config{On: ServiceBus, Store: tc.store, Mode: tc.mode,
 				Orders: 300, Consumers: 4, CrashRate: 0.2, DupRate: 0.5, ConflictRate: 0.02, Seed: 5})
 			if err != nil {
 				t.Fatal(err)
@@ -45,7 +45,7 @@ func TestRunServiceBus(t *testing.T) {
 // published), a reused id with other content still reaches the consumers
 // and is dead-lettered, and the invariant holds under the same chaos.
 func TestRunServiceBusOutbox(t *testing.T) {
-	rep, err := Run(context.Background(), Config{Broker: BrokerServiceBus, Producer: ProducerOutbox,
+	rep, err := Run(context.Background(), Config{On: ServiceBus, Producer: ProducerOutbox,
 		Orders: 300, Consumers: 4, CrashRate: 0.2, DupRate: 0.5, ConflictRate: 0.02, Seed: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestRunServiceBusOutbox(t *testing.T) {
 // runs on.
 func TestOutboxProducerRefusedElsewhere(t *testing.T) {
 	_, err := Run(context.Background(), Config{Producer: ProducerOutbox, Orders: 10})
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), BrokerServiceBus) {
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), ServiceBus.name) {
 		t.Fatalf("outbox producer on the embedded NATS: %v, want ErrConfig naming --broker servicebus", err)
 	}
 	if _, err := Run(context.Background(), Config{Producer: "carrier-pigeon", Orders: 10}); err == nil || !strings.Contains(err.Error(), "producer") {

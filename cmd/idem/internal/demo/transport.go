@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strings"
+	"strconv"
 	"time"
 )
 
@@ -76,19 +76,60 @@ type dedupTransport interface {
 	dropsRetries() bool
 }
 
-// startTransport starts the broker cfg.Broker names: "" for an embedded
-// nats-server, nats:// (or tls://) for a JetStream server, amqp:// (or
-// amqps://) for RabbitMQ, servicebus for an in-process Azure Service Bus.
-func startTransport(ctx context.Context, cfg Config, runID string) (transport, error) {
-	if cfg.Broker == BrokerServiceBus {
-		return startServiceBus(ctx, runID, cfg)
-	}
-	scheme, _, _ := strings.Cut(cfg.Broker, "://")
-	switch scheme {
-	case "", "nats", "tls":
+// Broker is a broker the demo runs on. cmd/idem's table of broker drivers
+// holds one per broker that has a demo; Config.On picks it.
+type Broker struct {
+	name string
+	// url says the demo takes the URL of the user's server (Config.Broker);
+	// inProcess that it runs one itself without a URL.
+	url, inProcess bool
+	start          func(ctx context.Context, cfg Config, runID string) (transport, error)
+}
+
+// The brokers the demo runs on.
+var (
+	// NATS is NATS JetStream: an embedded nats-server, or the server at
+	// Config.Broker (nats:// or tls://).
+	NATS = &Broker{name: "nats", url: true, inProcess: true, start: func(ctx context.Context, cfg Config, runID string) (transport, error) {
 		return startNATS(ctx, cfg.Broker, runID, cfg.AckWait)
-	case "amqp", "amqps":
+	}}
+	// AMQP is RabbitMQ at Config.Broker (amqp:// or amqps://).
+	AMQP = &Broker{name: "amqp", url: true, start: func(ctx context.Context, cfg Config, runID string) (transport, error) {
 		return startAMQP(ctx, cfg.Broker, runID)
+	}}
+	// ServiceBus is an in-process Azure Service Bus
+	// (broker/servicebus/servicebustest) through the real azservicebus
+	// client: a topic with duplicate detection and a subscription per
+	// consumer group, locks of AckWait; idem's consumers are
+	// servicebus.NewConsumer, the producer servicebus.Send, and a crash
+	// closes the consumer's client.
+	ServiceBus = &Broker{name: "servicebus", inProcess: true, start: func(ctx context.Context, cfg Config, runID string) (transport, error) {
+		return startServiceBus(ctx, runID, cfg)
+	}}
+)
+
+// Name is the broker's short name, as --broker takes it.
+func (b *Broker) Name() string { return b.name }
+
+// TakesURL says the demo runs on the user's server of this broker, named
+// by Config.Broker.
+func (b *Broker) TakesURL() bool { return b.url }
+
+// InProcess says the demo runs this broker itself, with no URL.
+func (b *Broker) InProcess() bool { return b.inProcess }
+
+// startTransport starts the broker cfg.On names (NATS when nil), at
+// cfg.Broker or in process (Config.defaults checked which it takes).
+func startTransport(ctx context.Context, cfg Config, runID string) (transport, error) {
+	if cfg.On == nil {
+		return NATS.start(ctx, cfg, runID)
 	}
-	return nil, fmt.Errorf("%w: broker %q is not supported by the demo (use nats://, amqp://, servicebus, or nothing for the embedded broker)", ErrConfig, cfg.Broker)
+	return cfg.On.start(ctx, cfg, runID)
+}
+
+// seqOf reads the producer's sequence number a message carries (seqHeader);
+// 0 when it has none (not one of the demo's).
+func seqOf(v string) uint64 {
+	n, _ := strconv.ParseUint(v, 10, 64)
+	return n
 }

@@ -22,7 +22,9 @@ type amqpQueue struct {
 	dlq, queue string
 }
 
-func openAMQP(ctx context.Context, u *url.URL, raw string) (Queue, error) {
+// OpenAMQP opens amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]
+// (or amqps://): the dead-letter queue, and the consumed queue.
+func OpenAMQP(ctx context.Context, u *url.URL, raw string) (Queue, error) {
 	q := &amqpQueue{url: u.Redacted(), dlq: u.Query().Get("dlq"), queue: u.Query().Get("queue")}
 	if q.dlq == "" && q.queue == "" {
 		return nil, fmt.Errorf("%w: %s needs ?dlq=QUEUE (the dead-letter queue)", ErrBadURL, q.url)

@@ -1,25 +1,21 @@
 // Package dlq reads and replays the dead letters idem's broker consumers
-// wrote, one implementation per broker behind one interface, Queue: the
-// CLI's idem dlq uses it, and the console can take a Queue the same way.
+// wrote, one implementation per broker behind one interface, Queue: idem
+// dlq, idem console and idem doctor use it. The broker a URL names is
+// chosen by the CLI's table of drivers (cmd/idem's drivers.go), which
+// holds each broker's Opener here.
 //
-//	q, err := dlq.Open(ctx, "nats://127.0.0.1:4222?dlq=ORDERS_DLQ")
+//	q, err := dlq.OpenNATS(ctx, u, raw) // as the driver table does
 //	defer q.Close()
 //	dls, err := q.List(ctx, 100)
 //	err = q.Replay(ctx, []string{dls[0].ID}, func(dl dlq.DeadLetter, err error) { ... })
 //
-// Broker URLs (Forms is the reference):
-//
-//	nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]          the dead-letter stream
-//	amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]       the dead-letter queue
-//	kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]          the dead-letter topic
-//	Endpoint=sb://...;SharedAccessKeyName=..;SharedAccessKey=..;EntityPath=ENTITY   its $DeadLetterQueue
-//
-// Replay goes through each adapter's own Replay (natsidem.Replay,
-// amqpidem.Replay, kafka.Replay, servicebus.Replay), then removes the
-// dead letter where the broker can: NATS deletes it from the stream,
-// RabbitMQ acks it, Service Bus completes it; a Kafka topic cannot drop
-// one record, so a replayed Kafka dead letter stays, and replaying it
-// again is a duplicate to the consumer's record while the record lives.
+// Replay goes through each adapter's own Replay, then removes the dead
+// letter where the broker can: NATS deletes it from the stream, RabbitMQ
+// acks it, Service Bus completes it, Redis Streams deletes the entry (in
+// the adapter's MULTI), SQS deletes the message, Pub/Sub acks it and MQTT
+// acks it in the dead-letter session. A Kafka topic cannot drop one
+// record, so a replayed Kafka dead letter stays, and replaying it again is
+// a duplicate to the consumer's record while the record lives.
 package dlq
 
 import (
@@ -27,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -46,19 +41,6 @@ var (
 	// entity properties on an emulator without the administration API).
 	ErrNotReadable = errors.New("broker setting not readable")
 )
-
-// Forms is the reference of broker URLs, as --help prints it.
-const Forms = `Broker URLs (--broker or IDEM_BROKER):
-  nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]
-      NATS JetStream: the stream that holds the consumers' DeadLetterSubject;
-      stream and consumer name the consumed stream and durable (idem doctor)
-  amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)
-      RabbitMQ: the dead-letter queue the consumers' exchange routes to
-  kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]
-      Kafka: the consumers' DeadLetterTopic; topic is the consumed one
-  Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY
-      Azure Service Bus: ENTITY is the queue, or TOPIC/Subscriptions/SUB,
-      whose $DeadLetterQueue is read`
 
 // DeadLetter is one dead letter as its broker holds it.
 type DeadLetter struct {
@@ -149,38 +131,10 @@ type Horizoner interface {
 	Horizon(ctx context.Context) (spans []Span, notes []error, err error)
 }
 
-// opener opens one broker's queue.
-type opener func(ctx context.Context, u *url.URL, raw string) (Queue, error)
-
-var openers = map[string]opener{
-	"nats": openNATS, "amqp": openAMQP, "amqps": openAMQP, "kafka": openKafka,
-}
-
-// Open opens the dead letters the broker URL names (see Forms).
-func Open(ctx context.Context, raw string) (Queue, error) {
-	raw = strings.TrimSpace(raw)
-	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
-		return openServiceBus(ctx, raw)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: %q: want %s", ErrBadURL, Redact(raw), schemes())
-	}
-	o := openers[strings.ToLower(u.Scheme)]
-	if o == nil {
-		return nil, fmt.Errorf("%w: scheme %q: want %s", ErrBadURL, u.Scheme, schemes())
-	}
-	return o(ctx, u, raw)
-}
-
-func schemes() string {
-	var s []string
-	for k := range openers {
-		s = append(s, k+"://")
-	}
-	sort.Strings(s)
-	return strings.Join(s, ", ") + " or a Service Bus connection string (Endpoint=sb://...;EntityPath=...)"
-}
+// Opener opens one broker's dead letters from its URL (raw, as given;
+// u, raw parsed, nil for a Service Bus connection string). A bad URL is
+// an error wrapping ErrBadURL.
+type Opener func(ctx context.Context, u *url.URL, raw string) (Queue, error)
 
 // Redact hides a URL's password and a connection string's key.
 func Redact(raw string) string {

@@ -27,7 +27,9 @@ type kafkaQueue struct {
 	adm        *kadm.Client
 }
 
-func openKafka(_ context.Context, u *url.URL, _ string) (Queue, error) {
+// OpenKafka opens kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]: the
+// dead-letter topic, and the consumed topic (Horizon).
+func OpenKafka(_ context.Context, u *url.URL, _ string) (Queue, error) {
 	q := &kafkaQueue{url: u.Redacted(), dlq: u.Query().Get("dlq"), topic: u.Query().Get("topic")}
 	if q.dlq == "" && q.topic == "" {
 		return nil, fmt.Errorf("%w: %s needs ?dlq=TOPIC (the dead-letter topic)", ErrBadURL, q.url)

@@ -23,7 +23,9 @@ type natsQueue struct {
 	stream, consumer string // the consumed stream and durable, for Horizon
 }
 
-func openNATS(ctx context.Context, u *url.URL, raw string) (Queue, error) {
+// OpenNATS opens nats://HOST:PORT?dlq=STREAM[&stream=S&consumer=C]: the
+// dead-letter stream, and the consumed stream and durable (Horizon).
+func OpenNATS(ctx context.Context, u *url.URL, raw string) (Queue, error) {
 	q := &natsQueue{url: u.Redacted()}
 	q.dlq = u.Query().Get("dlq")
 	q.stream, q.consumer = u.Query().Get("stream"), u.Query().Get("consumer")

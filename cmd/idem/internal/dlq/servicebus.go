@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,10 @@ type sbQueue struct {
 	entity string // queue, or TOPIC/Subscriptions/SUB
 }
 
-func openServiceBus(_ context.Context, raw string) (Queue, error) {
+// OpenServiceBus opens a Service Bus connection string with
+// EntityPath=QUEUE (or TOPIC/Subscriptions/SUB): that entity's
+// $DeadLetterQueue. u is not read.
+func OpenServiceBus(_ context.Context, _ *url.URL, raw string) (Queue, error) {
 	q := &sbQueue{name: Redact(raw)}
 	var kept []string
 	for _, p := range strings.Split(raw, ";") {
