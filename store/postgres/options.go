@@ -59,9 +59,12 @@ type Options struct {
 	// does not process, or runs twice: decoding and validating are fine,
 	// a call to another service there is not. Nothing commits from the
 	// abandoned run, and the outcome and result DoTx reports are those of
-	// the ordinary path. Since redeliveries come in runs, a Store that met
-	// a recorded key this way sends the marker first in its next 64 DoTx
-	// transactions.
+	// the ordinary path. The deferred marker reads the record it meets, so
+	// a redelivery costs the batch and its rollback and no more (two round
+	// trips, one fewer than without the option), but its handler's first
+	// statement runs and is rolled back: while more than a quarter of a
+	// Store's recent markers meet recorded keys (a run of redeliveries), it
+	// sends the marker first, and defers again once new keys are back.
 	//
 	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
 	// answer at once.
