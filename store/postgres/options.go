@@ -59,12 +59,11 @@ type Options struct {
 	// does not process, or runs twice: decoding and validating are fine,
 	// a call to another service there is not. Nothing commits from the
 	// abandoned run, and the outcome and result DoTx reports are those of
-	// the ordinary path. The deferred marker reads the record it meets, so
-	// a redelivery costs the batch and its rollback and no more (two round
-	// trips, one fewer than without the option), but its handler's first
-	// statement runs and is rolled back: while more than a quarter of a
-	// Store's recent markers meet recorded keys (a run of redeliveries), it
-	// sends the marker first, and defers again once new keys are back.
+	// the ordinary path. Only the markers of keys guessed new are
+	// deferred: a key the Store marked lately (a redelivery, most likely)
+	// and every key while many of its recent markers met recorded keys (a
+	// consumer restarting from an old offset) have the marker sent first,
+	// so their handlers never start.
 	//
 	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
 	// answer at once.
