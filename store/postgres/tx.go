@@ -52,7 +52,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // path of duplicates, which skip their business writes anyway) and decides
 // by the record rules: a duplicate, a conflict or a live owner costs that
 // read and nothing else; only a record the marker may take over (expired or
-// released) costs the claim statement (see the package doc) on top.
+// released) costs the claim statement (see the package doc) on top. A key
+// guessed recorded (the store marked it lately, or recorded keys have been
+// common among its other markers: see guess.go) goes as one statement that
+// inserts or, inserting nothing, reads the record, so that its duplicate
+// costs one round trip.
 //
 // When another open transaction has just written the same key, Mark waits
 // for it: if it commits, Mark reports ClaimDuplicate (the caller skips its
