@@ -25,17 +25,18 @@ import (
 //
 // fn may queue a statement with Defer. When that statement fails or changes
 // no row, Run rolls the transaction back and runs fn once more in a new one,
-// where Defer refuses; the first run's error is dropped. See Defer.
+// where Defer refuses (and Missed tells a statement that changed no row);
+// the first run's error is dropped. See Defer.
 func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	rerun, err := run(ctx, conn, opts, fn, true)
+	first := &lazyTx{conn: conn, opts: opts, deferOK: true}
+	rerun, err := run(ctx, first, fn)
 	if rerun {
-		_, err = run(ctx, conn, opts, fn, false)
+		_, err = run(ctx, &lazyTx{conn: conn, opts: opts, missed: first.found}, fn)
 	}
 	return err
 }
 
-func run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error, deferOK bool) (rerun bool, err error) {
-	tx := &lazyTx{conn: conn, opts: opts, deferOK: deferOK}
+func run(ctx context.Context, tx *lazyTx, fn func(ctx context.Context, tx pgx.Tx) error) (rerun bool, err error) {
 	defer func() {
 		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
 			err = rerr
@@ -64,30 +65,66 @@ func run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx co
 // transaction back and runs its function again.
 var ErrRerun = errors.New("the statement sent ahead of this one did not apply: the transaction is rolled back and run again")
 
-// Defer queues sql to be sent in one batch with BEGIN and the transaction's
+// Deferred is a statement for Defer.
+type Deferred struct {
+	SQL  string
+	Args []any
+	// Settle reads the statement's rows and reports whether it applied
+	// and, when it did not, what Missed returns to the rerun: what the
+	// statement found, so that the rerun need not ask again. An error
+	// counts as a failure of the statement. nil: the statement applied
+	// when it changed exactly one row (an INSERT .. ON CONFLICT DO
+	// NOTHING that inserted).
+	Settle func(rows pgx.Rows) (applied bool, missed any, err error)
+}
+
+// Defer queues d to be sent in one batch with BEGIN and the transaction's
 // first statement, ahead of it, and reports whether it did: only a
 // transaction of Run that has not begun, in Run's first run, takes one, and
-// only one. The statement must change exactly one row to count as applied
-// (an INSERT .. ON CONFLICT DO NOTHING that inserted). When it fails or
-// changes no row, the statement that carried it (its result discarded) and
-// every later one return an error wrapping ErrRerun, Commit refuses, and Run
-// runs the function again without deferring. If the function ends before
-// any statement, the queued one is sent with the COMMIT's transaction, or
-// on its own when the function failed. missed, if not nil, is called when
-// the statement did not apply.
-func Defer(tx pgx.Tx, missed func(), sql string, args ...any) bool {
+// only one. When it fails or does not apply (see Deferred.Settle), the
+// statement that carried it (its result discarded) and every later one
+// return an error wrapping ErrRerun, Commit refuses, and Run runs the
+// function again without deferring. If the function ends before any
+// statement, the queued one is sent with the COMMIT's transaction, or on
+// its own when the function failed.
+func Defer(tx pgx.Tx, d Deferred) bool {
 	t, ok := tx.(*lazyTx)
 	if !ok || !t.deferOK || t.tx != nil || t.closed || t.pending != nil {
 		return false
 	}
-	t.pending = &queued{sql: sql, args: args, missed: missed}
+	t.pending = &d
 	return true
 }
 
-type queued struct {
-	sql    string
-	args   []any
-	missed func()
+// Missed returns, in the rerun of Run's function after its deferred
+// statement did not apply, what that statement's Settle reported it found;
+// nil anywhere else (the first run, a rerun after a failure, any other
+// pgx.Tx).
+func Missed(tx pgx.Tx) any {
+	if t, ok := tx.(*lazyTx); ok {
+		return t.missed
+	}
+	return nil
+}
+
+// settle reads the result of the deferred statement d from br: whether it
+// applied, what it found when it did not, and its error.
+func settle(br pgx.BatchResults, d *Deferred) (applied bool, missed any, err error) {
+	rows, err := br.Query()
+	if err != nil {
+		return false, nil, err
+	}
+	if d.Settle != nil {
+		applied, missed, err = d.Settle(rows)
+	}
+	rows.Close()
+	if rerr := rows.Err(); rerr != nil {
+		return false, nil, rerr
+	}
+	if d.Settle == nil {
+		applied = rows.CommandTag().RowsAffected() == 1
+	}
+	return applied, missed, err
 }
 
 // lazyTx is the pgx.Tx that Run hands to its function. It sends BEGIN with
@@ -105,8 +142,10 @@ type lazyTx struct {
 	tx      pgx.Tx // nil until begun
 	closed  bool   // committed or rolled back before anything began
 	deferOK bool   // Defer may queue a statement
-	pending *queued
+	pending *Deferred
 	poison  error // set when the deferred statement did not apply
+	found   any   // what this run's deferred statement found when it did not apply
+	missed  any   // in a rerun, what the first run's deferred statement found (Missed)
 }
 
 var _ pgx.Tx = (*lazyTx)(nil)
@@ -147,7 +186,7 @@ func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.Batch
 	q := t.pending
 	t.pending = nil
 	if q != nil {
-		b.Queue(q.sql, q.args...)
+		b.Queue(q.SQL, q.Args...)
 	}
 	b.Queue(sql, args...)
 	br := t.conn.SendBatch(ctx, b)
@@ -155,14 +194,14 @@ func (t *lazyTx) batched(ctx context.Context, sql string, args []any) (pgx.Batch
 	if _, err := br.Exec(); err != nil { // the BEGIN
 		br.Close()
 		if q != nil {
-			return nil, t.fail(q, err)
+			return nil, t.fail(nil, err)
 		}
 		return nil, err
 	}
 	if q != nil {
-		if tag, err := br.Exec(); err != nil || tag.RowsAffected() != 1 {
+		if applied, missed, err := settle(br, q); err != nil || !applied {
 			br.Close() // discards the statement's result
-			return nil, t.fail(q, err)
+			return nil, t.fail(missed, err)
 		}
 	}
 	return br, nil
@@ -192,30 +231,31 @@ func (t *lazyTx) flush(ctx context.Context) error {
 	t.pending = nil
 	b := &pgx.Batch{}
 	b.BeginTx(t.opts)
-	b.Queue(q.sql, q.args...)
+	b.Queue(q.SQL, q.Args...)
 	br := t.conn.SendBatch(ctx, b)
 	t.tx = br.Tx()
 	_, err := br.Exec() // the BEGIN
-	var tag pgconn.CommandTag
+	var (
+		applied bool
+		missed  any
+	)
 	if err == nil {
-		tag, err = br.Exec()
+		applied, missed, err = settle(br, q)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil || tag.RowsAffected() != 1 {
-		return t.fail(q, err)
+	if err != nil || !applied {
+		return t.fail(missed, err)
 	}
 	return nil
 }
 
-// fail poisons the transaction after its deferred statement q failed with
-// cause (nil: it changed no row).
-func (t *lazyTx) fail(q *queued, cause error) error {
-	if q.missed != nil {
-		q.missed()
-	}
+// fail poisons the transaction after its deferred statement failed with
+// cause, or (cause nil) did not apply, having found missed.
+func (t *lazyTx) fail(missed any, cause error) error {
 	if cause == nil {
+		t.found = missed
 		t.poison = ErrRerun
 	} else {
 		t.poison = fmt.Errorf("%w: %w", ErrRerun, cause)

@@ -26,13 +26,23 @@ const benchWorkers = 8
 // the wall time. op gets a globally unique sequence number.
 func runWorkers(b *testing.B, n int, op func(ctx context.Context, seq int64) error) time.Duration {
 	b.Helper()
+	base := seqBase.Add(int64(n)) - int64(n)
+	return runRange(b, base+1, n, op)
+}
+
+// seqBase keeps sequence numbers (and so keys) unique across calls.
+var seqBase atomic.Int64
+
+// runRange runs op for from, from+1, .. from+n-1, spread over
+// benchWorkers goroutines, and returns the wall time.
+func runRange(b *testing.B, from int64, n int, op func(ctx context.Context, seq int64) error) time.Duration {
+	b.Helper()
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup
 		errMu sync.Mutex
 		first error
 	)
-	base := seqBase.Add(int64(n)) - int64(n)
 	start := time.Now()
 	for range benchWorkers {
 		wg.Add(1)
@@ -43,7 +53,7 @@ func runWorkers(b *testing.B, n int, op func(ctx context.Context, seq int64) err
 				if i > int64(n) {
 					return
 				}
-				if err := op(context.Background(), base+i); err != nil {
+				if err := op(context.Background(), from+i-1); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err
@@ -60,9 +70,6 @@ func runWorkers(b *testing.B, n int, op func(ctx context.Context, seq int64) err
 	}
 	return time.Since(start)
 }
-
-// seqBase keeps sequence numbers (and so keys) unique across calls.
-var seqBase atomic.Int64
 
 // newCharges creates the business table of the inbox benchmarks next to
 // s's table and returns its insert: INSERT .. ON CONFLICT DO NOTHING of one

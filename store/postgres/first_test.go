@@ -17,6 +17,56 @@ import (
 	"github.com/idemgo/idem/store/storetest"
 )
 
+// Without MarkWithFirstStatement a new key's marker goes with BEGIN, the
+// insert alone. A redelivery the store marked lately sends the insert that
+// reads the record when it inserts nothing: two round trips, the marker and
+// the rollback. One it did not (after a restart: a new store) costs the
+// insert, the read and the rollback.
+func TestMarkRoundTrips(t *testing.T) {
+	f := newTripsFixture(t, true)
+	ctx := context.Background()
+	msg := idem.Message{ID: "order-1", Payload: []byte("charge 5")}
+	var (
+		calls    int
+		stmtErrs []error
+	)
+	for _, step := range []struct {
+		name    string
+		restart bool
+		want    idem.Outcome
+		trips   string
+	}{
+		{"new key", false, idem.OutcomeProcessed, "BEGIN+INSERT INSERT UPDATE COMMIT"},
+		{"redelivery to the same store", false, idem.OutcomeDuplicate, "BEGIN+WITH ROLLBACK"},
+		{"redelivery after a restart", true, idem.OutcomeDuplicate, "BEGIN+INSERT SELECT ROLLBACK"},
+	} {
+		if step.restart {
+			f.renew(t)
+		}
+		f.trips.take()
+		res, err := idem.DoTx(ctx, f.g, msg, f.insert("order-1", &calls, &stmtErrs))
+		if err != nil || res.Outcome != step.want || string(res.Value) != "ok order-1" {
+			t.Fatalf("%s: %v %q, %v; want %v with the first delivery's result", step.name, res.Outcome, res.Value, err, step.want)
+		}
+		if trips := strings.Join(f.trips.take(), " "); trips != step.trips {
+			t.Fatalf("%s: round trips %q, want %q", step.name, trips, step.trips)
+		}
+	}
+	if calls != 1 || len(stmtErrs) != 0 || f.rows(t, "order-1") != 1 {
+		t.Fatalf("the handler ran %d times (statement errors %v), %d ledger rows; want one run, one row", calls, stmtErrs, f.rows(t, "order-1"))
+	}
+}
+
+// The conformance suite with a store that remembers no key it marked: every
+// redelivery's marker is the insert alone, then the read.
+func TestConformanceTxForgetMarks(t *testing.T) {
+	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] {
+		s := newStore(t, postgres.Options{})
+		postgres.ForgetMarks(s)
+		return s
+	})
+}
+
 func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 	storetest.RunTx(t, func(t *testing.T) storetest.TxStore[pgx.Tx] {
 		s := newStore(t, postgres.Options{MarkWithFirstStatement: true})
@@ -25,10 +75,13 @@ func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 	})
 }
 
-// After a deferred marker meets a recorded key, the store's next 64 DoTx
-// transactions send the marker first (a run of redeliveries then costs what
-// it costs without the option); the 65th defers again.
-func TestMarkWithFirstStatementPausesAfterARecordedKey(t *testing.T) {
+// A deferred marker that meets a recorded key runs the handler's first
+// statement for nothing. The store sends the marker first for the keys it
+// marked lately (so a steady 10% of redeliveries of its own keys never
+// starts a handler), defers every other one, and once recorded keys come in
+// a run that it did not mark (a consumer restarting from an old offset)
+// sends the marker first for all, deferring again once new keys are back.
+func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 	f := newFirstFixture(t)
 	ctx := context.Background()
 	do := func(id string) []string {
@@ -42,20 +95,50 @@ func TestMarkWithFirstStatementPausesAfterARecordedKey(t *testing.T) {
 		return f.trips.take()
 	}
 	deferred := func(trips []string) bool { return len(trips) > 0 && trips[0] == "BEGIN+INSERT+INSERT" }
-	if !deferred(do("a")) {
-		t.Fatal("a new store did not defer its marker")
-	}
-	if trips := do("a"); !deferred(trips) {
-		t.Fatalf("the redelivery of a was not deferred first: %q", trips)
-	}
-	for i := range 64 {
-		if trips := do(fmt.Sprintf("after-%d", i)); deferred(trips) || trips[0] != "BEGIN+INSERT" {
-			t.Fatalf("transaction %d after the recorded key: %q, want the marker first", i+1, trips)
+	for i := range 300 {
+		id, redelivery := fmt.Sprintf("steady-%d", i), i%10 == 9
+		if redelivery {
+			id = fmt.Sprintf("steady-%d", i-5)
+		}
+		switch trips := do(id); {
+		case !redelivery && !deferred(trips):
+			t.Fatalf("new message %d at 10%% redeliveries: %q, want the marker deferred", i, trips)
+		case redelivery && strings.Join(trips, " ") != "BEGIN+WITH ROLLBACK":
+			t.Fatalf("redelivery %d of a key the store marked: %q, want the marker first, alone", i, trips)
 		}
 	}
-	if trips := do("later"); !deferred(trips) {
-		t.Fatalf("the 65th transaction after the recorded key: %q, want the marker deferred again", trips)
+	// A restart, then a run of redeliveries: each deferred marker misses
+	// and its run reads the record; the store stops deferring within a
+	// dozen, and sends the marker first, reading in the insert's statement,
+	// for the rest of the run.
+	f.renew(t)
+	first := -1
+	for i := range 60 {
+		trips := do(fmt.Sprintf("steady-%d", 5*i)) // each a first delivery above
+		switch {
+		case first < 0 && !deferred(trips):
+			first = i
+		case first >= 0 && deferred(trips):
+			t.Fatalf("redelivery %d of a run: %q, deferred again after %d sent first", i, trips, i-first)
+		}
+		want := "BEGIN+INSERT+INSERT ROLLBACK BEGIN+SELECT ROLLBACK"
+		if first >= 0 {
+			want = "BEGIN+WITH ROLLBACK"
+		}
+		if got := strings.Join(trips, " "); got != want {
+			t.Fatalf("redelivery %d of a run: %q, want %q", i, got, want)
+		}
 	}
+	if first < 0 || first > 12 {
+		t.Fatalf("a run of 60 redeliveries: the first marker sent first was the %dth, want one within 12", first)
+	}
+	// New keys after the run: the store defers again within 60.
+	for i := range 60 {
+		if deferred(do(fmt.Sprintf("after-%d", i))) {
+			return
+		}
+	}
+	t.Fatal("60 new keys after the run of redeliveries: no marker deferred")
 }
 
 // roundTrips records what each round trip to the server carried: the first
@@ -123,6 +206,8 @@ type firstFixture struct {
 	now    time.Time
 	last   idem.Event // the guard's latest event
 	nowMu  sync.Mutex // guards now and last
+
+	markFirst bool // the store sends the marker first (no MarkWithFirstStatement)
 }
 
 func (f *firstFixture) lastEvent() idem.Event {
@@ -133,8 +218,15 @@ func (f *firstFixture) lastEvent() idem.Event {
 
 func newFirstFixture(t *testing.T) *firstFixture {
 	t.Helper()
+	return newTripsFixture(t, false)
+}
+
+// newTripsFixture is newFirstFixture, with a store that sends the marker
+// first (the default) when markFirst.
+func newTripsFixture(t *testing.T, markFirst bool) *firstFixture {
+	t.Helper()
 	base := newStore(t, postgres.Options{})
-	f := &firstFixture{trips: &roundTrips{}, ledger: newBusinessTable(t, base), now: time.Now()}
+	f := &firstFixture{trips: &roundTrips{}, ledger: newBusinessTable(t, base), now: time.Now(), markFirst: markFirst}
 	cfg := testPool(t).Config()
 	cfg.MaxConns = 4
 	cfg.ConnConfig.Tracer = f.trips
@@ -154,7 +246,7 @@ func newFirstFixture(t *testing.T) *firstFixture {
 func (f *firstFixture) renew(t *testing.T) {
 	t.Helper()
 	var err error
-	f.s, err = postgres.New(f.pool, postgres.Options{Table: f.table, MarkWithFirstStatement: true})
+	f.s, err = postgres.New(f.pool, postgres.Options{Table: f.table, MarkWithFirstStatement: !f.markFirst})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +288,12 @@ func (f *firstFixture) insert(id string, calls *int, stmtErrs *[]error) idem.TxH
 }
 
 // A new key costs two round trips: BEGIN, marker and the handler's first
-// statement in one, COMMIT in the other. A recorded key fails that first
-// statement with ErrRerun, rolls back and runs again the ordinary way, where
-// it is skipped with the recorded result.
+// statement in one, COMMIT in the other. A key the store marked lately is
+// most likely a redelivery: its marker goes first, with BEGIN, as one
+// statement that reads the record it meets, and the handler never starts.
+// Any other recorded key (here after a restart: a new store) fails the
+// handler's first statement with ErrRerun and rolls back; the run that
+// follows reads the record and skips the handler with the recorded result.
 func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	f := newFirstFixture(t)
 	ctx := context.Background()
@@ -224,6 +319,18 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 
 	res, err = idem.DoTx(ctx, f.g, msg, f.insert("order-1", &calls, &stmtErrs))
 	if err != nil || res.Outcome != idem.OutcomeDuplicate || string(res.Value) != "ok order-1" {
+		t.Fatalf("redelivery to the same store: %v %q, %v", res.Outcome, res.Value, err)
+	}
+	if calls != 1 || len(stmtErrs) != 0 {
+		t.Fatalf("redelivery to the same store: handler ran %d times (statement errors %v), want only the first delivery's run", calls, stmtErrs)
+	}
+	if trips := f.trips.take(); strings.Join(trips, " ") != "BEGIN+WITH ROLLBACK" {
+		t.Fatalf("redelivery to the same store: round trips %q, want the marker first and the rollback", trips)
+	}
+
+	f.renew(t)
+	res, err = idem.DoTx(ctx, f.g, msg, f.insert("order-1", &calls, &stmtErrs))
+	if err != nil || res.Outcome != idem.OutcomeDuplicate || string(res.Value) != "ok order-1" {
 		t.Fatalf("redelivery: %v %q, %v", res.Outcome, res.Value, err)
 	}
 	if calls != 2 || len(stmtErrs) != 1 || !errors.Is(stmtErrs[0], postgres.ErrRerun) {
@@ -232,9 +339,11 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	if e := f.lastEvent(); e.TxRuns != 2 || e.Outcome != idem.OutcomeDuplicate || e.Err != nil {
 		t.Fatalf("redelivery's event: %d runs, %v, %v; want 2 runs, a duplicate", e.TxRuns, e.Outcome, e.Err)
 	}
+	// The rerun knows the key is recorded: it reads the record without
+	// trying the insert again.
 	trips = f.trips.take()
-	if len(trips) < 3 || trips[0] != "BEGIN+INSERT+INSERT" || trips[1] != "ROLLBACK" || !strings.HasPrefix(trips[2], "BEGIN+INSERT") {
-		t.Fatalf("redelivery round trips %q: want the batch, a rollback, then the ordinary marker", trips)
+	if want := "BEGIN+INSERT+INSERT ROLLBACK BEGIN+SELECT ROLLBACK"; strings.Join(trips, " ") != want {
+		t.Fatalf("redelivery round trips %q, want %q: the batch, its rollback, the read and its rollback", trips, want)
 	}
 	if n := f.rows(t, "order-1"); n != 1 {
 		t.Fatalf("ledger has %d rows for order-1", n)
@@ -365,6 +474,7 @@ func TestMarkWithFirstStatementExistingKeys(t *testing.T) {
 	f.nowMu.Lock()
 	f.now = f.now.Add(2 * time.Hour) // past Retention
 	f.nowMu.Unlock()
+	f.renew(t) // a store that did not mark the key defers its marker
 	calls, errs = 0, nil
 	res, err := idem.DoTx(ctx, f.g, msg, f.insert("expiring", &calls, &errs))
 	if err != nil || res.Outcome != idem.OutcomeProcessed {

@@ -59,9 +59,11 @@ type Options struct {
 	// does not process, or runs twice: decoding and validating are fine,
 	// a call to another service there is not. Nothing commits from the
 	// abandoned run, and the outcome and result DoTx reports are those of
-	// the ordinary path. Since redeliveries come in runs, a Store that met
-	// a recorded key this way sends the marker first in its next 64 DoTx
-	// transactions.
+	// the ordinary path. Only the markers of keys guessed new are
+	// deferred: a key the Store marked lately (a redelivery, most likely)
+	// and every key while many of its recent markers met recorded keys (a
+	// consumer restarting from an old offset) have the marker sent first,
+	// so their handlers never start.
 	//
 	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
 	// answer at once.

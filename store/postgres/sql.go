@@ -21,6 +21,7 @@ var recordCols = columns("")
 type statements struct {
 	claim, mark           string // one key: $1 scope .. $8 sweep_at, $9 new token, $10 take over stale
 	markNew               string // Mark's fast path: the insert alone, $1 .. $9, no RETURNING
+	markNewOrGet          string // DeferMark's: markNew, or the existing record (see buildStatements)
 	claimBatchNew         string // ClaimBatch's fast path: the insert alone over the arrays
 	markBatchNew          string // MarkBatch's fast path, the arrays of claimBatch
 	claimBatchNewShared   string // claimBatchNew for a batch that shares its scope and times
@@ -141,6 +142,22 @@ WHERE scope = $1 AND id = $2 AND NOT EXISTS (SELECT FROM ins) AND NOT EXISTS (SE
 	s.markNew = `INSERT INTO ` + table + ` AS t ` + insertCols + `
 	VALUES ($1, $2, NULLIF($3::text, ''), ` + fmt.Sprint(stCompleted) + `, $4, $9::bigint, 1, $6, $7, $8, $5, $5)
 	ON CONFLICT (scope, id) DO NOTHING`
+	// The deferred marker (DeferMark): the insert, and when it inserted
+	// nothing the existing record, in one statement, so that a redelivery
+	// whose marker went with the handler's first statement needs no
+	// statement at all in the run that follows the rollback. No row: the
+	// key was inserted. One row: the record, or NULLs when the conflicting
+	// row is not in the statement's snapshot (committed after it, or
+	// deleted since). The read costs the insert about a fifth more server
+	// time; a marker sent first keeps markNew, whose new keys far outnumber
+	// the rest (BENCH.md).
+	s.markNewOrGet = `WITH ins AS (
+	` + s.markNew + `
+	RETURNING 1
+)
+SELECT ` + columns("t.") + `
+FROM (VALUES (1)) AS one LEFT JOIN ` + table + ` AS t ON t.scope = $1 AND t.id = $2
+WHERE NOT EXISTS (SELECT FROM ins)`
 
 	// Many keys in one statement, in one pass in key order: each key is
 	// inserted when new, and otherwise its row is locked (ON CONFLICT DO

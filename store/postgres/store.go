@@ -25,10 +25,11 @@ type Store struct {
 	names names
 	sql   statements
 
-	plainPaused countdown.Countdown // ClaimBatch's plain insert paused (plainPause)
-	firstPaused countdown.Countdown // DoTx's marker sent first again (firstPause)
-	firstPause  int64               // firstPause; tests set 0
-	batchInRC   atomic.Bool         // batches' upserts in READ COMMITTED transactions (see batchGroup)
+	plainPaused  countdown.Countdown // ClaimBatch's plain insert paused (plainPause)
+	redeliveries redeliveries        // the estimated share of markers whose key is recorded (see redeliveries)
+	batchInRC    atomic.Bool         // batches' upserts in READ COMMITTED transactions (see batchGroup)
+	recent       *recentKeys         // the keys of the store's latest markers (a hint, see recentKeys)
+	deferAll     bool                // tests: DeferMark defers every marker it can
 }
 
 var (
@@ -51,7 +52,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table), firstPause: firstPause}, nil
+	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table),
+		recent: newRecentKeys()}, nil
 }
 
 // Table returns the quoted, possibly schema-qualified table name, for

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -47,10 +48,15 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 //
 // A new key costs one INSERT .. ON CONFLICT DO NOTHING that returns no
 // row (the claim is built from the request) and nothing else.
-// When the key exists, Mark runs the claim statement (see the package doc)
-// to take over an expired or released record or to read the existing one:
-// a second round trip on the path of duplicates, which skip their business
-// writes anyway.
+// When the key exists, Mark reads its record (a second round trip on the
+// path of duplicates, which skip their business writes anyway) and decides
+// by the record rules: a duplicate, a conflict or a live owner costs that
+// read and nothing else; only a record the marker may take over (expired or
+// released) costs the claim statement (see the package doc) on top. A key
+// guessed recorded (the store marked it lately, or recorded keys have been
+// common among its other markers: see guess.go) goes as one statement that
+// inserts or, inserting nothing, reads the record, so that its duplicate
+// costs one round trip.
 //
 // When another open transaction has just written the same key, Mark waits
 // for it: if it commits, Mark reports ClaimDuplicate (the caller skips its
@@ -61,18 +67,122 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 	if err != nil {
 		return idem.Claim{}, err
 	}
+	if m, ok := pgxtx.Missed(tx).(missedMark); ok && m.key == n.Key {
+		// This transaction's first run deferred the marker of this key
+		// (DeferMark), which inserted nothing.
+		return s.markExisting(ctx, tx, n)
+	}
+	if recent := s.recent.has(n.Key); recent || !s.redeliveries.rare() {
+		return s.markOrRead(ctx, tx, n, !recent)
+	}
 	tag, err := tx.Exec(ctx, s.sql.markNew, recordArgs(n)...)
 	switch {
 	case err != nil:
 		return idem.Claim{}, wrapErr("mark", err)
 	case tag.RowsAffected() == 1:
-		// The row just inserted is the fresh record the request describes:
-		// build it here rather than read it back (RETURNING the record
-		// cost the server about 12 µs of a 50 µs marker, see BENCH.md).
-		c, _ := storekit.ApplyMark(nil, n)
-		return c, nil
+		s.redeliveries.observe(false)
+		return s.marked(n), nil
+	}
+	s.redeliveries.observe(true)
+	return s.markExisting(ctx, tx, n)
+}
+
+// marked returns the claim of a marker that inserted n's key and notes the
+// key as recent. The row just inserted is the fresh record the request
+// describes: it is built here rather than read back (RETURNING the record
+// cost the server about 12 µs of a 50 µs marker, see BENCH.md).
+func (s *Store) marked(n idem.ClaimRequest) idem.Claim {
+	s.recent.add(n.Key)
+	c, _ := storekit.ApplyMark(nil, n)
+	return c
+}
+
+// markOrRead marks n's key with markNewOrGet, the insert and, when it
+// inserts nothing, the read of the record in one statement: for a key that
+// is most likely recorded (see recentKeys and redeliveries), whose marker
+// then costs one round trip instead of two. observe counts its outcome in
+// the estimate of redeliveries.
+func (s *Store) markOrRead(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest, observe bool) (idem.Claim, error) {
+	rows, err := tx.Query(ctx, s.sql.markNewOrGet, recordArgs(n)...)
+	if err != nil {
+		return idem.Claim{}, wrapErr("mark", err)
+	}
+	var (
+		inserted = true
+		found    bool
+		rr       rowRecord
+	)
+	if rows.Next() {
+		inserted = false
+		// A row of NULLs: the conflicting row is not in the statement's
+		// snapshot (committed after it, or deleted since).
+		if found = rows.RawValues()[0] != nil; found {
+			err = rows.Scan(rr.dest()...)
+		}
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return idem.Claim{}, wrapErr("mark", err)
+	}
+	if observe {
+		s.redeliveries.observe(!inserted)
+	}
+	if inserted {
+		return s.marked(n), nil
+	}
+	if found {
+		if c, ok := resolve(false, rr.record(), false, n, true); ok {
+			return c, nil
+		}
 	}
 	return s.claimOne(ctx, tx, s.sql.mark, n, true)
+}
+
+// markExisting marks n's key, which its insert found recorded: it reads
+// the record in tx and applies the record rules to it (storekit.ApplyMark),
+// which settle a duplicate, a conflict or a live owner without a write or a
+// lock; the read is what the claim statement's third branch would return,
+// from the same kind of snapshot, for a third of its server time (BENCH.md).
+// A record the marker may take over (expired, released), or one deleted
+// since the insert, goes through the claim statement, which writes it.
+func (s *Store) markExisting(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest) (idem.Claim, error) {
+	var rr rowRecord
+	err := tx.QueryRow(ctx, s.sql.get, n.Key.Scope, n.Key.StoredID()).Scan(rr.dest()...)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return idem.Claim{}, wrapErr("mark", err)
+	default:
+		if c, ok := resolve(false, rr.record(), false, n, true); ok {
+			return c, nil
+		}
+	}
+	return s.claimOne(ctx, tx, s.sql.mark, n, true)
+}
+
+// missedMark is what a deferred marker that inserted nothing leaves to the
+// rerun of its transaction (pgxtx.Missed): its key is recorded.
+type missedMark struct{ key idem.Key }
+
+// settleDeferred is the pgxtx.Deferred.Settle of the deferred marker of
+// key (markNew).
+func (s *Store) settleDeferred(key idem.Key) func(rows pgx.Rows) (bool, any, error) {
+	return func(rows pgx.Rows) (bool, any, error) {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return false, nil, err
+		}
+		inserted := rows.CommandTag().RowsAffected() == 1
+		s.redeliveries.observe(!inserted)
+		if !inserted {
+			return false, missedMark{key: key}, nil
+		}
+		s.recent.add(key)
+		return true, nil, nil
+	}
 }
 
 // MarkBatch is Mark for many keys in one statement (two when some keys
@@ -97,37 +207,34 @@ func (s *Store) MarkBatch(ctx context.Context, tx pgx.Tx, reqs []idem.ClaimReque
 var ErrRerun = pgxtx.ErrRerun
 
 // DeferMark implements storekit.MarkDeferrer: with
-// Options.MarkWithFirstStatement, it queues the marker of a new key (the
-// INSERT .. ON CONFLICT DO NOTHING that Mark runs first) on a transaction
-// of InTx that has not begun, to go out with its first statement.
+// Options.MarkWithFirstStatement, it queues the marker of a key that is
+// most likely new (the INSERT .. ON CONFLICT DO NOTHING that Mark runs
+// first) on a transaction of InTx that has not begun, to go out with its
+// first statement.
 //
-// After a queued marker finds its key recorded, the store's next
-// firstPause transactions send the marker first instead: redeliveries come
-// in runs (a consumer restarting from an old offset, a queue redelivering
-// after an outage), and a deferred marker makes each of them cost a wasted
-// batch and a rollback.
+// A deferred marker that finds its key recorded costs the transaction a
+// wasted batch, its rollback and a rerun, and runs the handler's first
+// statement for nothing. So a key the store marked lately (recentKeys) is
+// not deferred: Mark sends its marker first, as the one statement that
+// inserts or reads, and the redelivery costs two round trips without the
+// handler ever starting. Nor is any key while more than a quarter of the
+// store's recent markers of other keys met recorded ones (redeliveries): a
+// consumer restarting from an old offset, a queue redelivering after an
+// outage.
 func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (idem.Claim, bool, error) {
-	if !s.opts.MarkWithFirstStatement || s.firstPaused.Active() {
+	if !s.opts.MarkWithFirstStatement || !s.deferAll && (!s.redeliveries.rare() || s.recent.has(req.Key)) {
 		return idem.Claim{}, false, nil
 	}
 	n, err := prepare(req)
 	if err != nil {
 		return idem.Claim{}, false, err
 	}
-	if !pgxtx.Defer(tx, s.pauseFirst, s.sql.markNew, recordArgs(n)...) {
+	if !pgxtx.Defer(tx, pgxtx.Deferred{SQL: s.sql.markNew, Args: recordArgs(n), Settle: s.settleDeferred(n.Key)}) {
 		return idem.Claim{}, false, nil
 	}
 	c, _ := storekit.ApplyMark(nil, n)
 	return c, true, nil
 }
-
-// firstPause is how many DoTx transactions of a Store send the marker first
-// after a deferred one missed (see DeferMark).
-const firstPause = 64
-
-// pauseFirst is called when a deferred marker missed. The rerun of that
-// transaction, which always follows, takes one of the count.
-func (s *Store) pauseFirst() { s.firstPaused.Start(s.firstPause + 1) }
 
 // SaveResult implements idem.TxStore: it stores result on the marker Mark
 // wrote in tx. The update changes no indexed column, so it stays on the
