@@ -154,16 +154,9 @@ func (s *Store) held(ctx context.Context, a address, token int64) (recordDoc, er
 // are in request order. Every request is checked before any is sent, so a
 // bad one (or a repeated key) writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
+	prepared, err := storekit.PrepareClaimBatch(reqs)
+	if err != nil {
 		return nil, err
-	}
-	prepared := make([]idem.ClaimRequest, len(reqs))
-	for i, r := range reqs {
-		p, err := storekit.PrepareClaim(r)
-		if err != nil {
-			return nil, err
-		}
-		prepared[i] = p
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -76,16 +76,9 @@ func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 // Every request is prepared first, so a rejected one (or a repeated key,
 // idem.ErrDuplicateKeyInBatch) writes nothing.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
+	prepared, err := storekit.PrepareClaimBatch(reqs)
+	if err != nil {
 		return nil, err
-	}
-	prepared := make([]idem.ClaimRequest, len(reqs))
-	for i, r := range reqs {
-		p, err := storekit.PrepareClaim(r)
-		if err != nil {
-			return nil, err
-		}
-		prepared[i] = p
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

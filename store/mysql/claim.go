@@ -109,18 +109,10 @@ const maxBatch = 1000
 // keys of the earlier ones stay claimed in progress and are retaken once
 // their lease ends, like those of a consumer that crashed.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
+	reqs, err := storekit.PrepareClaimBatch(reqs)
+	if err != nil {
 		return nil, err
 	}
-	prepared := make([]idem.ClaimRequest, len(reqs))
-	for i, r := range reqs {
-		r, err := storekit.PrepareClaim(r)
-		if err != nil {
-			return nil, err
-		}
-		prepared[i] = r
-	}
-	reqs = prepared
 	out := make([]idem.Claim, len(reqs))
 	for start := 0; start < len(reqs); start += maxBatch {
 		end := min(start+maxBatch, len(reqs))

@@ -65,3 +65,22 @@ type MarkDeferrer[Tx any] interface {
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
+
+// PrepareClaimBatch is the start of every store's ClaimBatch: CheckBatchKeys,
+// then PrepareClaim of each request, in order, so that a repeated key or a
+// request a store cannot take rejects the whole batch before anything is
+// written. It returns the prepared requests (a new slice).
+func PrepareClaimBatch(reqs []idem.ClaimRequest) ([]idem.ClaimRequest, error) {
+	if err := CheckBatchKeys("claim batch", reqs); err != nil {
+		return nil, err
+	}
+	prepared := make([]idem.ClaimRequest, len(reqs))
+	for i, r := range reqs {
+		p, err := PrepareClaim(r)
+		if err != nil {
+			return nil, err
+		}
+		prepared[i] = p
+	}
+	return prepared, nil
+}
