@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/idemgo/idem/internal/amqptest"
 )
 
 type msgState int
@@ -22,7 +24,7 @@ type entity struct {
 	path      string
 	opts      QueueOptions
 	msgs      []*message // in sequence order
-	locked    map[uuid]*message
+	locked    map[amqptest.UUID]*message
 	dlq       *entity // nil for a dead-letter queue
 	dedup     *dedup
 	receivers []*link
@@ -40,15 +42,11 @@ type message struct {
 	enqueued time.Time
 	id       string
 
-	header   []any   // the header section's fields
-	ann      amqpMap // message annotations
-	props    []any   // the properties section's fields (nil: none sent)
-	appProps amqpMap
-	body     []byte // body sections and footer, encoded
+	amqptest.Message // the sections as sent
 
 	deliveryCount uint32
 	state         msgState
-	token         uuid
+	token         amqptest.UUID
 	lockedUntil   time.Time
 	timer         *time.Timer
 	holder        *link // the session receiver it is locked to (session entities)
@@ -63,8 +61,8 @@ type message struct {
 
 func (m *message) clone() *message {
 	c := *m
-	c.ann = slices.Clone(m.ann)
-	c.appProps = slices.Clone(m.appProps)
+	c.Ann = slices.Clone(m.Ann)
+	c.AppProps = slices.Clone(m.AppProps)
 	c.timer, c.due = nil, nil
 	return &c
 }
@@ -121,7 +119,7 @@ func (e *entity) enqueue(m *message, now time.Time) {
 // armDue wakes m at at: a scheduled message is enqueued, an available one
 // that has expired is expired (a locked one when its lock ends).
 func (e *entity) armDue(m *message, at time.Time) {
-	m.due = e.s.at(m.due, at, func() {
+	m.due = e.s.core.At(m.due, at, func() {
 		if m.e != e {
 			return
 		}
@@ -182,7 +180,7 @@ func (e *entity) remove(m *message) {
 func (e *entity) nextReceiver() *link {
 	for range e.receivers {
 		e.next = (e.next + 1) % len(e.receivers)
-		if l := e.receivers[e.next]; l.credit > 0 {
+		if l := e.receivers[e.next]; l.Credit() > 0 {
 			return l
 		}
 	}
@@ -214,14 +212,13 @@ func (e *entity) pump() {
 		if l == nil {
 			continue
 		}
-		if l.settled {
+		if l.Settled {
 			gone = append(gone, m) // ReceiveAndDelete: removed as it is sent
-			l.transfer(nil, true, m.encode(false))
+			l.Transfer(nil, true, m.encode(false))
 			continue
 		}
 		e.lock(m, l)
-		id := l.transfer(tagOf(m.token), false, m.encode(true))
-		l.s.unsettled[id] = &delivery{l: l, m: m, token: m.token}
+		l.Deliver(tagOf(m.token), m.encode(true), &delivery{m: m, token: m.token})
 	}
 	for _, m := range gone {
 		e.remove(m)
@@ -241,7 +238,7 @@ func (e *entity) receiverFor(m *message, now time.Time) (l *link, more bool) {
 		return l, l != nil
 	}
 	ss := e.sessions[m.sessionID]
-	if ss == nil || !ss.locked(now) || ss.holder.credit == 0 {
+	if ss == nil || !ss.locked(now) || ss.holder.Credit() == 0 {
 		return nil, true
 	}
 	return ss.holder, true
@@ -261,25 +258,10 @@ func (e *entity) lock(m *message, l *link) {
 	e.arm(m)
 }
 
-// at stops old (if any) and returns a timer that runs fn at t under the
-// server's lock, unless the server has closed by then.
-func (s *Server) at(old *time.Timer, t time.Time, fn func()) *time.Timer {
-	if old != nil {
-		old.Stop()
-	}
-	return time.AfterFunc(time.Until(t), func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.closed {
-			fn()
-		}
-	})
-}
-
 // arm (re)starts m's lock timer for its lockedUntil.
 func (e *entity) arm(m *message) {
 	token := m.token
-	m.timer = e.s.at(m.timer, m.lockedUntil, func() {
+	m.timer = e.s.core.At(m.timer, m.lockedUntil, func() {
 		if m.state != stateLocked || m.token != token || m.e != e {
 			return
 		}
@@ -294,7 +276,7 @@ func (e *entity) arm(m *message) {
 
 // held returns the message locked under token, nil when the lock is lost
 // (expired, settled, or never given).
-func (e *entity) held(token uuid) *message {
+func (e *entity) held(token amqptest.UUID) *message {
 	m := e.locked[token]
 	if m == nil || m.state != stateLocked {
 		return nil
@@ -326,10 +308,10 @@ func (e *entity) unlock(m *message) {
 
 // abandon makes m available again with DeliveryCount + 1, or dead-letters
 // it once its deliveries reach MaxDeliveryCount.
-func (e *entity) abandon(m *message, props amqpMap) {
+func (e *entity) abandon(m *message, props amqptest.Map) {
 	e.unlock(m)
 	for _, p := range props {
-		m.appProps = m.appProps.set(p.k, p.v)
+		m.AppProps = m.AppProps.Set(p.K, p.V)
 	}
 	m.deliveryCount++
 	if e.dlq != nil && int(m.deliveryCount) >= e.opts.MaxDeliveryCount {
@@ -342,16 +324,16 @@ func (e *entity) abandon(m *message, props amqpMap) {
 
 // deadLetter moves m to the entity's dead-letter queue with its reason
 // and description as application properties, beside props.
-func (e *entity) deadLetter(m *message, reason, description string, props amqpMap) {
+func (e *entity) deadLetter(m *message, reason, description string, props amqptest.Map) {
 	e.remove(m)
 	if e.dlq == nil {
 		return // a dead-letter queue has none of its own
 	}
-	m.appProps = m.appProps.set("DeadLetterReason", reason)
-	m.appProps = m.appProps.set("DeadLetterErrorDescription", description)
+	m.AppProps = m.AppProps.Set("DeadLetterReason", reason)
+	m.AppProps = m.AppProps.Set("DeadLetterErrorDescription", description)
 	for _, p := range props {
-		if k := asString(p.k); k != "DeadLetterReason" && k != "DeadLetterErrorDescription" {
-			m.appProps = m.appProps.set(p.k, p.v)
+		if k := amqptest.AsString(p.K); k != "DeadLetterReason" && k != "DeadLetterErrorDescription" {
+			m.AppProps = m.AppProps.Set(p.K, p.V)
 		}
 	}
 	// No x-opt-deadletter-source: Service Bus sets it only on a message
@@ -365,10 +347,10 @@ func (e *entity) deadLetter(m *message, reason, description string, props amqpMa
 
 // sessionLockLostState answers a settlement of a session's message once
 // the session's lock is gone, with Service Bus's condition.
-var sessionLockLostState = perf(codeRejected, amqpError("com.microsoft:session-lock-lost",
+var sessionLockLostState = amqptest.Perf(amqptest.CodeRejected, amqptest.Error("com.microsoft:session-lock-lost",
 	"The session lock has expired on the MessageSession. Accept a new MessageSession.", nil))
 
-var lockLost = perf(codeRejected, amqpError("com.microsoft:message-lock-lost",
+var lockLost = amqptest.Perf(amqptest.CodeRejected, amqptest.Error("com.microsoft:message-lock-lost",
 	"The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue.", nil))
 
 // settleDelivery applies the client's outcome for a delivery on its
@@ -382,35 +364,35 @@ func (s *Server) settleDelivery(d *delivery, state any) any {
 		}
 		return lockLost
 	}
-	code, f := descCode(state)
+	code, f := amqptest.DescCode(state)
 	switch code {
-	case codeAccepted:
+	case amqptest.CodeAccepted:
 		e.remove(m)
-	case codeRejected:
-		reason, desc, info := "", "", amqpMap(nil)
-		if _, ef := descCode(field(f, 0)); ef != nil {
-			info, _ = field(ef, 2).(amqpMap)
-			if v, ok := info.get("DeadLetterReason"); ok {
-				reason = asString(v)
+	case amqptest.CodeRejected:
+		reason, desc, info := "", "", amqptest.Map(nil)
+		if _, ef := amqptest.DescCode(amqptest.Field(f, 0)); ef != nil {
+			info, _ = amqptest.Field(ef, 2).(amqptest.Map)
+			if v, ok := info.Get("DeadLetterReason"); ok {
+				reason = amqptest.AsString(v)
 			}
-			if v, ok := info.get("DeadLetterErrorDescription"); ok {
-				desc = asString(v)
+			if v, ok := info.Get("DeadLetterErrorDescription"); ok {
+				desc = amqptest.AsString(v)
 			}
 		}
 		e.deadLetter(m, reason, desc, info)
 		// Dead-lettered: the answer carries no error, which the client
 		// would take for a failed settlement.
-		return perf(codeRejected)
-	case codeReleased:
+		return amqptest.Perf(amqptest.CodeRejected)
+	case amqptest.CodeReleased:
 		e.unlock(m)
 		e.returned(m)
-	case codeModified:
-		props, _ := field(f, 2).(amqpMap)
-		if asBool(field(f, 1)) { // undeliverable-here: Defer
+	case amqptest.CodeModified:
+		props, _ := amqptest.Field(f, 2).(amqptest.Map)
+		if amqptest.AsBool(amqptest.Field(f, 1)) { // undeliverable-here: Defer
 			e.unlock(m)
 			m.state, m.deferred = stateDeferred, true
 			for _, p := range props {
-				m.appProps = m.appProps.set(p.k, p.v)
+				m.AppProps = m.AppProps.Set(p.K, p.V)
 			}
 			return state
 		}
@@ -422,77 +404,38 @@ func (s *Server) settleDelivery(d *delivery, state any) any {
 }
 
 func parseMessages(format uint32, b []byte) ([]*message, error) {
-	m, err := parseMessage(b)
-	if err != nil || format != batchMessageFormat {
-		return []*message{m}, err
+	_, ams, err := amqptest.ParseBatch(format, b)
+	if err != nil {
+		return nil, err
 	}
-	// A batch: each data section of the envelope is one encoded message.
-	var out []*message
-	d := decoder{b: m.body}
-	for d.i < len(d.b) {
-		v, err := d.value()
-		if err != nil {
-			return nil, err
-		}
-		dv, ok := v.(described)
-		if !ok || asUint(dv.desc) != codeData {
-			continue
-		}
-		data, _ := dv.value.([]byte)
-		one, err := parseMessage(data)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, one)
+	msgs := make([]*message, len(ams))
+	for i, am := range ams {
+		msgs[i] = newMessage(am)
 	}
-	return out, nil
+	return msgs, nil
 }
 
 func parseMessage(b []byte) (*message, error) {
-	m := &message{}
-	d := decoder{b: b}
-	for d.i < len(b) {
-		start := d.i
-		v, err := d.value()
-		if err != nil {
-			return nil, err
-		}
-		dv, ok := v.(described)
-		if !ok {
-			return nil, fmt.Errorf("amqp: message section is not described")
-		}
-		switch asUint(dv.desc) {
-		case codeHeader:
-			m.header, _ = dv.value.([]any)
-			if ms := asUint(field(m.header, 2)); ms > 0 {
-				m.ttl = time.Duration(ms) * time.Millisecond
-			}
-		case codeDeliveryAnn:
-		case codeMessageAnn:
-			m.ann, _ = dv.value.(amqpMap)
-			if v, ok := m.ann.get("x-opt-scheduled-enqueue-time"); ok {
-				m.scheduled, _ = v.(time.Time)
-			}
-		case codeProperties:
-			m.props, _ = dv.value.([]any)
-			if m.props == nil {
-				m.props = []any{}
-			}
-			switch id := field(m.props, 0).(type) {
-			case string:
-				m.id = id
-			case nil:
-			default:
-				m.id = fmt.Sprint(id)
-			}
-			m.sessionID = asString(field(m.props, 10)) // group-id
-		case codeAppProperties:
-			m.appProps, _ = dv.value.(amqpMap)
-		default:
-			m.body = append(m.body, b[start:d.i]...)
-		}
+	am, err := amqptest.ParseMessage(b)
+	if err != nil {
+		return nil, err
 	}
-	return m, nil
+	return newMessage(am), nil
+}
+
+// newMessage reads what Service Bus acts on from a message's sections:
+// its time to live, scheduled enqueue time, id and session.
+func newMessage(am *amqptest.Message) *message {
+	m := &message{Message: *am}
+	if ms := amqptest.AsUint(amqptest.Field(m.Header, 2)); ms > 0 {
+		m.ttl = time.Duration(ms) * time.Millisecond
+	}
+	if v, ok := m.Ann.Get("x-opt-scheduled-enqueue-time"); ok {
+		m.scheduled, _ = v.(time.Time)
+	}
+	m.id = m.ID()
+	m.sessionID = amqptest.AsString(amqptest.Field(m.Props, 10)) // group-id
+	return m
 }
 
 // encode is m as delivered: the header with its delivery count, the
@@ -501,44 +444,33 @@ func parseMessage(b []byte) (*message, error) {
 //
 // lockToken, when set, travels as the x-opt-lock-token delivery
 // annotation: a message received by sequence number has no delivery tag.
-func (m *message) encode(locked bool, lockTokens ...*uuid) []byte {
-	var lockToken *uuid
+func (m *message) encode(locked bool, lockTokens ...*amqptest.UUID) []byte {
+	var lockToken *amqptest.UUID
 	if len(lockTokens) > 0 {
 		lockToken = lockTokens[0]
 	}
 	h := make([]any, 5)
-	copy(h, m.header)
+	copy(h, m.Header)
 	h[3] = m.deliveryCount == 0
 	h[4] = m.deliveryCount
 	if !m.expiresAt.IsZero() {
 		h[2] = uint32(m.expiresAt.Sub(m.enqueued) / time.Millisecond) // the time to live in force
 	}
-	ann := slices.Clone(m.ann)
-	ann = ann.set(symbol("x-opt-sequence-number"), m.seq)
-	ann = ann.set(symbol("x-opt-enqueued-time"), m.enqueued)
+	ann := slices.Clone(m.Ann)
+	ann = ann.Set(amqptest.Symbol("x-opt-sequence-number"), m.seq)
+	ann = ann.Set(amqptest.Symbol("x-opt-enqueued-time"), m.enqueued)
 	if locked {
-		ann = ann.set(symbol("x-opt-locked-until"), m.lockedUntil)
+		ann = ann.Set(amqptest.Symbol("x-opt-locked-until"), m.lockedUntil)
 	}
 	switch {
 	case m.state == stateScheduled:
-		ann = ann.set(symbol("x-opt-message-state"), int32(2))
+		ann = ann.Set(amqptest.Symbol("x-opt-message-state"), int32(2))
 	case m.deferred || m.state == stateDeferred:
-		ann = ann.set(symbol("x-opt-message-state"), int32(1))
+		ann = ann.Set(amqptest.Symbol("x-opt-message-state"), int32(1))
 	}
-	e := encoder{}
-	e.value(perf(codeHeader, h...))
+	var da amqptest.Map
 	if lockToken != nil {
-		e.value(described{desc: uint64(codeDeliveryAnn), value: amqpMap{{symbol("x-opt-lock-token"), *lockToken}}})
+		da = amqptest.Pairs(amqptest.Symbol("x-opt-lock-token"), *lockToken)
 	}
-	e.value(described{desc: uint64(codeMessageAnn), value: ann})
-	props := m.props
-	if props == nil {
-		props = []any{}
-	}
-	e.value(described{desc: uint64(codeProperties), value: props})
-	if len(m.appProps) > 0 {
-		e.value(described{desc: uint64(codeAppProperties), value: m.appProps})
-	}
-	e.b = append(e.b, m.body...)
-	return e.b
+	return m.Message.Encode(h, da, ann)
 }

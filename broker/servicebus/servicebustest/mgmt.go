@@ -3,45 +3,31 @@ package servicebustest
 import (
 	"strings"
 	"time"
+
+	"github.com/idemgo/idem/internal/amqptest"
 )
 
-// rpc answers a request sent on an RPC link: a put-token on $cbs (any
-// token is accepted), or a Service Bus management operation on
-// <entity>/$management. The reply goes to the client's link whose target
-// is the request's reply-to, with the request's message-id as its
-// correlation-id and the status in status-code / status-description.
-func (s *Server) rpc(l *link, body []byte) {
-	req, err := parseMessage(body)
-	if err != nil {
-		return
-	}
+// rpc answers a Service Bus management operation on <entity>/$management
+// (put-token on $cbs the core answers).
+func (s *Server) rpc(l *link, req *amqptest.Message) amqptest.Reply {
 	op := ""
-	if v, ok := req.appProps.get("operation"); ok {
-		op = asString(v)
+	if v, ok := req.AppProps.Get("operation"); ok {
+		op = amqptest.AsString(v)
 	}
-	var value amqpMap
-	if d := (decoder{b: req.body}); len(req.body) > 0 {
-		if v, err := d.value(); err == nil {
-			if dv, ok := v.(described); ok {
-				value, _ = dv.value.(amqpMap)
-			}
-		}
-	}
+	value, _ := req.Value().(amqptest.Map)
 	assoc := ""
-	if v, ok := req.appProps.get("associated-link-name"); ok {
-		assoc = asString(v)
+	if v, ok := req.AppProps.Get("associated-link-name"); ok {
+		assoc = amqptest.AsString(v)
 	}
 	code, desc, condition := 200, "OK", ""
 	var out any
 	switch {
-	case op == "put-token":
-		code, desc = 202, "Accepted"
 	case op == "com.microsoft:schedule-message":
 		code, desc, condition, out = s.schedule(l, value)
 	case op == "com.microsoft:cancel-scheduled-message":
 		code, desc, condition = s.cancelScheduled(l, value)
 	case l.entity == nil:
-		code, desc = 404, "no entity for "+l.address
+		code, desc = 404, "no entity for "+l.Address
 	case op == "com.microsoft:receive-by-sequence-number":
 		code, desc, condition, out = s.receiveDeferred(l, assoc, value)
 	case op == "com.microsoft:renew-session-lock", op == "com.microsoft:get-session-state", op == "com.microsoft:set-session-state":
@@ -49,7 +35,7 @@ func (s *Server) rpc(l *link, body []byte) {
 	case op == "com.microsoft:renew-lock":
 		code, desc, condition, out = s.renewLocks(l.entity, value)
 	case op == "com.microsoft:peek-message" && l.entity.sessions != nil:
-		holder := l.s.c.receiverNamed(assoc)
+		holder := receiverNamed(l, assoc)
 		if holder == nil || holder.sess == nil {
 			code, desc, condition, out = sessionLockLost()
 			break
@@ -62,22 +48,22 @@ func (s *Server) rpc(l *link, body []byte) {
 	default:
 		code, desc, condition = refused(op)
 	}
-	s.reply(l, req, code, desc, condition, out)
+	return amqptest.Reply{Code: code, Description: desc, Condition: condition, Value: out}
 }
 
-func tokens(value amqpMap) []uuid {
-	v, _ := value.get("lock-tokens")
-	var ts []uuid
+func tokens(value amqptest.Map) []amqptest.UUID {
+	v, _ := value.Get("lock-tokens")
+	var ts []amqptest.UUID
 	switch a := v.(type) {
-	case array:
+	case amqptest.Array:
 		for _, x := range a {
-			if u, ok := x.(uuid); ok {
+			if u, ok := x.(amqptest.UUID); ok {
 				ts = append(ts, u)
 			}
 		}
 	case []any:
 		for _, x := range a {
-			if u, ok := x.(uuid); ok {
+			if u, ok := x.(amqptest.UUID); ok {
 				ts = append(ts, u)
 			}
 		}
@@ -89,32 +75,32 @@ const lockLostDescription = "The lock supplied is invalid. Either the lock expir
 
 // renewLocks extends each lock by the entity's lock duration from now
 // (renew-lock: https://learn.microsoft.com/azure/service-bus-messaging/message-transfers-locks-settlement#renew-locks).
-func (s *Server) renewLocks(e *entity, value amqpMap) (int, string, string, any) {
+func (s *Server) renewLocks(e *entity, value amqptest.Map) (int, string, string, any) {
 	ts := tokens(value)
 	for _, t := range ts {
 		if e.held(t) == nil {
 			return 410, lockLostDescription, "com.microsoft:message-lock-lost", nil
 		}
 	}
-	exp := make(array, 0, len(ts))
+	exp := make(amqptest.Array, 0, len(ts))
 	for _, t := range ts {
 		m := e.held(t)
 		m.lockedUntil = time.Now().Add(e.opts.LockDuration)
 		e.arm(m)
 		exp = append(exp, m.lockedUntil)
 	}
-	return 200, "OK", "", amqpMap{{"expirations", exp}}
+	return 200, "OK", "", amqptest.Pairs("expirations", exp)
 }
 
 // updateDisposition settles by lock token, as the client does when its
 // receive link is gone.
-func (s *Server) updateDisposition(e *entity, value amqpMap) (int, string, string) {
+func (s *Server) updateDisposition(e *entity, value amqptest.Map) (int, string, string) {
 	status := ""
-	if v, ok := value.get("disposition-status"); ok {
-		status = asString(v)
+	if v, ok := value.Get("disposition-status"); ok {
+		status = amqptest.AsString(v)
 	}
-	props, _ := value.get("properties-to-modify")
-	pm, _ := props.(amqpMap)
+	props, _ := value.Get("properties-to-modify")
+	pm, _ := props.(amqptest.Map)
 	for _, t := range tokens(value) {
 		m := e.held(t)
 		if m == nil {
@@ -130,11 +116,11 @@ func (s *Server) updateDisposition(e *entity, value amqpMap) (int, string, strin
 			m.state, m.deferred = stateDeferred, true
 		case "suspended":
 			reason, desc := "", ""
-			if v, ok := value.get("deadletter-reason"); ok {
-				reason = asString(v)
+			if v, ok := value.Get("deadletter-reason"); ok {
+				reason = amqptest.AsString(v)
 			}
-			if v, ok := value.get("deadletter-description"); ok {
-				desc = asString(v)
+			if v, ok := value.Get("deadletter-description"); ok {
+				desc = amqptest.AsString(v)
 			}
 			e.deadLetter(m, reason, desc, pm)
 		default:
@@ -142,34 +128,4 @@ func (s *Server) updateDisposition(e *entity, value amqpMap) (int, string, strin
 		}
 	}
 	return 200, "OK", ""
-}
-
-func (s *Server) reply(l *link, req *message, code int, desc, condition string, value any) {
-	replyTo := asString(field(req.props, 4))
-	var out *link
-	for _, ss := range l.s.c.sessions {
-		for _, x := range ss.links {
-			if x.kind == kindRPCOut && x.target == replyTo {
-				out = x
-			}
-		}
-	}
-	if out == nil {
-		return
-	}
-	app := amqpMap{{"status-code", int32(code)}, {"status-description", desc}}
-	if condition != "" {
-		app = append(app, kv{"error-condition", symbol(condition)})
-	}
-	e := encoder{}
-	e.value(perf(codeProperties, nil, nil, nil, nil, nil, field(req.props, 0)))
-	e.value(described{desc: uint64(codeAppProperties), value: app})
-	if value != nil {
-		e.value(described{desc: uint64(0x77), value: value})
-	}
-	if out.credit == 0 {
-		out.pendingRPC = append(out.pendingRPC, e.b)
-		return
-	}
-	out.transfer(nil, true, e.b)
 }

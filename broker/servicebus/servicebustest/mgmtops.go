@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgo/idem/internal/amqptest"
 )
 
 // The management operations of scheduled messages, deferral and sessions
@@ -25,9 +27,9 @@ func refused(op string) (int, string, string) {
 // to receive (MessageNotFoundException); 404 is final for the client.
 const notFoundCondition = "com.microsoft:message-not-found"
 
-// sequenceNumbers reads the request's sequence-numbers (an array of long).
-func sequenceNumbers(value amqpMap) []int64 {
-	v, _ := value.get("sequence-numbers")
+// sequenceNumbers reads the request's sequence-numbers (an amqptest.Array of long).
+func sequenceNumbers(value amqptest.Map) []int64 {
+	v, _ := value.Get("sequence-numbers")
 	var out []int64
 	add := func(x any) {
 		if n, ok := x.(int64); ok {
@@ -35,7 +37,7 @@ func sequenceNumbers(value amqpMap) []int64 {
 		}
 	}
 	switch a := v.(type) {
-	case array:
+	case amqptest.Array:
 		for _, x := range a {
 			add(x)
 		}
@@ -51,8 +53,8 @@ func sequenceNumbers(value amqpMap) []int64 {
 // ScheduledEnqueueTime (x-opt-scheduled-enqueue-time) and answers their
 // sequence numbers, which cancel-scheduled-message takes. Scheduling on a
 // topic is refused: its messages would be scheduled per subscription.
-func (s *Server) schedule(l *link, value amqpMap) (int, string, string, any) {
-	path := strings.TrimSuffix(l.address, "/$management")
+func (s *Server) schedule(l *link, value amqptest.Map) (int, string, string, any) {
+	path := strings.TrimSuffix(l.Address, "/$management")
 	e, ok := s.lookupSend(path).(*entity)
 	if !ok {
 		if s.topics[strings.ToLower(strings.TrimPrefix(path, "/"))] != nil {
@@ -61,12 +63,12 @@ func (s *Server) schedule(l *link, value amqpMap) (int, string, string, any) {
 		}
 		return 404, "no queue " + path, "amqp:not-found", nil
 	}
-	raw, _ := value.get("messages")
+	raw, _ := value.Get("messages")
 	list, _ := raw.([]any)
 	var msgs []*message
 	for _, x := range list {
-		entry, _ := x.(amqpMap)
-		b, _ := entry.get("message")
+		entry, _ := x.(amqptest.Map)
+		b, _ := entry.Get("message")
 		data, _ := b.([]byte)
 		m, err := parseMessage(data)
 		if err != nil {
@@ -76,11 +78,11 @@ func (s *Server) schedule(l *link, value amqpMap) (int, string, string, any) {
 	}
 	if err := refuseSessionless(e, msgs); err != nil {
 		// 404 (final for the client) with Service Bus's condition and text.
-		_, f := descCode(*err)
-		return 404, asString(field(f, 1)), asString(field(f, 0)), nil
+		_, f := amqptest.DescCode(*err)
+		return 404, amqptest.AsString(amqptest.Field(f, 1)), amqptest.AsString(amqptest.Field(f, 0)), nil
 	}
 	now := time.Now()
-	seqs := make(array, 0, len(msgs))
+	seqs := make(amqptest.Array, 0, len(msgs))
 	for _, m := range msgs {
 		if e.dedup.duplicate(m.id, now) {
 			continue
@@ -88,12 +90,12 @@ func (s *Server) schedule(l *link, value amqpMap) (int, string, string, any) {
 		e.add(m, now)
 		seqs = append(seqs, m.seq)
 	}
-	return 200, "OK", "", amqpMap{{"sequence-numbers", seqs}}
+	return 200, "OK", "", amqptest.Pairs("sequence-numbers", seqs)
 }
 
 // cancelScheduled removes the scheduled messages of the sequence numbers
 // given; one already enqueued (or never scheduled) is not found.
-func (s *Server) cancelScheduled(l *link, value amqpMap) (int, string, string) {
+func (s *Server) cancelScheduled(l *link, value amqptest.Map) (int, string, string) {
 	e := l.entity
 	if e == nil {
 		code, desc, cond, _ := s.schedule(l, nil) // the same refusal or not-found
@@ -124,15 +126,15 @@ func (e *entity) bySeq(seq int64) *message {
 // message) or removed (ReceiveAndDelete). A sequence number without a
 // deferred message fails the request, as on Service Bus. On a session
 // entity only the receiver's own session's messages are given.
-func (s *Server) receiveDeferred(l *link, assoc string, value amqpMap) (int, string, string, any) {
+func (s *Server) receiveDeferred(l *link, assoc string, value amqptest.Map) (int, string, string, any) {
 	e := l.entity
 	peekLock := true
-	if v, ok := value.get("receiver-settle-mode"); ok {
-		peekLock = asUint(v) == 1
+	if v, ok := value.Get("receiver-settle-mode"); ok {
+		peekLock = amqptest.AsUint(v) == 1
 	}
 	var holder *link
 	if e.sessions != nil {
-		holder = l.s.c.receiverNamed(assoc)
+		holder = receiverNamed(l, assoc)
 		if holder == nil || holder.sess == nil || !holder.sess.locked(time.Now()) {
 			return sessionLockLost()
 		}
@@ -149,15 +151,15 @@ func (s *Server) receiveDeferred(l *link, assoc string, value amqpMap) (int, str
 	out := make([]any, 0, len(msgs))
 	for _, m := range msgs {
 		if !peekLock {
-			out = append(out, amqpMap{{"message", m.encode(false)}})
+			out = append(out, amqptest.Pairs("message", m.encode(false)))
 			e.remove(m)
 			continue
 		}
 		e.lock(m, holder)
 		token := m.token
-		out = append(out, amqpMap{{"message", m.encode(true, &token)}, {"lock-token", token}})
+		out = append(out, amqptest.Pairs("message", m.encode(true, &token), "lock-token", token))
 	}
-	return 200, "OK", "", amqpMap{{"messages", out}}
+	return 200, "OK", "", amqptest.Pairs("messages", out)
 }
 
 func sessionLockLost() (int, string, string, any) {
@@ -167,16 +169,16 @@ func sessionLockLost() (int, string, string, any) {
 // sessionOp answers renew-session-lock, get-session-state and
 // set-session-state, for the receiver holding the session only (the
 // request's associated link): any other gets session-lock-lost.
-func (s *Server) sessionOp(l *link, assoc, op string, value amqpMap) (int, string, string, any) {
+func (s *Server) sessionOp(l *link, assoc, op string, value amqptest.Map) (int, string, string, any) {
 	e := l.entity
 	if e.sessions == nil {
 		return 404, "The entity " + e.path + " does not require sessions.", "amqp:not-allowed", nil
 	}
 	id := ""
-	if v, ok := value.get("session-id"); ok {
-		id = asString(v)
+	if v, ok := value.Get("session-id"); ok {
+		id = amqptest.AsString(v)
 	}
-	holder := l.s.c.receiverNamed(assoc)
+	holder := receiverNamed(l, assoc)
 	ss := e.sessions[id]
 	now := time.Now()
 	if ss == nil || holder == nil || ss.holder != holder || !ss.locked(now) {
@@ -185,31 +187,19 @@ func (s *Server) sessionOp(l *link, assoc, op string, value amqpMap) (int, strin
 	switch op {
 	case "com.microsoft:renew-session-lock":
 		e.renewSession(ss, now)
-		return 200, "OK", "", amqpMap{{"expiration", ss.lockedUntil}}
+		return 200, "OK", "", amqptest.Pairs("expiration", ss.lockedUntil)
 	case "com.microsoft:get-session-state":
 		var state any
 		if ss.state != nil {
 			state = ss.state
 		}
-		return 200, "OK", "", amqpMap{{"session-state", state}}
+		return 200, "OK", "", amqptest.Pairs("session-state", state)
 	default:
-		v, _ := value.get("session-state")
+		v, _ := value.Get("session-state")
 		b, _ := v.([]byte)
 		ss.state = b
 		return 200, "OK", "", nil
 	}
-}
-
-// receiverNamed is the connection's receive link named name, nil if none.
-func (c *conn) receiverNamed(name string) *link {
-	for _, ss := range c.sessions {
-		for _, x := range ss.links {
-			if x.kind == kindReceive && x.name == name {
-				return x
-			}
-		}
-	}
-	return nil
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -68,7 +68,7 @@ func (e *entity) renewSession(ss *sbSession, now time.Time) {
 // armSession (re)starts ss's lock timer for its lockedUntil.
 func (e *entity) armSession(ss *sbSession) {
 	holder := ss.holder
-	ss.timer = e.s.at(ss.timer, ss.lockedUntil, func() {
+	ss.timer = e.s.core.At(ss.timer, ss.lockedUntil, func() {
 		if ss.holder != holder {
 			return
 		}
@@ -162,13 +162,13 @@ func (e *entity) attachSession(l *link, wanted any, timeout time.Duration) (cond
 	e.accepting = append(e.accepting, l)
 	l.acceptTimer = time.AfterFunc(timeout, func() {
 		s := e.s
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.closed || !l.pendingAccept {
+		s.core.Lock()
+		defer s.core.Unlock()
+		if s.core.Closed() || !l.pendingAccept {
 			return
 		}
 		e.dropAccept(l)
-		l.refuse("com.microsoft:timeout", "The operation did not complete within the allocated time: no session was available.")
+		l.Refuse("com.microsoft:timeout", "The operation did not complete within the allocated time: no session was available.")
 	})
 	return "", ""
 }

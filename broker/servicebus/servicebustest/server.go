@@ -89,10 +89,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/idemgo/idem/internal/amqptest"
 )
 
 // Defaults of Service Bus for a new entity.
@@ -144,30 +144,25 @@ func (o QueueOptions) withDefaults() QueueOptions {
 // Server is an in-process Service Bus namespace listening on a loopback
 // port. Its methods are safe for concurrent use.
 type Server struct {
-	ln net.Listener
+	core *amqptest.Server // its lock guards the entities too
 
-	mu       sync.Mutex
 	entities map[string]*entity // queues, subscriptions and their dead-letter queues, by lower-case path
 	topics   map[string]*topic
-	conns    map[*conn]struct{}
-	closed   bool
-	wg       sync.WaitGroup
 }
 
 // NewServer starts a server on 127.0.0.1 on a free port.
 func NewServer() (*Server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &Server{entities: map[string]*entity{}, topics: map[string]*topic{}}
+	core, err := amqptest.NewServer("servicebustest", handler{s}, maxMessageSize)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, entities: map[string]*entity{}, topics: map[string]*topic{}, conns: map[*conn]struct{}{}}
-	s.wg.Add(1)
-	go s.accept()
+	s.core = core
 	return s, nil
 }
 
 // Addr is the server's host:port.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.core.Addr() }
 
 // ConnectionString is a connection string for
 // azservicebus.NewClientFromConnectionString. UseDevelopmentEmulator=true
@@ -179,11 +174,9 @@ func (s *Server) ConnectionString() string {
 // Close closes every connection and the listener, and stops every lock
 // timer.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.close()
-	}
+	err := s.core.Close()
+	s.core.Lock()
+	defer s.core.Unlock()
 	for _, e := range s.entities {
 		for _, m := range e.msgs {
 			m.stopTimers()
@@ -194,63 +187,21 @@ func (s *Server) Close() error {
 			}
 		}
 	}
-	s.mu.Unlock()
-	err := s.ln.Close()
-	s.wg.Wait()
 	return err
 }
 
 // DropConnections closes every client connection at once, as a network
 // failure would; clients reconnect on their next operation. Locks held
 // stay held until they expire.
-func (s *Server) DropConnections() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		c.close()
-	}
-}
-
-func (s *Server) accept() {
-	defer s.wg.Done()
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		c := newConn(s, nc)
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			c.serve()
-		}()
-	}
-}
-
-func (s *Server) dropConn(c *conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ss := range c.sessions {
-		ss.end()
-	}
-	delete(s.conns, c)
-}
+func (s *Server) DropConnections() { s.core.DropConnections() }
 
 // ErrExists is returned when an entity of that name exists already.
 var ErrExists = errors.New("servicebustest: entity exists")
 
 // CreateQueue creates a queue.
 func (s *Server) CreateQueue(name string, opts QueueOptions) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.core.Lock()
+	defer s.core.Unlock()
 	key := strings.ToLower(name)
 	if s.entities[key] != nil || s.topics[key] != nil {
 		return fmt.Errorf("%w: %s", ErrExists, name)
@@ -265,8 +216,8 @@ func (s *Server) CreateQueue(name string, opts QueueOptions) error {
 // CreateTopic creates a topic; give it subscriptions with
 // CreateSubscription (a message sent to a topic without any is dropped).
 func (s *Server) CreateTopic(name string, opts QueueOptions) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.core.Lock()
+	defer s.core.Unlock()
 	key := strings.ToLower(name)
 	if s.entities[key] != nil || s.topics[key] != nil {
 		return fmt.Errorf("%w: %s", ErrExists, name)
@@ -282,8 +233,8 @@ func (s *Server) CreateTopic(name string, opts QueueOptions) error {
 // CreateSubscription creates a subscription of topic, at the path
 // "<topic>/Subscriptions/<name>".
 func (s *Server) CreateSubscription(topicName, name string, opts QueueOptions) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.core.Lock()
+	defer s.core.Unlock()
 	t := s.topics[strings.ToLower(topicName)]
 	if t == nil {
 		return fmt.Errorf("servicebustest: no topic %s", topicName)
@@ -297,11 +248,11 @@ func (s *Server) CreateSubscription(topicName, name string, opts QueueOptions) e
 }
 
 func (s *Server) newEntity(path string, opts QueueOptions) *entity {
-	e := &entity{s: s, path: path, opts: opts, locked: map[uuid]*message{}}
+	e := &entity{s: s, path: path, opts: opts, locked: map[amqptest.UUID]*message{}}
 	if opts.RequiresSession {
 		e.sessions = map[string]*sbSession{}
 	}
-	e.dlq = &entity{s: s, path: path + "/$DeadLetterQueue", opts: opts, locked: map[uuid]*message{}}
+	e.dlq = &entity{s: s, path: path + "/$DeadLetterQueue", opts: opts, locked: map[amqptest.UUID]*message{}}
 	// A dead-letter queue has no sessions, no limit and no expiry.
 	e.dlq.opts.MaxDeliveryCount = 1 << 30
 	e.dlq.opts.RequiresSession = false
@@ -322,8 +273,8 @@ type Stats struct {
 
 // Stats returns the counts of the queue or subscription at path.
 func (s *Server) Stats(path string) (Stats, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.core.Lock()
+	defer s.core.Unlock()
 	e := s.lookup(path)
 	if e == nil {
 		return Stats{}, fmt.Errorf("servicebustest: no entity %s", path)
@@ -398,15 +349,15 @@ func (d *dedup) duplicate(id string, now time.Time) bool {
 
 // receive stores what a client sent to path: one message, or a batch.
 // It returns the delivery state for the client.
-func (s *Server) receive(path string, format uint32, body []byte) described {
+func (s *Server) receive(path string, format uint32, body []byte) amqptest.Described {
 	msgs, err := parseMessages(format, body)
 	if err != nil {
-		return perf(codeRejected, amqpError("amqp:decode-error", err.Error(), nil))
+		return amqptest.Perf(amqptest.CodeRejected, amqptest.Error("amqp:decode-error", err.Error(), nil))
 	}
 	now := time.Now()
 	dst := s.lookupSend(path)
 	if err := refuseSessionless(dst, msgs); err != nil {
-		return perf(codeRejected, *err)
+		return amqptest.Perf(amqptest.CodeRejected, *err)
 	}
 	switch dst := dst.(type) {
 	case *topic:
@@ -426,15 +377,15 @@ func (s *Server) receive(path string, format uint32, body []byte) described {
 			dst.add(m, now)
 		}
 	default:
-		return perf(codeRejected, amqpError("amqp:not-found", "no queue or topic "+path, nil))
+		return amqptest.Perf(amqptest.CodeRejected, amqptest.Error("amqp:not-found", "no queue or topic "+path, nil))
 	}
-	return perf(codeAccepted)
+	return amqptest.Perf(amqptest.CodeAccepted)
 }
 
 // refuseSessionless is the error of a send of a message without a
 // SessionID to a session-enabled queue (or a topic with a session-enabled
 // subscription), which Service Bus refuses; nil when every message may go.
-func refuseSessionless(dst any, msgs []*message) *described {
+func refuseSessionless(dst any, msgs []*message) *amqptest.Described {
 	var needs bool
 	switch dst := dst.(type) {
 	case *entity:
@@ -449,15 +400,15 @@ func refuseSessionless(dst any, msgs []*message) *described {
 	}
 	for _, m := range msgs {
 		if m.sessionID == "" {
-			e := amqpError("amqp:not-allowed", "The SessionId was not set on a message, and it cannot be sent to an entity which has session support enabled.", nil)
+			e := amqptest.Error("amqp:not-allowed", "The SessionId was not set on a message, and it cannot be sent to an entity which has session support enabled.", nil)
 			return &e
 		}
 	}
 	return nil
 }
 
-func newToken() uuid {
-	var u uuid
+func newToken() amqptest.UUID {
+	var u amqptest.UUID
 	rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
@@ -467,7 +418,7 @@ func newToken() uuid {
 // tagOf is the delivery tag of a lock token: Service Bus sends the token's
 // bytes in .NET GUID order (the first three fields little-endian), which
 // the client turns back into RFC 4122 order.
-func tagOf(t uuid) []byte {
+func tagOf(t amqptest.UUID) []byte {
 	b := t
 	b[0], b[3] = b[3], b[0]
 	b[1], b[2] = b[2], b[1]

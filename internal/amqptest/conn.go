@@ -1,4 +1,4 @@
-package servicebustest
+package amqptest
 
 import (
 	"bufio"
@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// Performative and section descriptors (AMQP 1.0 part 2 "Transport",
-// part 3 "Messaging", part 5 "Security").
+// Performative descriptors (AMQP 1.0 part 2 "Transport", part 5
+// "Security").
 const (
 	codeOpen        = 0x10
 	codeBegin       = 0x11
@@ -24,26 +24,35 @@ const (
 	codeEnd         = 0x17
 	codeClose       = 0x18
 	codeError       = 0x1d
-	codeAccepted    = 0x24
-	codeRejected    = 0x25
-	codeReleased    = 0x26
-	codeModified    = 0x27
-	codeSource      = 0x28
-	codeTarget      = 0x29
 
 	codeSASLMechanisms = 0x40
 	codeSASLInit       = 0x41
 	codeSASLOutcome    = 0x44
-
-	codeHeader         = 0x70
-	codeDeliveryAnn    = 0x71
-	codeMessageAnn     = 0x72
-	codeProperties     = 0x73
-	codeAppProperties  = 0x74
-	codeData           = 0x75
-	codeFooter         = 0x78
-	batchMessageFormat = 0x80013700 // Service Bus's batch: each data section is one message
 )
+
+// Outcome, terminus and message section descriptors (AMQP 1.0 part 3
+// "Messaging").
+const (
+	CodeAccepted = 0x24
+	CodeRejected = 0x25
+	CodeReleased = 0x26
+	CodeModified = 0x27
+	CodeSource   = 0x28
+	CodeTarget   = 0x29
+
+	CodeHeader        = 0x70
+	CodeDeliveryAnn   = 0x71
+	CodeMessageAnn    = 0x72
+	CodeProperties    = 0x73
+	CodeAppProperties = 0x74
+	CodeData          = 0x75
+	CodeValue         = 0x77
+	CodeFooter        = 0x78
+)
+
+// BatchMessageFormat is the message format of the batches the Azure
+// clients send: each data section of the envelope is one message.
+const BatchMessageFormat = 0x80013700
 
 // maxFrame is the largest frame this server accepts; larger messages come
 // in several transfer frames.
@@ -76,8 +85,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		outSig: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// close ends the connection at once; the server forgets its links (locked
-// messages stay locked until their lock expires, as on Service Bus).
+// close ends the connection at once; the server forgets its links.
 func (c *conn) close() {
 	c.closeMu.Do(func() {
 		close(c.done)
@@ -87,9 +95,9 @@ func (c *conn) close() {
 
 // frame queues one frame of type typ (0 AMQP, 1 SASL) on channel ch.
 func (c *conn) frame(typ byte, ch uint16, body any, payload []byte) {
-	e := encoder{b: make([]byte, 8, 64+len(payload))}
+	e := Encoder{b: make([]byte, 8, 64+len(payload))}
 	if body != nil {
-		e.value(body)
+		e.Value(body)
 	}
 	e.b = append(e.b, payload...)
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)))
@@ -186,12 +194,12 @@ func (c *conn) serve() {
 	}
 	if string(hdr[:]) == string(protoSASL) {
 		c.nc.Write(protoSASL)
-		c.frame(1, 0, perf(codeSASLMechanisms, array{symbol("ANONYMOUS"), symbol("MSSBCBS"), symbol("PLAIN")}), nil)
+		c.frame(1, 0, Perf(codeSASLMechanisms, Array{Symbol("ANONYMOUS"), Symbol("MSSBCBS"), Symbol("PLAIN")}), nil)
 		f, err := readFrame(r)
 		if err != nil || f.typ != 1 {
 			return
 		}
-		c.frame(1, 0, perf(codeSASLOutcome, uint8(0)), nil)
+		c.frame(1, 0, Perf(codeSASLOutcome, uint8(0)), nil)
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return
 		}
@@ -209,48 +217,50 @@ func (c *conn) serve() {
 		if len(f.body) == 0 {
 			continue // keep-alive
 		}
-		d := decoder{b: f.body}
-		v, err := d.value()
+		d := Decoder{b: f.body}
+		v, err := d.Value()
 		if err != nil {
 			return
 		}
-		code, fields := descCode(v)
+		code, fields := DescCode(v)
 		if code == codeOpen {
 			c.open(fields)
 			continue
 		}
 		if code == codeClose {
-			c.frame(0, 0, perf(codeClose), nil)
+			c.frame(0, 0, Perf(codeClose), nil)
 			return
 		}
 		c.s.mu.Lock()
 		err = c.handle(f.ch, code, fields, f.body[d.i:])
 		c.s.mu.Unlock()
 		if err != nil {
-			c.frame(0, 0, perf(codeClose, amqpError("amqp:internal-error", err.Error(), nil)), nil)
+			c.frame(0, 0, Perf(codeClose, Error("amqp:internal-error", err.Error(), nil)), nil)
 			return
 		}
 	}
 }
 
 func (c *conn) open(fields []any) {
-	if n := asUint(field(fields, 2)); n >= 512 {
+	if n := AsUint(Field(fields, 2)); n >= 512 {
 		c.peerMax = int(min(n, 1<<20))
 	} else {
 		c.peerMax = 1 << 16
 	}
-	if ms := asUint(field(fields, 4)); ms > 0 {
+	if ms := AsUint(Field(fields, 4)); ms > 0 {
 		go c.keepAlive(time.Duration(ms) * time.Millisecond / 2)
 	}
-	c.frame(0, 0, perf(codeOpen, "servicebustest", nil, uint32(maxFrame), uint16(255)), nil)
+	c.frame(0, 0, Perf(codeOpen, c.s.name, nil, uint32(maxFrame), uint16(255)), nil)
 }
 
-func amqpError(condition, description string, info amqpMap) described {
+// Error is an AMQP error: its condition, description and info (nil:
+// none).
+func Error(condition, description string, info Map) Described {
 	var i any
 	if info != nil {
 		i = info
 	}
-	return perf(codeError, symbol(condition), description, i)
+	return Perf(codeError, Symbol(condition), description, i)
 }
 
 var errProtocol = errors.New("amqp: frame out of order")
@@ -258,10 +268,10 @@ var errProtocol = errors.New("amqp: frame out of order")
 // handle processes one frame of a session. Called with s.mu held.
 func (c *conn) handle(ch uint16, code uint64, f []any, payload []byte) error {
 	if code == codeBegin {
-		s := &session{c: c, ch: ch, links: map[uint32]*link{}, unsettled: map[uint32]*delivery{},
-			nextIncoming: uint32(asUint(field(f, 1)))}
+		s := &session{c: c, ch: ch, links: map[uint32]*Link{}, unsettled: map[uint32]*delivery{}, detaching: map[uint32]bool{},
+			nextIncoming: uint32(AsUint(Field(f, 1)))}
 		c.sessions[ch] = s
-		c.frame(0, ch, perf(codeBegin, ch, uint32(0), uint32(1<<20), uint32(1<<20), uint32(1<<16)), nil)
+		c.frame(0, ch, Perf(codeBegin, ch, uint32(0), uint32(1<<20), uint32(1<<20), uint32(1<<16)), nil)
 		return nil
 	}
 	s := c.sessions[ch]
@@ -272,16 +282,19 @@ func (c *conn) handle(ch uint16, code uint64, f []any, payload []byte) error {
 	case codeEnd:
 		s.end()
 		delete(c.sessions, ch)
-		c.frame(0, ch, perf(codeEnd), nil)
+		c.frame(0, ch, Perf(codeEnd), nil)
 	case codeAttach:
 		s.attach(f)
 	case codeDetach:
-		h := uint32(asUint(field(f, 0)))
-		if l := s.links[h]; l != nil {
-			l.detached()
-			delete(s.links, h)
+		h := uint32(AsUint(Field(f, 0)))
+		if s.detaching[h] {
+			delete(s.detaching, h) // the client's answer to the server's detach
+			return nil
 		}
-		c.frame(0, ch, perf(codeDetach, h, true), nil)
+		if l := s.links[h]; l != nil {
+			s.detached(l)
+		}
+		c.frame(0, ch, Perf(codeDetach, h, true), nil)
 	case codeFlow:
 		s.flow(f)
 	case codeTransfer:

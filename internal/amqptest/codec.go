@@ -1,4 +1,4 @@
-package servicebustest
+package amqptest
 
 import (
 	"encoding/binary"
@@ -14,78 +14,89 @@ import (
 // to encode it back as it came (symbols stay symbols, arrays stay arrays),
 // so that sections the server passes through reach the receiver unchanged.
 
-// symbol is an AMQP symbol (ASCII, used for names and annotation keys).
-type symbol string
+// Symbol is an AMQP symbol (ASCII, used for names and annotation keys).
+type Symbol string
 
-// uuid is an AMQP uuid (RFC 4122 byte order).
-type uuid [16]byte
+// UUID is an AMQP uuid (RFC 4122 byte order).
+type UUID [16]byte
 
-// described is a described value; the descriptor is a uint64 code or a
-// symbol.
-type described struct {
-	desc  any
-	value any
+// Described is a described value; the descriptor is a uint64 code or a
+// Symbol.
+type Described struct {
+	Desc  any
+	Value any
 }
 
-// array is an AMQP array: elements of one type.
-type array []any
+// Array is an AMQP array: elements of one type.
+type Array []any
 
-// amqpMap is an AMQP map in wire order (keys of any type).
-type amqpMap []kv
+// Map is an AMQP map in wire order (keys of any type).
+type Map []KV
 
-type kv struct{ k, v any }
+// KV is one entry of a Map.
+type KV struct{ K, V any }
 
-// get returns the value under a string or symbol key named name.
-func (m amqpMap) get(name string) (any, bool) {
+// Get returns the value under a string or symbol key named name.
+func (m Map) Get(name string) (any, bool) {
 	for _, e := range m {
-		switch k := e.k.(type) {
+		switch k := e.K.(type) {
 		case string:
 			if k == name {
-				return e.v, true
+				return e.V, true
 			}
-		case symbol:
+		case Symbol:
 			if string(k) == name {
-				return e.v, true
+				return e.V, true
 			}
 		}
 	}
 	return nil, false
 }
 
-// set replaces or appends the entry under key (matched as get does).
-func (m amqpMap) set(key, v any) amqpMap {
+// Set replaces or appends the entry under key (matched as Get does).
+func (m Map) Set(key, v any) Map {
 	name := fmt.Sprint(key)
 	for i, e := range m {
-		switch k := e.k.(type) {
-		case string, symbol:
+		switch k := e.K.(type) {
+		case string, Symbol:
 			if fmt.Sprint(k) == name {
-				m[i].v = v
+				m[i].V = v
 				return m
 			}
 		}
 	}
-	return append(m, kv{key, v})
+	return append(m, KV{key, v})
 }
 
-// raw is an already encoded value, written out as it is (types the server
+// Raw is an already encoded value, written out as it is (types the server
 // never looks into: decimals, chars).
-type raw []byte
+type Raw []byte
 
 var errShort = errors.New("amqp: truncated value")
 
-type decoder struct {
+// Decoder reads AMQP values from a byte slice, one after another.
+type Decoder struct {
 	b []byte
 	i int
 }
 
-func (d *decoder) need(n int) error {
+// NewDecoder returns a decoder of b from its start.
+func NewDecoder(b []byte) *Decoder { return &Decoder{b: b} }
+
+// Offset is how many bytes the values decoded so far took.
+func (d *Decoder) Offset() int { return d.i }
+
+// More reports whether bytes are left to decode.
+func (d *Decoder) More() bool { return d.i < len(d.b) }
+
+func (d *Decoder) need(n int) error {
 	if n < 0 || d.i+n > len(d.b) {
 		return errShort
 	}
 	return nil
 }
 
-func (d *decoder) byte1() (byte, error) {
+func (d *Decoder) byte1() (byte, error) {
 	if err := d.need(1); err != nil {
 		return 0, err
 	}
@@ -93,7 +104,7 @@ func (d *decoder) byte1() (byte, error) {
 	return d.b[d.i-1], nil
 }
 
-func (d *decoder) take(n int) ([]byte, error) {
+func (d *Decoder) take(n int) ([]byte, error) {
 	if err := d.need(n); err != nil {
 		return nil, err
 	}
@@ -101,7 +112,7 @@ func (d *decoder) take(n int) ([]byte, error) {
 	return d.b[d.i-n : d.i], nil
 }
 
-func (d *decoder) u32() (uint32, error) {
+func (d *Decoder) u32() (uint32, error) {
 	b, err := d.take(4)
 	if err != nil {
 		return 0, err
@@ -109,7 +120,7 @@ func (d *decoder) u32() (uint32, error) {
 	return binary.BigEndian.Uint32(b), nil
 }
 
-func (d *decoder) u64() (uint64, error) {
+func (d *Decoder) u64() (uint64, error) {
 	b, err := d.take(8)
 	if err != nil {
 		return 0, err
@@ -117,33 +128,33 @@ func (d *decoder) u64() (uint64, error) {
 	return binary.BigEndian.Uint64(b), nil
 }
 
-// value decodes the next value.
-func (d *decoder) value() (any, error) {
+// Value decodes the next value.
+func (d *Decoder) Value() (any, error) {
 	start := d.i
 	c, err := d.byte1()
 	if err != nil {
 		return nil, err
 	}
 	if c == 0x00 {
-		desc, err := d.value()
+		desc, err := d.Value()
 		if err != nil {
 			return nil, err
 		}
-		v, err := d.value()
+		v, err := d.Value()
 		if err != nil {
 			return nil, err
 		}
-		return described{desc: desc, value: v}, nil
+		return Described{Desc: desc, Value: v}, nil
 	}
 	v, err := d.body(c)
-	if _, ok := v.(raw); ok && err == nil {
-		return raw(append([]byte(nil), d.b[start:d.i]...)), nil
+	if _, ok := v.(Raw); ok && err == nil {
+		return Raw(append([]byte(nil), d.b[start:d.i]...)), nil
 	}
 	return v, err
 }
 
 // body decodes the data of a value whose constructor is c.
-func (d *decoder) body(c byte) (any, error) {
+func (d *Decoder) body(c byte) (any, error) {
 	switch c {
 	case 0x40:
 		return nil, nil
@@ -197,7 +208,7 @@ func (d *decoder) body(c byte) (any, error) {
 		return math.Float32frombits(v), err
 	case 0x73, 0x74:
 		_, err := d.take(4)
-		return raw(nil), err
+		return Raw(nil), err
 	case 0x80:
 		return d.u64()
 	case 0x81:
@@ -211,16 +222,16 @@ func (d *decoder) body(c byte) (any, error) {
 		return time.UnixMilli(int64(v)).UTC(), err
 	case 0x84:
 		_, err := d.take(8)
-		return raw(nil), err
+		return Raw(nil), err
 	case 0x94:
 		_, err := d.take(16)
-		return raw(nil), err
+		return Raw(nil), err
 	case 0x98:
 		b, err := d.take(16)
 		if err != nil {
 			return nil, err
 		}
-		return uuid(b), nil
+		return UUID(b), nil
 	case 0xa0, 0xa1, 0xa3, 0xb0, 0xb1, 0xb3:
 		var n int
 		if c&0xf0 == 0xa0 {
@@ -246,7 +257,7 @@ func (d *decoder) body(c byte) (any, error) {
 		case 0x1:
 			return string(b), nil
 		default:
-			return symbol(b), nil
+			return Symbol(b), nil
 		}
 	case 0x45:
 		return []any(nil), nil
@@ -275,7 +286,7 @@ func (d *decoder) body(c byte) (any, error) {
 		if c&0x0f == 0x0 {
 			l := make([]any, 0, count)
 			for range count {
-				v, err := d.value()
+				v, err := d.Value()
 				if err != nil {
 					return nil, err
 				}
@@ -283,17 +294,17 @@ func (d *decoder) body(c byte) (any, error) {
 			}
 			return l, nil
 		}
-		m := make(amqpMap, 0, count/2)
+		m := make(Map, 0, count/2)
 		for range count / 2 {
-			k, err := d.value()
+			k, err := d.Value()
 			if err != nil {
 				return nil, err
 			}
-			v, err := d.value()
+			v, err := d.Value()
 			if err != nil {
 				return nil, err
 			}
-			m = append(m, kv{k, v})
+			m = append(m, KV{k, v})
 		}
 		return m, nil
 	case 0xe0, 0xf0:
@@ -323,21 +334,21 @@ func (d *decoder) body(c byte) (any, error) {
 		}
 		var desc any
 		if ec == 0x00 {
-			if desc, err = d.value(); err != nil {
+			if desc, err = d.Value(); err != nil {
 				return nil, err
 			}
 			if ec, err = d.byte1(); err != nil {
 				return nil, err
 			}
 		}
-		a := make(array, 0, count)
+		a := make(Array, 0, count)
 		for range count {
 			v, err := d.body(ec)
 			if err != nil {
 				return nil, err
 			}
 			if desc != nil {
-				v = described{desc: desc, value: v}
+				v = Described{Desc: desc, Value: v}
 			}
 			a = append(a, v)
 		}
@@ -346,14 +357,29 @@ func (d *decoder) body(c byte) (any, error) {
 	return nil, fmt.Errorf("amqp: unknown constructor 0x%02x", c)
 }
 
-// encoder appends AMQP encodings to b.
-type encoder struct{ b []byte }
+// Encoder appends AMQP encodings to b.
+type Encoder struct{ b []byte }
 
-func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+// Bytes returns what was encoded so far.
+func (e *Encoder) Bytes() []byte { return e.b }
 
-// value appends v, choosing the smallest encoding of its type.
-func (e *encoder) value(v any) {
+// Append appends b, already encoded, as it is.
+func (e *Encoder) Append(b []byte) { e.b = append(e.b, b...) }
+
+// Encode returns the encodings of vs, one after another.
+func Encode(vs ...any) []byte {
+	var e Encoder
+	for _, v := range vs {
+		e.Value(v)
+	}
+	return e.b
+}
+
+func (e *Encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *Encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+
+// Value appends v, choosing the smallest encoding of its type.
+func (e *Encoder) Value(v any) {
 	switch v := v.(type) {
 	case nil:
 		e.b = append(e.b, 0x40)
@@ -401,7 +427,7 @@ func (e *encoder) value(v any) {
 			e.u32(uint32(v))
 		}
 	case int:
-		e.value(int64(v))
+		e.Value(int64(v))
 	case int64:
 		if v >= -128 && v <= 127 {
 			e.b = append(e.b, 0x55, byte(int8(v)))
@@ -418,21 +444,21 @@ func (e *encoder) value(v any) {
 	case time.Time:
 		e.b = append(e.b, 0x83)
 		e.u64(uint64(v.UnixMilli()))
-	case uuid:
+	case UUID:
 		e.b = append(e.b, 0x98)
 		e.b = append(e.b, v[:]...)
 	case []byte:
 		e.variable(0xa0, 0xb0, v)
 	case string:
 		e.variable(0xa1, 0xb1, []byte(v))
-	case symbol:
+	case Symbol:
 		e.variable(0xa3, 0xb3, []byte(v))
-	case raw:
+	case Raw:
 		e.b = append(e.b, v...)
-	case described:
+	case Described:
 		e.b = append(e.b, 0x00)
-		e.value(v.desc)
-		e.value(v.value)
+		e.Value(v.Desc)
+		e.Value(v.Value)
 	case []any:
 		if len(v) == 0 {
 			e.b = append(e.b, 0x45)
@@ -440,30 +466,30 @@ func (e *encoder) value(v any) {
 		}
 		e.compound(0xd0, len(v), func() {
 			for _, x := range v {
-				e.value(x)
+				e.Value(x)
 			}
 		})
-	case amqpMap:
+	case Map:
 		e.compound(0xd1, 2*len(v), func() {
 			for _, x := range v {
-				e.value(x.k)
-				e.value(x.v)
+				e.Value(x.K)
+				e.Value(x.V)
 			}
 		})
 	case map[string]any:
-		m := make(amqpMap, 0, len(v))
+		m := make(Map, 0, len(v))
 		for k, x := range v {
-			m = append(m, kv{k, x})
+			m = append(m, KV{k, x})
 		}
-		e.value(m)
-	case array:
+		e.Value(m)
+	case Array:
 		e.array(v)
 	default:
-		panic(fmt.Sprintf("servicebustest: cannot encode %T", v))
+		panic(fmt.Sprintf("amqptest: cannot encode %T", v))
 	}
 }
 
-func (e *encoder) variable(short, long byte, b []byte) {
+func (e *Encoder) variable(short, long byte, b []byte) {
 	if len(b) < 256 {
 		e.b = append(e.b, short, byte(len(b)))
 	} else {
@@ -474,7 +500,7 @@ func (e *encoder) variable(short, long byte, b []byte) {
 }
 
 // compound writes a list32 or map32: size, count, then the elements.
-func (e *encoder) compound(c byte, count int, elems func()) {
+func (e *Encoder) compound(c byte, count int, elems func()) {
 	e.b = append(e.b, c)
 	at := len(e.b)
 	e.u32(0)
@@ -483,9 +509,9 @@ func (e *encoder) compound(c byte, count int, elems func()) {
 	binary.BigEndian.PutUint32(e.b[at:], uint32(len(e.b)-at-4))
 }
 
-// array writes an array32 whose element constructor is that of the first
+// Array writes an array32 whose element constructor is that of the first
 // element, in its wide form (so every element fits).
-func (e *encoder) array(a array) {
+func (e *Encoder) array(a Array) {
 	e.b = append(e.b, 0xf0)
 	at := len(e.b)
 	e.u32(0)
@@ -494,17 +520,17 @@ func (e *encoder) array(a array) {
 		e.b = append(e.b, 0x40)
 	} else {
 		switch a[0].(type) {
-		case symbol:
+		case Symbol:
 			e.b = append(e.b, 0xb3)
 			for _, x := range a {
-				s, _ := x.(symbol)
+				s, _ := x.(Symbol)
 				e.u32(uint32(len(s)))
 				e.b = append(e.b, s...)
 			}
-		case uuid:
+		case UUID:
 			e.b = append(e.b, 0x98)
 			for _, x := range a {
-				u, _ := x.(uuid)
+				u, _ := x.(UUID)
 				e.b = append(e.b, u[:]...)
 			}
 		case time.Time:
@@ -527,30 +553,32 @@ func (e *encoder) array(a array) {
 				e.u64(uint64(n))
 			}
 		default:
-			panic(fmt.Sprintf("servicebustest: cannot encode an array of %T", a[0]))
+			panic(fmt.Sprintf("amqptest: cannot encode an Array of %T", a[0]))
 		}
 	}
 	binary.BigEndian.PutUint32(e.b[at:], uint32(len(e.b)-at-4))
 }
 
-// perf encodes a performative or section: the descriptor code and a list
+// Perf encodes a performative or section: the descriptor code and a list
 // of its fields, trailing nulls left out.
-func perf(code uint64, fields ...any) described {
+func Perf(code uint64, fields ...any) Described {
 	for len(fields) > 0 && fields[len(fields)-1] == nil {
 		fields = fields[:len(fields)-1]
 	}
-	return described{desc: code, value: fields}
+	return Described{Desc: code, Value: fields}
 }
 
-// field returns the i-th field of a decoded list (nil past its end).
-func field(l []any, i int) any {
+// Field returns the i-th field of a decoded list (nil past its end).
+func Field(l []any, i int) any {
 	if i < len(l) {
 		return l[i]
 	}
 	return nil
 }
 
-func asUint(v any) uint64 {
+// AsUint is v as an unsigned integer, whatever integer type it came as
+// (0 when it is none).
+func AsUint(v any) uint64 {
 	switch n := v.(type) {
 	case uint8:
 		return uint64(n)
@@ -568,25 +596,37 @@ func asUint(v any) uint64 {
 	return 0
 }
 
-func asString(v any) string {
+// AsString is v when it is a string or a symbol, else "".
+func AsString(v any) string {
 	switch s := v.(type) {
 	case string:
 		return s
-	case symbol:
+	case Symbol:
 		return string(s)
 	}
 	return ""
 }
 
-func asBool(v any) bool { b, _ := v.(bool); return b }
+// AsBool is v when it is a bool, else false.
+func AsBool(v any) bool { b, _ := v.(bool); return b }
 
-// descCode returns the numeric descriptor of v (0 when v is not a
+// DescCode returns the numeric descriptor of v (0 when v is not a
 // described value with a numeric descriptor).
-func descCode(v any) (uint64, []any) {
-	d, ok := v.(described)
+func DescCode(v any) (uint64, []any) {
+	d, ok := v.(Described)
 	if !ok {
 		return 0, nil
 	}
-	l, _ := d.value.([]any)
-	return asUint(d.desc), l
+	l, _ := d.Value.([]any)
+	return AsUint(d.Desc), l
+}
+
+// Pairs is the map of its arguments taken two at a time: key, value,
+// key, value.
+func Pairs(kvs ...any) Map {
+	m := make(Map, 0, len(kvs)/2)
+	for i := 0; i+1 < len(kvs); i += 2 {
+		m = append(m, KV{kvs[i], kvs[i+1]})
+	}
+	return m
 }
