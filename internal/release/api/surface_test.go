@@ -34,7 +34,7 @@ var surfaceExceptions = map[string]map[string]string{
 // adapters are the broker adapters there are; a new one is held to the
 // surface by its report alone (every api/broker.<name>.txt but
 // brokertest's).
-var adapters = []string{"amqp", "kafka", "mqtt", "nats", "pubsub", "redisstream", "servicebus", "sqs", "watermill"}
+var adapters = []string{"amqp", "eventhubs", "kafka", "mqtt", "nats", "pubsub", "redisstream", "servicebus", "sqs", "watermill"}
 
 // TestAdapterSurface: every broker adapter's API report has every name of
 // adapterSurface, or an exception with a reason its package doc states;
