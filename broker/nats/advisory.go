@@ -90,7 +90,7 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 		if err == nil {
 			return func() { stop(); cancel(); wg.close() }, nil
 		}
-		c.opts.Hooks.CallOnError(fmt.Errorf("natsidem: keep max-deliveries advisories in stream %s (listening on a plain subscription instead): %w", c.opts.AdvisoryStream, err))
+		c.eng.ReportError(fmt.Errorf("natsidem: keep max-deliveries advisories in stream %s (listening on a plain subscription instead): %w", c.opts.AdvisoryStream, err))
 	}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		if !wg.enter() {
@@ -98,7 +98,7 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 		}
 		defer wg.leave()
 		if wctx.Err() == nil {
-			c.opts.Hooks.CallOnError(c.onMaxDeliveries(wctx, t, m.Data))
+			c.eng.ReportError(c.onMaxDeliveries(wctx, t, m.Data))
 		}
 	})
 	if err != nil {
@@ -185,7 +185,7 @@ func (c *Consumer) keptAdvisories(ctx context.Context, t *transport, subject str
 			return // shutting down: it comes back after AckWait
 		}
 		err := c.onMaxDeliveries(ctx, t, m.Data())
-		c.opts.Hooks.CallOnError(err)
+		c.eng.ReportError(err)
 		var me *MaxDeliveriesError
 		if errors.As(err, &me) && me.Err != nil && !errors.Is(me.Err, jetstream.ErrMsgNotFound) {
 			_ = m.NakWithDelay(c.opts.Backoff(deliveries(m)))
