@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem/broker"
 )
 
-// MaxDeliveriesError is reported through Hooks.OnError for each message
+// MaxDeliveriesError is reported to the guard's observer (idem.ErrorObserver) for each message
 // JetStream gave up on at the consumer's MaxDeliver (its max-deliveries
 // advisory): a last delivery that went to a consumer which died, or lost
 // its connection, before settling it. Applied says its key was completed
@@ -73,7 +73,7 @@ const advisoryRetention = 7 * 24 * time.Hour
 // letter is durable or its key is known applied; one whose handling fails
 // comes back. With AdvisoryStream "-", or when the stream cannot be made
 // (no permission), every Run listens on a plain subscription instead (the
-// failure is reported through Hooks.OnError): advisories raised while no
+// failure is reported to the guard's observer): advisories raised while no
 // Run is up are then missed. The dead letters' Nats-Msg-Id (one per
 // consumer and stream sequence) makes the dead-letter stream drop repeats.
 func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop func(), err error) {
