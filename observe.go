@@ -319,50 +319,35 @@ func (m multiObserver) ObserveStart(ctx context.Context, s Start) context.Contex
 	return ctx
 }
 
-func (m multiObserver) ObserveStep(ctx context.Context, s Step) {
+// each calls f with every observer of m that implements T.
+func each[T any](m multiObserver, f func(T)) {
 	for _, o := range m {
-		if so, ok := o.(StepObserver); ok {
-			so.ObserveStep(ctx, s)
+		if t, ok := o.(T); ok {
+			f(t)
 		}
 	}
+}
+
+func (m multiObserver) ObserveStep(ctx context.Context, s Step) {
+	each(m, func(o StepObserver) { o.ObserveStep(ctx, s) })
 }
 
 func (m multiObserver) ObserveSettlement(ctx context.Context, s Settlement) {
-	for _, o := range m {
-		if so, ok := o.(SettlementObserver); ok {
-			so.ObserveSettlement(ctx, s)
-		}
-	}
+	each(m, func(o SettlementObserver) { o.ObserveSettlement(ctx, s) })
 }
 
 func (m multiObserver) ObserveError(ctx context.Context, e HandledError) {
-	for _, o := range m {
-		if eo, ok := o.(ErrorObserver); ok {
-			eo.ObserveError(ctx, e)
-		}
-	}
+	each(m, func(o ErrorObserver) { o.ObserveError(ctx, e) })
 }
 
 func (m multiObserver) ObserveOutage(ctx context.Context, out Outage) {
-	for _, o := range m {
-		if oo, ok := o.(OutageObserver); ok {
-			oo.ObserveOutage(ctx, out)
-		}
-	}
+	each(m, func(o OutageObserver) { o.ObserveOutage(ctx, out) })
 }
 
 func (m multiObserver) ObserveSweep(ctx context.Context, s Sweep) {
-	for _, o := range m {
-		if so, ok := o.(SweepObserver); ok {
-			so.ObserveSweep(ctx, s)
-		}
-	}
+	each(m, func(o SweepObserver) { o.ObserveSweep(ctx, s) })
 }
 
 func (m multiObserver) ObserveRelay(ctx context.Context, e RelayEvent) {
-	for _, o := range m {
-		if ro, ok := o.(RelayObserver); ok {
-			ro.ObserveRelay(ctx, e)
-		}
-	}
+	each(m, func(o RelayObserver) { o.ObserveRelay(ctx, e) })
 }
