@@ -504,15 +504,14 @@ func TestSweeper(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	swept := make(chan int, 1)
-	sw.OnSweep = func(n int, err error) {
-		select {
-		case swept <- n:
-		default:
-		}
-	}
+	swept := make(chan idem.Sweep, 1)
+	sw.Observer = sweepObserver(swept)
+	g.Do(context.Background(), idem.Message{ID: "expiring"}, ok(""))
+	clk.Advance(2 * time.Hour)
 	go func() { done <- sw.Run(ctx) }()
-	<-swept
+	if s := <-swept; s.Deleted != 2 || s.Err != nil {
+		t.Errorf("the observer saw the sweep %+v, want 2 deleted, no error", s)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel = %v", err)
@@ -573,5 +572,18 @@ func TestExponentialBackoff(t *testing.T) {
 				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, want/2, want)
 			}
 		}
+	}
+}
+
+// sweepObserver is an idem.SweepObserver that hands on the sweeps it sees
+// while the channel has room.
+type sweepObserver chan idem.Sweep
+
+func (sweepObserver) Observe(context.Context, idem.Event) {}
+
+func (c sweepObserver) ObserveSweep(_ context.Context, s idem.Sweep) {
+	select {
+	case c <- s:
+	default:
 	}
 }

@@ -1,8 +1,11 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,5 +138,31 @@ func TestCorrelation(t *testing.T) {
 	}
 	if rec.events[0].CorrelationID != "req-1" {
 		t.Fatalf("event correlation %q", rec.events[0].CorrelationID)
+	}
+}
+
+// The slog observer logs every fact of the vocabulary, each at its level.
+func TestSlogObserverLogsEveryFact(t *testing.T) {
+	var buf bytes.Buffer
+	obs := idem.NewSlogObserver(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ctx := context.Background()
+	key := idem.Key{Scope: "billing", ID: "k1"}
+	obs.ObserveSettlement(ctx, idem.Settlement{Result: idem.Result{Key: key, Outcome: idem.OutcomeConflict}, Err: idem.ErrConflict,
+		Action: idem.ActionDeadLetter, Reason: "conflict", DeadLettered: true})
+	obs.ObserveError(ctx, idem.HandledError{Component: "broker", Scope: "billing", Err: errors.New("fetch: timeout")})
+	obs.ObserveOutage(ctx, idem.Outage{Scope: "billing", Held: 3, Err: errors.New("connection refused")})
+	obs.ObserveSweep(ctx, idem.Sweep{Deleted: 7})
+	obs.ObserveRelay(ctx, idem.RelayEvent{Kind: idem.RelayParked, Owner: "r1", Err: errors.New("too large"),
+		Record: &idem.RelayRecord{Seq: 4, ID: "m4", Destination: "orders", OrderingKey: "A"}})
+	for _, want := range []string{
+		`level=ERROR msg="idem settle dead_letter" scope=billing key=k1 action=dead_letter outcome=conflict`,
+		`level=WARN msg="idem broker error" component=broker error="fetch: timeout" scope=billing`,
+		`level=WARN msg="idem store outage" scope=billing held=3`,
+		`level=DEBUG msg="idem sweep" deleted=7`,
+		`level=ERROR msg="outbox parked" owner=r1 seq=4 id=m4 destination=orders attempts=0 ordering_key=A error="too large"`,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("no %q in the log:\n%s", want, buf.String())
+		}
 	}
 }

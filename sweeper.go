@@ -15,7 +15,13 @@ type Sweeper struct {
 	Interval  time.Duration    // pause between sweeps once caught up; default 1m
 	Pause     time.Duration    // pause between batches of one sweep; default 0
 	Clock     func() time.Time // default time.Now
+	// Observer, if it implements SweepObserver, is told of each sweep Run
+	// makes: give it the guards' observer.
+	Observer Observer
 	// OnSweep, if set, is called after each sweep with the rows it deleted.
+	//
+	// Deprecated: set Observer (a SweepObserver: idemotel, idemprom's
+	// Exporter.Observer(), NewSlogObserver); OnSweep is still called.
 	OnSweep func(deleted int, err error)
 }
 
@@ -53,17 +59,23 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 	}
 }
 
-// Run sweeps every Interval until ctx ends, and then returns nil. Errors are
-// reported to OnSweep and retried at the next interval.
+// Run sweeps every Interval until ctx ends, and then returns nil. Each
+// sweep is reported to the Observer (SweepObserver); errors are retried at
+// the next interval.
 func (s *Sweeper) Run(ctx context.Context) error {
 	interval := s.Interval
 	if interval <= 0 {
 		interval = time.Minute
 	}
+	so, _ := s.Observer.(SweepObserver)
 	for {
+		start := time.Now()
 		n, err := s.SweepOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if so != nil {
+			so.ObserveSweep(ctx, Sweep{Deleted: n, Err: err, Duration: time.Since(start)})
 		}
 		if s.OnSweep != nil {
 			s.OnSweep(n, err)

@@ -56,6 +56,10 @@ func (c *Consumer[M]) ProcessUntil(ctx context.Context, stop <-chan struct{}, ms
 	return c.p.ProcessUntil(ctx, stop, msg)
 }
 
+// ReportError reports err, an error the consumer's adapter handled by
+// itself and goes on from, as Engine.ReportError does.
+func (c *Consumer[M]) ReportError(err error) { c.p.e.obs.reportError(err) }
+
 // Run receives and handles deliveries until ctx ends, then shuts down
 // gracefully: it stops receiving, gives back what was received but not
 // started (and what a Drainer buffered; a last allowed delivery among them

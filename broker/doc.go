@@ -58,12 +58,24 @@
 //
 // The guarantees, the same on every broker: a store outage is not the
 // message's fault (the delivery is held, kept alive, spending none of the
-// broker's deliveries; reported as an *OutageError at most every
-// OutageReportEvery); the handler's failures are counted durably (the
+// broker's deliveries; reported as an idem.Outage, with the guard's scope,
+// at most every OutageReportEvery); the handler's failures are counted durably (the
 // record's attempts, or the broker's count in the inbox) and dead-letter
 // with ReasonMaxDeliver at MaxDeliveries; a retry on the broker's last
 // allowed delivery is dead-lettered rather than dropped; at shutdown what
 // was not started is given back, and a last delivery is handled instead.
+//
+// # Observing
+//
+// The engine reports to its guard's observer (idem.Options.Observer), so
+// one observer set once sees a consumer whole: each delivery's settle
+// (idem.SettlementObserver: the Report, after the broker action), the
+// errors the engine and its adapter handle by themselves
+// (idem.ErrorObserver: a failed fetch, commit, keep-alive or broker
+// action; adapters call Engine.ReportError or Consumer.ReportError) and
+// store outages (idem.OutageObserver). Hooks are not for observing: they
+// are the user's typed places in the flow (BeforeSettle, where a chaos
+// harness kills the process; OnDeadLetter with the message at hand).
 //
 // # Package names
 //

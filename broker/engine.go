@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/idemgo/idem"
+import (
+	"context"
+
+	"github.com/idemgo/idem"
+)
 
 // Engine is one consumer's guard, handler and options, checked once, and
 // what its processors share (the rate of store-outage reports). It makes a
@@ -13,6 +17,40 @@ type Engine[M any] struct {
 	h      Handler[M]
 	opts   Options[M]
 	outage outageReporter
+	obs    observers
+}
+
+// observers are what the engine reports to: the interfaces the guard's
+// observer implements, read once, and the deprecated Hooks.OnError.
+type observers struct {
+	scope   string
+	settle  idem.SettlementObserver
+	errs    idem.ErrorObserver
+	outage  idem.OutageObserver
+	onError func(error)
+}
+
+func observersOf(g *idem.Guard, onError func(error)) observers {
+	o := g.Options().Observer
+	obs := observers{scope: g.Options().Scope, onError: onError}
+	obs.settle, _ = o.(idem.SettlementObserver)
+	obs.errs, _ = o.(idem.ErrorObserver)
+	obs.outage, _ = o.(idem.OutageObserver)
+	return obs
+}
+
+// reportError reports err, handled by the engine or its adapter, to the
+// guard's observer (idem.ErrorObserver) and Hooks.OnError.
+func (o *observers) reportError(err error) {
+	if err == nil {
+		return
+	}
+	if o.errs != nil {
+		o.errs.ObserveError(context.Background(), idem.HandledError{Component: "broker", Scope: o.scope, Err: err})
+	}
+	if o.onError != nil {
+		o.onError(err)
+	}
 }
 
 // NewEngine checks h under g and opts once: a zero handler, a nil guard, a
@@ -26,8 +64,14 @@ func NewEngine[M any](g *idem.Guard, h Handler[M], opts Options[M]) (*Engine[M],
 	if err := opts.Fill(); err != nil {
 		return nil, err
 	}
-	return &Engine[M]{g: g, h: h, opts: opts}, nil
+	return &Engine[M]{g: g, h: h, opts: opts, obs: observersOf(g, opts.Hooks.OnError)}, nil
 }
+
+// ReportError reports err, an error the engine's adapter handled by itself
+// and goes on from (a fetch, a commit, a reconnection), to the guard's
+// observer (idem.ErrorObserver) and to Hooks.OnError. A nil err is not
+// reported.
+func (e *Engine[M]) ReportError(err error) { e.obs.reportError(err) }
 
 // Guard is the engine's guard.
 func (e *Engine[M]) Guard() *idem.Guard { return e.g }

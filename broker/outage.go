@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -11,7 +12,9 @@ import (
 // OutageError is what Hooks.OnError receives while the store cannot be
 // reached: the latest store error and how many claims met it since the
 // previous report. It is reported at most once per OutageReportEvery, so a
-// store error loop is never silent and never floods the hook.
+// store error loop is never silent and never floods the hook; the guard's
+// observer receives the same report as an idem.Outage
+// (idem.OutageObserver).
 type OutageError struct {
 	Err   error
 	Held  int    // claims that met the outage since the last report
@@ -42,7 +45,7 @@ type outageReporter struct {
 	n    int
 }
 
-func (o *outageReporter) report(onError func(error), scope string, err error) {
+func (o *outageReporter) report(obs *observers, err error) {
 	o.mu.Lock()
 	o.n++
 	if !o.last.IsZero() && time.Since(o.last) < OutageReportEvery {
@@ -52,7 +55,10 @@ func (o *outageReporter) report(onError func(error), scope string, err error) {
 	n := o.n
 	o.n, o.last = 0, time.Now()
 	o.mu.Unlock()
-	if onError != nil {
-		onError(&OutageError{Err: err, Held: n, Scope: scope})
+	if obs.outage != nil {
+		obs.outage.ObserveOutage(context.Background(), idem.Outage{Scope: obs.scope, Held: n, Err: err})
+	}
+	if obs.onError != nil {
+		obs.onError(&OutageError{Err: err, Held: n, Scope: obs.scope})
 	}
 }

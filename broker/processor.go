@@ -81,7 +81,7 @@ func (p *Processor[M]) ProcessUntil(ctx context.Context, stop <-chan struct{}, m
 	return p.settle(d, p.decide(d), until)
 }
 
-func (p *Processor[M]) reportErr(err error) { p.e.opts.Hooks.CallOnError(err) }
+func (p *Processor[M]) reportErr(err error) { p.e.obs.reportError(err) }
 
 // delivery is one delivery on its way through the processor: the guard's
 // answer to its latest claim and how long it has been held.
@@ -210,7 +210,7 @@ func (p *Processor[M]) claim(d *delivery[M], stop <-chan struct{}) (wait time.Du
 		}
 		d.outage = true
 		d.outages++
-		e.outage.report(e.opts.Hooks.OnError, e.g.Options().Scope, d.err)
+		e.outage.report(&e.obs, d.err)
 		return max(e.opts.Backoff(d.outages), minPoll), true
 	}
 	return 0, false
@@ -264,7 +264,7 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 		// The broker took the delivery back: nothing to settle; it comes
 		// back and its record decides again.
 		d.endKeepAlive()
-		hooks.CallAfterSettle(d.ctx, d.msg, r)
+		p.settled(d, r)
 		return r
 	}
 	if r.Action == idem.ActionRetry && !p.caps.delays {
@@ -307,6 +307,7 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 			break
 		}
 		d.endKeepAlive()
+		r.DeadLettered = true
 		hooks.CallOnDeadLetter(d.ctx, d.msg, r)
 	}
 	if r.BrokerErr != nil && r.Action != idem.ActionDeadLetter {
@@ -315,8 +316,16 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 	if d.cancel != nil {
 		d.cancel(nil)
 	}
-	hooks.CallAfterSettle(d.ctx, d.msg, r)
+	p.settled(d, r)
 	return r
+}
+
+// settled reports d's settle r to the guard's observer and AfterSettle.
+func (p *Processor[M]) settled(d *delivery[M], r Report) {
+	if so := p.e.obs.settle; so != nil {
+		so.ObserveSettlement(d.ctx, r)
+	}
+	p.e.opts.Hooks.CallAfterSettle(d.ctx, d.msg, r)
 }
 
 // retryDelay is the delay handed to Retry: none when the transport does

@@ -14,25 +14,19 @@ import (
 const ReasonMaxDeliver = "max_deliver"
 
 // Report is what happened to one delivery: the guard's outcome and the
-// broker action the adapter took for it.
-type Report struct {
-	Result idem.Result   // the guard's result
-	Err    error         // the guard's error; nil when processed or a duplicate
-	Action idem.Action   // ack, retry or dead_letter
-	Reason string        // the dead-letter reason (idem.DeadLetterReason, ReasonMaxDeliver, ...)
-	Delay  time.Duration // how long a retry waits (nak delay, requeue hold, partition hold)
-	// Attempt is the delivery count where the broker keeps one (1 on the
-	// first delivery), else how many times this process tried it.
-	Attempt int
-	// BrokerErr is the failure of the action itself (ack, nak, dead-letter
-	// publish). The delivery then comes back, which is safe: its record
-	// decides again.
-	BrokerErr error
-}
+// broker action the adapter took for it. It is the idem.Settlement the
+// engine reports to its guard's observer (idem.SettlementObserver).
+type Report = idem.Settlement
 
 // Hooks are the user's places in an adapter's flow, the same in every
-// adapter. Nil fields are skipped. They run on the goroutine that handled
-// the delivery and must be safe for concurrent use; a slow hook slows
+// adapter, typed by the adapter's message: code that must run at a given
+// point of a delivery's way (a chaos harness kills the process in
+// BeforeSettle). They are not where to observe: metrics, logs and alerts
+// take the guard's observer (idem.Options.Observer), to which the engine
+// reports every settle, the errors it handles and store outages (see
+// package idem's SettlementObserver, ErrorObserver, OutageObserver).
+// Nil fields are skipped. They run on the goroutine that handled the
+// delivery and must be safe for concurrent use; a slow hook slows
 // consumption.
 type Hooks[M any] struct {
 	// BeforeSettle runs once the outcome is known and before the broker
@@ -45,11 +39,16 @@ type Hooks[M any] struct {
 	// failed: after the ack, the nak or requeue, or the dead letter.
 	AfterSettle func(ctx context.Context, msg M, r Report)
 	// OnDeadLetter runs after a dead letter is durable at the broker (and
-	// before AfterSettle): the place to alert on conflicts.
+	// before AfterSettle), with the message at hand. Counting dead letters
+	// is the observer's (idem.Settlement.DeadLettered).
 	OnDeadLetter func(ctx context.Context, msg M, r Report)
 	// OnError receives errors the adapter handles by itself without
 	// stopping (a failed commit, a fetch error, a reconnection, a failed
-	// dead-letter publish that will be retried).
+	// dead-letter publish that will be retried; an *OutageError).
+	//
+	// Deprecated: the guard's observer receives them
+	// (idem.ErrorObserver, and idem.OutageObserver for outages). It is
+	// still called.
 	OnError func(err error)
 }
 

@@ -39,7 +39,7 @@ type Settler[M any] interface {
 type Transport[M any] interface {
 	// Receive blocks until at least one delivery is available and returns
 	// at most n, or returns ctx's error once ctx ends. Any other error is
-	// reported (Hooks.OnError) and Receive is called again after the
+	// reported (the guard's observer, idem.ErrorObserver) and Receive is called again after the
 	// back-off, unless it wraps ErrClosed: then Run returns it.
 	Receive(ctx context.Context, n int) ([]M, error)
 	Settler[M]

@@ -9,15 +9,15 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 )
 
-// Recorder is an idem.Observer that keeps the last minutes of every scope's
+// Recorder is an idem observer that keeps the last minutes of every scope's
 // outcomes and latencies in memory, for the console's charts, with the most
-// recent conflicts, parked keys and dead letters. It is the console's own
-// source when no Prometheus is configured, and costs one short lock per
-// message. Pass it as (or with idem.Observers beside) the guards' Observer
-// and as Options.Recorder:
+// recent conflicts, parked keys and dead letters (which the consumers of
+// package broker report to their guard's observer). It is the console's
+// own source when no Prometheus is configured, and costs one short lock
+// per message. Pass it as (or with idem.Observers beside) the guards'
+// Observer and as Options.Recorder:
 //
 //	rec := console.NewRecorder(console.RecorderOptions{})
 //	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: rec})
@@ -74,8 +74,8 @@ type Parked struct {
 	Key idem.Key
 }
 
-// DeadLetter is a delivery a broker adapter dead-lettered, as its
-// OnDeadLetter hook reported it (see OnDeadLetter).
+// DeadLetter is a delivery a broker consumer dead-lettered, as the
+// consumer engine reported it to the guard's observer (ObserveSettlement).
 type DeadLetter struct {
 	At     time.Time
 	Key    idem.Key // zero when the message had no key
@@ -102,7 +102,7 @@ func NewRecorder(opts RecorderOptions) *Recorder {
 	return r
 }
 
-var _ idem.Observer = (*Recorder)(nil)
+var _ idem.FullObserver = (*Recorder)(nil)
 
 // Observe implements idem.Observer.
 func (r *Recorder) Observe(_ context.Context, e idem.Event) {
@@ -134,6 +134,33 @@ func (r *Recorder) Observe(_ context.Context, e idem.Event) {
 	}
 }
 
+// ObserveSettlement implements idem.SettlementObserver: a dead letter
+// durable at the broker is kept among the recent ones.
+func (r *Recorder) ObserveSettlement(_ context.Context, s idem.Settlement) {
+	if s.DeadLettered {
+		r.DeadLetter(s.Result, s.Err, s.Reason)
+	}
+}
+
+// ObserveStart implements idem.StartObserver: nothing to keep.
+func (r *Recorder) ObserveStart(ctx context.Context, _ idem.Start) context.Context { return ctx }
+
+// ObserveStep implements idem.StepObserver: nothing to keep.
+func (r *Recorder) ObserveStep(context.Context, idem.Step) {}
+
+// ObserveError implements idem.ErrorObserver: nothing to keep.
+func (r *Recorder) ObserveError(context.Context, idem.HandledError) {}
+
+// ObserveOutage implements idem.OutageObserver: nothing to keep.
+func (r *Recorder) ObserveOutage(context.Context, idem.Outage) {}
+
+// ObserveSweep implements idem.SweepObserver: nothing to keep.
+func (r *Recorder) ObserveSweep(context.Context, idem.Sweep) {}
+
+// ObserveRelay implements idem.RelayObserver: nothing to keep (the
+// console reads the outbox itself).
+func (r *Recorder) ObserveRelay(context.Context, idem.RelayEvent) {}
+
 // DeadLetter records a dead-lettered delivery of the guard call that
 // returned (res, err), with the adapter's reason.
 func (r *Recorder) DeadLetter(res idem.Result, err error, reason string) {
@@ -150,14 +177,6 @@ func (r *Recorder) DeadLetter(res idem.Result, err error, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deadLetters = keepRecent(r.deadLetters, d, r.recent)
-}
-
-// OnDeadLetter returns a broker.Hooks OnDeadLetter function that records
-// every dead letter in rec:
-//
-//	Hooks: broker.Hooks[*kgo.Record]{OnDeadLetter: console.OnDeadLetter[*kgo.Record](rec)}
-func OnDeadLetter[M any](rec *Recorder) func(ctx context.Context, msg M, rep broker.Report) {
-	return func(_ context.Context, _ M, rep broker.Report) { rec.DeadLetter(rep.Result, rep.Err, rep.Reason) }
 }
 
 func keepRecent[T any](s []T, v T, n int) []T {

@@ -1,37 +1,32 @@
 package idemotel_test
 
 import (
-	"context"
-	"fmt"
 	"log"
 
-	"go.opentelemetry.io/otel"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	"github.com/idemgo/idem/idemotel"
+	"github.com/idemgo/idem/store/memory"
 )
 
-// The consumer's own hooks keep running; the metrics' hooks count first,
-// on the meter provider given: here the global one (otel.GetMeterProvider,
-// the default), which reaches your exporter once you set it to your
-// SDK's MeterProvider (otel.SetMeterProvider), or pass that one instead.
-// Here a dead letter is reported by hand, as the engine reports it.
-func ExampleHooks() {
-	mine := broker.Hooks[string]{
-		OnDeadLetter: func(_ context.Context, msg string, r broker.Report) { fmt.Println("dead letter:", msg, r.Reason) },
-	}
-	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: otel.GetMeterProvider()}, mine)
+// One observer, set once on the guard, is what every component reports
+// to: the guard's calls, the consumer engine's settles, errors and store
+// outages (every adapter on package broker, on the guard it is given), the
+// Sweeper's sweeps, and the outbox relay's events
+// (outbox.RelayOptions{Observer: obs}). The instruments are made on the
+// global providers here (otel.GetMeterProvider, the default), which reach
+// your exporter once you set them to your SDK's.
+func ExampleNew() {
+	obs, err := idemotel.New(idemotel.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	// broker.Options[M]{Hooks: hooks} in a consumer's options; the engine then
-	// calls, for a message dead-lettered at its last delivery (counted in
-	// idem.broker.dead_letters with idem.reason max_deliver, then passed on):
-	hooks.CallOnDeadLetter(context.Background(), "order-7", broker.Report{
-		Result: idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "billing", ID: "order-7"}},
-		Action: idem.ActionDeadLetter, Reason: broker.ReasonMaxDeliver,
-	})
-	// Output:
-	// dead letter: order-7 max_deliver
+	store := memory.New()
+	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: obs})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Any adapter's consumer built on g reports to obs: no second option.
+	_ = g
+	sw := idem.Sweeper{Store: store, Observer: obs} // sw.Run(ctx) in a goroutine of its own
+	_ = sw
 }

@@ -1,8 +1,13 @@
-// Package idemotel reports idem's outcomes as OpenTelemetry metrics and
-// spans. It plugs into the core through the idem.Observer hook:
+// Package idemotel reports idem's facts as OpenTelemetry metrics and
+// spans. New returns one observer that implements the whole vocabulary
+// (idem.FullObserver): set it once as the guard's observer, and the
+// consumer engine of package broker reports to it as well; give it too to
+// the outbox relay (RelayOptions.Observer) and the Sweeper:
 //
 //	obs, err := idemotel.New(idemotel.Options{}) // global providers by default
 //	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: obs})
+//	relay, err := outbox.NewRelay(ob, pub, outbox.RelayOptions{Observer: obs})
+//	sw := idem.Sweeper{Store: store, Observer: obs}
 //
 // Metrics (attributes idem.scope, idem.outcome, idem.mode):
 //
@@ -18,9 +23,49 @@
 //	                                  idem.step): a rising rate means the store
 //	                                  struggles while handlers run
 //
-// Hooks returns the consumer engine's hooks (broker.Hooks, every transport
-// on package broker) counting settles, dead letters by reason, failed broker
-// actions and store outages (idem.broker.*), then calling the consumer's own.
+// The consumer engine's reports (package broker, every adapter on it;
+// attribute idem.scope, the guard's):
+//
+//	idem.broker.settles        counter  deliveries settled, by idem.action (ack,
+//	                                    retry, dead_letter) and idem.outcome: a
+//	                                    retry with outcome in_progress is a
+//	                                    delivery held MaxHold and handed back
+//	idem.broker.dead_letters   counter  dead letters durable at the broker, by
+//	                                    idem.reason (conflict, permanent,
+//	                                    max_deliver, parked, invalid_data, ...)
+//	idem.broker.action_errors  counter  failed broker actions (BrokerErr: an ack,
+//	                                    retry or dead letter refused, a lock
+//	                                    lost), by idem.action
+//	idem.broker.store_outages  counter  store-outage reports (at most one per
+//	                                    broker.OutageReportEvery while the store
+//	                                    cannot be reached): a store-error loop
+//	idem.broker.outage_held    counter  claims that met the outage (Outage.Held)
+//	idem.broker.errors         counter  every other error the consumer handled by
+//	                                    itself (a failed action again, a fetch, a
+//	                                    commit, a keep-alive, a reconnection)
+//
+// The outbox relay's events (no idem.scope):
+//
+//	outbox.messages            counter    records the relay handled, by
+//	                                      outbox.result: published, failed
+//	                                      (retried), parked (alert)
+//	outbox.batch.lag           histogram  seconds from a batch's oldest record's
+//	                                      enqueue to the broker's confirmation
+//	outbox.batch.duration      histogram  seconds per batch: fetch, publish, marks
+//	outbox.errors              counter    store and listener failures the relay
+//	                                      retries
+//	outbox.lease.changes       counter    by outbox.lease: acquired, lost, released
+//	outbox.cleanup.deleted     counter    published records deleted after the
+//	                                      retention
+//
+// The Sweeper's sweeps:
+//
+//	idem.sweep.deleted         counter  expired records the sweeper deleted
+//	idem.sweep.runs            counter  sweeps by idem.result (ok, error)
+//	idem.sweep.last_success    gauge    Unix time of the last sweep that succeeded
+//
+// An outbox's backlog (pending, parked, lag) is read from its store:
+// package outbox/outboxotel's gauges.
 //
 // Spans: one span per message, started when the guard begins (so the
 // handler's own spans, started from the handler's context, nest under it)
@@ -53,7 +98,7 @@ type Options struct {
 	NoSpans bool
 }
 
-// Observer is an idem.Observer that records metrics and spans.
+// Observer records every fact of idem's vocabulary as metrics and spans.
 type Observer struct {
 	opts     Options
 	tracer   trace.Tracer
@@ -62,12 +107,12 @@ type Observer struct {
 	handler  metric.Float64Histogram
 	total    metric.Float64Histogram
 	steps    metric.Int64Counter
+	broker   brokerMetrics
+	relay    relayMetrics
+	sweep    sweepMetrics
 }
 
-var (
-	_ idem.StartObserver = (*Observer)(nil)
-	_ idem.StepObserver  = (*Observer)(nil)
-)
+var _ idem.FullObserver = (*Observer)(nil)
 
 // spanCtx marks the span this observer started for a call, so Observe ends
 // that one and not a span of the caller's.
@@ -101,6 +146,15 @@ func New(opts Options) (*Observer, error) {
 		return nil, err
 	}
 	if o.steps, err = m.Int64Counter("idem.step.errors", metric.WithDescription("Failed lease renewals and releases"), metric.WithUnit("{error}")); err != nil {
+		return nil, err
+	}
+	if err := o.broker.init(m); err != nil {
+		return nil, err
+	}
+	if err := o.relay.init(m); err != nil {
+		return nil, err
+	}
+	if err := o.sweep.init(m); err != nil {
 		return nil, err
 	}
 	return o, nil

@@ -1,13 +1,16 @@
 // Package idemprom serves idem's metrics at a Prometheus endpoint, through
-// the OpenTelemetry Prometheus exporter: the idemotel instruments (one
-// counter of messages by outcome, the claim, handler and call latency
-// histograms, failed steps), and gauges of the records a store holds, the
-// sweeper's progress and an outbox's backlog, which the dashboard and alert
-// rules in the repository's ops/ directory read.
+// the OpenTelemetry Prometheus exporter: the idemotel instruments (messages
+// by outcome, the claim, handler and call latency histograms, failed
+// steps, the consumer engine's settles, dead letters and store outages,
+// the sweeper's sweeps, the outbox relay's events: see package idemotel),
+// and gauges of the records a store holds and an outbox's backlog, which
+// the dashboard and alert rules in the repository's ops/ directory read.
+// Exporter.Observer is the one observer to set: on the guards (the
+// consumers report to it through them), the outbox relay and the Sweeper.
 //
 //	exp, err := idemprom.New(idemprom.Options{Store: store, Outbox: ob})
 //	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: exp.Observer()})
-//	sw := idem.Sweeper{Store: store, OnSweep: exp.OnSweep}
+//	sw := idem.Sweeper{Store: store, Observer: exp.Observer()}
 //	mux.Handle("/metrics", exp)
 //
 // Names as Prometheus sees them (labels idem_scope, idem_outcome, idem_mode):
@@ -38,7 +41,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,9 +88,6 @@ type Exporter struct {
 	observer *idemotel.Observer
 	handler  http.Handler
 
-	swept, sweeps metric.Int64Counter
-	lastSweep     atomic.Int64 // Unix nanoseconds of the last successful sweep
-
 	mu        sync.Mutex
 	counted   time.Time
 	records   []idem.ScopeStats
@@ -131,8 +130,10 @@ func New(opts Options) (*Exporter, error) {
 	return e, nil
 }
 
-// Observer is the idem.Observer to give the guards (idem.Options.Observer).
-func (e *Exporter) Observer() idem.Observer { return e.observer }
+// Observer is the observer to give the guards (idem.Options.Observer), the
+// outbox relay (outbox.RelayOptions.Observer) and the Sweeper
+// (Sweeper.Observer): idemotel's, on the exporter's provider.
+func (e *Exporter) Observer() idem.FullObserver { return e.observer }
 
 // MeterProvider is the provider the exporter reads, for instruments of the
 // application's own that should be served beside idem's.
@@ -141,20 +142,6 @@ func (e *Exporter) MeterProvider() metric.MeterProvider { return e.provider }
 // ServeHTTP serves the metrics in the Prometheus exposition format.
 func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.handler.ServeHTTP(w, r) }
 
-// OnSweep is an idem.Sweeper OnSweep function: it counts the records each
-// sweep deleted and notes when one last succeeded.
-func (e *Exporter) OnSweep(deleted int, err error) {
-	ctx := context.Background()
-	e.swept.Add(ctx, int64(deleted))
-	result := "ok"
-	if err != nil {
-		result = "error"
-	} else {
-		e.lastSweep.Store(e.opts.Clock().UnixNano())
-	}
-	e.sweeps.Add(ctx, 1, metric.WithAttributes(attribute.String("idem.result", result)))
-}
-
 // Shutdown stops the meter provider.
 func (e *Exporter) Shutdown(ctx context.Context) error { return e.provider.Shutdown(ctx) }
 
@@ -162,25 +149,6 @@ const scopeName = "github.com/idemgo/idem/idemprom"
 
 func (e *Exporter) instruments() error {
 	m := e.provider.Meter(scopeName)
-	var err error
-	if e.swept, err = m.Int64Counter("idem.sweep.deleted", metric.WithDescription("Expired records the sweeper deleted"), metric.WithUnit("{record}")); err != nil {
-		return err
-	}
-	if e.sweeps, err = m.Int64Counter("idem.sweep.runs", metric.WithDescription("Sweeps, by result"), metric.WithUnit("{sweep}")); err != nil {
-		return err
-	}
-	lastSweep, err := m.Float64ObservableGauge("idem.sweep.last_success", metric.WithDescription("Unix time of the last sweep that succeeded"), metric.WithUnit("s"))
-	if err != nil {
-		return err
-	}
-	if _, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		if t := e.lastSweep.Load(); t != 0 {
-			o.ObserveFloat64(lastSweep, float64(t)/1e9)
-		}
-		return nil
-	}, lastSweep); err != nil {
-		return err
-	}
 	if e.opts.Store == nil && e.opts.Outbox == nil {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -18,7 +19,9 @@ type eventLog struct {
 
 func newEventLog() *eventLog { return &eventLog{got: make(chan outbox.EventKind, 64)} }
 
-func (l *eventLog) Observe(_ context.Context, e outbox.Event) {
+func (l *eventLog) Observe(context.Context, idem.Event) {}
+
+func (l *eventLog) ObserveRelay(_ context.Context, e outbox.Event) {
 	switch e.Kind {
 	case outbox.EventLeaseAcquired, outbox.EventLeaseLost, outbox.EventLeaseReleased:
 		l.mu.Lock()

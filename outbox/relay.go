@@ -62,8 +62,10 @@ type RelayOptions struct {
 	// batch between two publish batches.
 	CleanupInterval time.Duration
 	CleanupBatch    int
-	// Observer receives the relay's events.
-	Observer Observer
+	// Observer receives the relay's events if it is an
+	// idem.RelayObserver, and its store and listener failures if it is an
+	// idem.ErrorObserver: give it the guards' observer.
+	Observer idem.Observer
 	// Clock returns the current time; default time.Now. Instances sharing
 	// an outbox need synchronised clocks: the lease is compared across
 	// them.
@@ -222,15 +224,22 @@ func (r *Relay) listen(ctx context.Context, n Notifier) {
 		if err == nil {
 			err = errors.New("listener ended")
 		}
-		r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: listen: %w (polling meanwhile)", err)})
+		r.reportError(ctx, fmt.Errorf("outbox: listen: %w (polling meanwhile)", err))
 		sleep(ctx, max(r.opts.PollInterval, time.Second))
 	}
 }
 
 func (r *Relay) observe(ctx context.Context, e Event) {
-	if r.opts.Observer != nil {
+	if ro, ok := r.opts.Observer.(idem.RelayObserver); ok {
 		e.Owner = r.opts.Owner
-		r.opts.Observer.Observe(ctx, e)
+		ro.ObserveRelay(ctx, e)
+	}
+}
+
+// reportError reports a store or listener failure the relay retries.
+func (r *Relay) reportError(ctx context.Context, err error) {
+	if eo, ok := r.opts.Observer.(idem.ErrorObserver); ok {
+		eo.ObserveError(ctx, idem.HandledError{Component: "outbox", Err: err})
 	}
 }
 
@@ -246,7 +255,7 @@ func (r *Relay) holdLease(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: lease: %w", err)})
+		r.reportError(ctx, fmt.Errorf("outbox: lease: %w", err))
 		if r.lease.Token != 0 && r.lease.Until.Sub(now) > r.opts.PublishTimeout {
 			return true // still ours for a while; renewal is tried again
 		}
@@ -258,7 +267,7 @@ func (r *Relay) holdLease(ctx context.Context) bool {
 		return false
 	}
 	if l.Token != r.lease.Token {
-		r.observe(ctx, Event{Kind: EventLeaseAcquired, Lease: l})
+		r.observe(ctx, Event{Kind: EventLeaseAcquired, Lease: idem.RelayLease(l)})
 	}
 	r.lease = l
 	return true
@@ -266,7 +275,7 @@ func (r *Relay) holdLease(ctx context.Context) bool {
 
 func (r *Relay) lose(ctx context.Context, err error) {
 	if r.lease.Token != 0 {
-		r.observe(ctx, Event{Kind: EventLeaseLost, Lease: r.lease, Err: err})
+		r.observe(ctx, Event{Kind: EventLeaseLost, Lease: idem.RelayLease(r.lease), Err: err})
 	}
 	r.lease = Lease{}
 }
@@ -291,9 +300,9 @@ func (r *Relay) release() {
 	var err error
 	if err = r.store.ReleaseLease(ctx, LeaseRequest{Owner: r.opts.Owner, Token: l.Token, Now: r.opts.Clock()}); err != nil {
 		err = fmt.Errorf("outbox: release lease: %w", err)
-		r.observe(ctx, Event{Kind: EventError, Err: err})
+		r.reportError(ctx, err)
 	}
-	r.observe(ctx, Event{Kind: EventLeaseReleased, Lease: l, Err: err})
+	r.observe(ctx, Event{Kind: EventLeaseReleased, Lease: idem.RelayLease(l), Err: err})
 }
 
 // marks are one batch's outcomes, written by settle while the next batch is
@@ -335,7 +344,7 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	recs, err := r.store.Fetch(ctx, req)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: fetch: %w", err)})
+			r.reportError(ctx, fmt.Errorf("outbox: fetch: %w", err))
 		}
 		return false, err
 	}
@@ -419,13 +428,13 @@ func (r *Relay) settle(ctx context.Context, m *marks) {
 	defer cancel()
 	if len(m.published) > 0 {
 		if err := r.store.MarkPublished(mctx, m.published, r.opts.Clock()); err != nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d published (they will be published again): %w", len(m.published), err)})
+			r.reportError(ctx, fmt.Errorf("outbox: mark %d published (they will be published again): %w", len(m.published), err))
 			return
 		}
 	}
 	if len(m.failures) > 0 {
 		if err := r.store.MarkFailed(mctx, m.failures); err != nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: mark %d failed: %w", len(m.failures), err)})
+			r.reportError(ctx, fmt.Errorf("outbox: mark %d failed: %w", len(m.failures), err))
 			return
 		}
 	}
@@ -435,7 +444,9 @@ func (r *Relay) settle(ctx context.Context, m *marks) {
 		if m.failed[i].Parked {
 			kind, parked = EventParked, parked+1
 		}
-		r.observe(ctx, Event{Kind: kind, Record: &m.failed[i], Err: errors.New(m.failed[i].LastError)})
+		rec := &m.failed[i]
+		r.observe(ctx, Event{Kind: kind, Err: errors.New(rec.LastError), Record: &idem.RelayRecord{Seq: rec.Seq, ID: rec.ID,
+			Destination: rec.Destination, OrderingKey: rec.OrderingKey, Attempts: rec.Attempts, NextAttemptAt: rec.NextAttemptAt}})
 	}
 	r.observe(ctx, Event{Kind: EventBatch, Published: len(m.published), Failed: len(m.failures) - parked, Parked: parked,
 		Lag: m.lag, Duration: time.Since(m.start)})
@@ -458,7 +469,7 @@ func (r *Relay) cleanup(ctx context.Context) (more bool) {
 	n, err := r.store.Cleanup(ctx, CleanupRequest{Before: now.Add(-r.opts.Retention), Limit: r.opts.CleanupBatch})
 	if err != nil {
 		if ctx.Err() == nil {
-			r.observe(ctx, Event{Kind: EventError, Err: fmt.Errorf("outbox: cleanup: %w", err)})
+			r.reportError(ctx, fmt.Errorf("outbox: cleanup: %w", err))
 		}
 		r.nextCleanup = now.Add(r.opts.CleanupInterval)
 		return false

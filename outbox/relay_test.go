@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -259,7 +260,7 @@ func TestRelayParksRejectedMessages(t *testing.T) {
 		}
 	})})
 	e := <-parked
-	if e.Record.ID != "A1" || !e.Record.Parked || e.Record.Attempts != 1 {
+	if e.Record.ID != "A1" || e.Err == nil || e.Record.Attempts != 1 {
 		t.Fatalf("parked event %+v", e)
 	}
 	eventually(t, "the others published", func() bool { return stats(t, s).Published == int64(len(msgs)-2) })
@@ -491,4 +492,75 @@ func TestRelayPipelinedMarksKeepKeyOrder(t *testing.T) {
 	if len(got) != len(msgs) {
 		t.Fatalf("publishes %v: some went out twice", got)
 	}
+}
+
+// The relay reports to the guards' observer: its events to ObserveRelay,
+// its store failures (a fetch) to ObserveError, through idem.Observers.
+func TestRelayReportsToTheObserver(t *testing.T) {
+	s := newStore(t)
+	enqueue(t, s, outbox.Message{ID: "x", Destination: "d", OrderingKey: "k"})
+	f := &failingFetch{Store: s}
+	f.fails.Store(1)
+	facts := &relayFacts{}
+	start(t, f, &broker{}, outbox.RelayOptions{Owner: "r1",
+		Observer: idem.Observers(idem.NewSlogObserver(slog.New(slog.DiscardHandler)), facts)})
+	eventually(t, "x published and its batch observed", func() bool {
+		facts.mu.Lock()
+		defer facts.mu.Unlock()
+		for _, e := range facts.events {
+			if e.Kind == outbox.EventBatch && e.Published == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	facts.mu.Lock()
+	defer facts.mu.Unlock()
+	if len(facts.events) == 0 || facts.events[0].Kind != outbox.EventLeaseAcquired || facts.events[0].Owner != "r1" || facts.events[0].Lease.Token == 0 {
+		t.Errorf("first event %+v, want r1's lease acquired", facts.events)
+	}
+	if len(facts.errs) != 1 || facts.errs[0].Component != "outbox" || !errors.Is(facts.errs[0].Err, errFetch) {
+		t.Errorf("errors observed %+v, want the failed fetch from the outbox", facts.errs)
+	}
+}
+
+// relayFacts is an observer of the relay's events and errors.
+type relayFacts struct {
+	mu     sync.Mutex
+	events []outbox.Event
+	errs   []idem.HandledError
+}
+
+var (
+	_ idem.RelayObserver = (*relayFacts)(nil)
+	_ idem.ErrorObserver = (*relayFacts)(nil)
+)
+
+func (f *relayFacts) Observe(context.Context, idem.Event) {}
+
+func (f *relayFacts) ObserveRelay(_ context.Context, e outbox.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
+func (f *relayFacts) ObserveError(_ context.Context, e idem.HandledError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs = append(f.errs, e)
+}
+
+var errFetch = errors.New("fetch refused")
+
+// failingFetch fails its first fetches (fails of them).
+type failingFetch struct {
+	*outboxmemory.Store
+	fails atomic.Int32
+}
+
+func (f *failingFetch) Fetch(ctx context.Context, req outbox.FetchRequest) ([]outbox.Record, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, errFetch
+	}
+	return f.Store.Fetch(ctx, req)
 }

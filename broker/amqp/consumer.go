@@ -131,11 +131,12 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	}
 	t := &transport{ch: ch, pub: pub, queue: opts.Queue, tag: opts.ConsumerTag,
 		dlx: opts.DeadLetterExchange, dlKey: opts.DeadLetterRoutingKey,
-		maxDeliveries: opts.MaxDeliveries, onError: opts.Hooks.CallOnError}
+		maxDeliveries: opts.MaxDeliveries}
 	eng, err := broker.NewConsumer(t, g, h, opts.Options)
 	if err != nil {
 		return nil, err
 	}
+	t.onError = eng.ReportError
 	return &Consumer{t: t, eng: eng, prefetch: opts.Prefetch}, nil
 }
 

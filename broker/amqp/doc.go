@@ -27,7 +27,7 @@
 //     on a quorum queue's last allowed delivery it is held without bound;
 //   - the store cannot be reached: the delivery is held, unacked, and
 //     claimed again on the back-off until the store answers, spending no
-//     delivery (reported through Hooks.OnError as a [broker.OutageError]);
+//     delivery (reported to the guard's observer as an idem.Outage);
 //   - a transient handler error: the delivery is held, unacked, for the
 //     back-off of Backoff, then Nack(requeue=true), which puts it back at
 //     the head of the queue at once (RabbitMQ cannot delay a requeue).
@@ -137,10 +137,11 @@
 // known and before the ack, the requeue or the dead letter (the worst
 // moment to crash, and the place for work that must happen first);
 // OnDeadLetter once a dead letter is confirmed (alert on conflicts there);
-// AfterSettle after the action, with BrokerErr set when it failed; OnError
-// for the errors the consumer handles by itself (failed dead-letter
-// publishes, requeues on shutdown, store outages). A held delivery yields its Report when
-// it is settled. The guard's idem.Observer sees every outcome as well. A
+// AfterSettle after the action, with BrokerErr set when it failed. A held
+// delivery yields its Report when it is settled. The guard's idem.Observer
+// sees every outcome, every settle (idem.SettlementObserver), the errors
+// the consumer handles by itself (failed dead-letter publishes, requeues
+// on shutdown: idem.ErrorObserver) and store outages. A
 // program with its own consume loop calls [Consumer.Process] per delivery.
 //
 // # Keys

@@ -180,6 +180,7 @@ var cases = []suiteCase{
 	{name: "ReplayInsideDuplicateWindow", fn: testReplayInsideDuplicateWindow},
 	{name: "DeliveryLimitDeadLetters", needs: needsDeliveryLimit, fn: testDeliveryLimit},
 	{name: "StoreOutage", fn: testStoreOutage},
+	{name: "ObserverSeesEverySettle", fn: testObserverSeesEverySettle},
 	{name: "LastDeliveryCrash", needs: needsDeliveryLimit, fn: testLastDeliveryCrash},
 	{name: "DeadLetterHeadersEveryReason", fn: testDeadLetterHeadersEveryReason},
 	{name: "DeadLetterHeadersTx", fn: testDeadLetterHeadersTx},

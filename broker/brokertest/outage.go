@@ -67,7 +67,8 @@ func outageBudget(f Features, limit int, backoff time.Duration) time.Duration {
 // testStoreOutage: the store refuses connections for three times the
 // broker's whole retry budget, with a small delivery limit. A store outage
 // is not the messages' fault: nothing is dead-lettered, nothing is lost,
-// the outage is reported (an *broker.OutageError through Hooks.OnError),
+// the outage is reported to the guard's observer (an idem.Outage naming
+// the guard's scope) and through Hooks.OnError (an *broker.OutageError),
 // and once the store is back every message is applied exactly once; in
 // two-phase mode and through the transactional inbox.
 func testStoreOutage(t *testing.T, b Broker) {
@@ -90,6 +91,7 @@ func storeOutage(t *testing.T, b Broker, mode string) {
 		c       Consumer
 		reports atomic.Int64
 		outages = make(chan error, 1)
+		obs     = newObserved()
 	)
 	c.MaxDeliveries, c.RetryBackoff = outageLimit, outageBackoff
 	c.Hooks = broker.Hooks[idem.Message]{
@@ -108,13 +110,13 @@ func storeOutage(t *testing.T, b Broker, mode string) {
 	case "tx":
 		in := newInbox(t)
 		store.Store = in.store
-		c.Guard = newGuard(t, &refusingTx{refusing: store, tx: in.store}, idem.Options{Lease: 2 * time.Second})
+		c.Guard = newGuard(t, &refusingTx{refusing: store, tx: in.store}, idem.Options{Lease: 2 * time.Second, Observer: obs})
 		c.HandleTx = in.apply
 		applied = func(id string) int { return in.count(t, `SELECT COUNT(*) FROM effects WHERE id = ?`, id) }
 	default:
 		store.Store = memory.New()
 		eff := newEffects()
-		c.Guard = newGuard(t, store, idem.Options{Lease: 2 * time.Second})
+		c.Guard = newGuard(t, store, idem.Options{Lease: 2 * time.Second, Observer: obs})
 		c.Handle = func(ctx context.Context, m idem.Message) ([]byte, error) { eff.apply(m); return nil, nil }
 		applied = eff.count
 	}
@@ -150,6 +152,14 @@ func storeOutage(t *testing.T, b Broker, mode string) {
 		}
 	default:
 		t.Errorf("%s: the outage was not reported through Hooks.OnError as an *broker.OutageError", mode)
+	}
+	select {
+	case out := <-obs.outageCh:
+		if out.Scope != c.Guard.Options().Scope || out.Held < 1 || out.Err == nil {
+			t.Errorf("%s: the observer saw the outage %+v, want the consumer's scope %q, claims held and the store's error", mode, out, c.Guard.Options().Scope)
+		}
+	default:
+		t.Errorf("%s: the outage was not reported to the guard's observer", mode)
 	}
 	store.down.Store(false)
 	waitFor(t, "every message applied once the store is back", func() bool {

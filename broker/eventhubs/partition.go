@@ -51,7 +51,7 @@ func (p *partition) work(ctx context.Context, stop <-chan struct{}) {
 		if last != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			if err := p.pc.UpdateCheckpoint(cctx, last, nil); err != nil {
-				p.c.eng.Options().Hooks.CallOnError(err)
+				p.c.eng.ReportError(err)
 			}
 			cancel()
 		}
@@ -59,7 +59,7 @@ func (p *partition) work(ctx context.Context, stop <-chan struct{}) {
 			return // stopped on the first event: it is read again from the checkpoint
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			p.c.eng.Options().Hooks.CallOnError(err)
+			p.c.eng.ReportError(err)
 			if !sleep(p.c.eng.Options().Backoff(1), stop) {
 				return
 			}

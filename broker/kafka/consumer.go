@@ -333,6 +333,6 @@ func (c *Consumer) commit(parts []*partition) error {
 
 func (c *Consumer) reportError(err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
-		c.opts.Hooks.CallOnError(err)
+		c.eng.ReportError(err)
 	}
 }

@@ -33,8 +33,8 @@
 //     out the holder's lease before its next claim;
 //   - a store that cannot be reached (down, restarting): the partition is
 //     held and the record claimed again on the back-off until the store
-//     answers; it is no failure and is reported through Hooks.OnError as a
-//     [broker.OutageError] at most every ten seconds;
+//     answers; it is no failure and is reported to the guard's observer as
+//     an idem.Outage at most every ten seconds;
 //   - a transient handler error (the claim is released): the partition is
 //     held and the same record tried again after the back-off
 //     (broker.Options.Backoff). It is never skipped; MaxDeliveries can
@@ -83,9 +83,10 @@
 // worst moment to crash, and the place for work that must happen first;
 // OnDeadLetter once a dead letter is acknowledged (alert on conflicts
 // there); AfterSettle after the action, with BrokerErr set when a
-// dead-letter produce failed; OnError for the errors the consumer handles
-// by itself (failed commits, dead-letter produces, batch claims, fetches).
-// The guard's idem.Observer sees every record's outcome as well.
+// dead-letter produce failed. The guard's idem.Observer sees every
+// record's outcome and settle, and the errors the consumer handles by
+// itself (failed commits, dead-letter produces, batch claims, fetches:
+// idem.ErrorObserver).
 //
 // # Keys, and which Kafka values survive what
 //

@@ -181,6 +181,7 @@ func NewConsumer(g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.onError = c.eng.ReportError
 	return c, nil
 }
 
@@ -245,10 +246,11 @@ func (c *Consumer) Process(ctx context.Context, m *Message) broker.Report {
 // over as they arrive; Retry puts one back in the queue (MQTT has no nack:
 // a message left unacked is redelivered only on the next connection).
 type transport struct {
-	opts  Options
-	ready chan struct{} // a token when queue is not empty
-	subOK chan struct{} // closed at the first SUBACK
-	once  sync.Once
+	opts    Options
+	onError func(error)   // the engine's ReportError
+	ready   chan struct{} // a token when queue is not empty
+	subOK   chan struct{} // closed at the first SUBACK
+	once    sync.Once
 
 	mu    sync.Mutex
 	cm    *autopaho.ConnectionManager
@@ -268,9 +270,7 @@ func (t *transport) subscribe(cm *autopaho.ConnectionManager) {
 	defer cancel()
 	_, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: t.opts.Topic, QoS: 1, RetainHandling: 1}}})
 	if err != nil {
-		if t.opts.Hooks.OnError != nil {
-			t.opts.Hooks.OnError(fmt.Errorf("mqtt: subscribe %s: %w", t.opts.Topic, err))
-		}
+		t.onError(fmt.Errorf("mqtt: subscribe %s: %w", t.opts.Topic, err))
 		return
 	}
 	t.once.Do(func() { close(t.subOK) })

@@ -15,7 +15,7 @@ import (
 	"github.com/idemgo/idem/broker"
 )
 
-// MaxDeliveriesError is reported through Hooks.OnError for each message
+// MaxDeliveriesError is reported to the guard's observer (idem.ErrorObserver) for each message
 // JetStream gave up on at the consumer's MaxDeliver (its max-deliveries
 // advisory): a last delivery that went to a consumer which died, or lost
 // its connection, before settling it. Applied says its key was completed
@@ -73,7 +73,7 @@ const advisoryRetention = 7 * 24 * time.Hour
 // letter is durable or its key is known applied; one whose handling fails
 // comes back. With AdvisoryStream "-", or when the stream cannot be made
 // (no permission), every Run listens on a plain subscription instead (the
-// failure is reported through Hooks.OnError): advisories raised while no
+// failure is reported to the guard's observer): advisories raised while no
 // Run is up are then missed. The dead letters' Nats-Msg-Id (one per
 // consumer and stream sequence) makes the dead-letter stream drop repeats.
 func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop func(), err error) {
@@ -90,7 +90,7 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 		if err == nil {
 			return func() { stop(); cancel(); wg.close() }, nil
 		}
-		c.opts.Hooks.CallOnError(fmt.Errorf("natsidem: keep max-deliveries advisories in stream %s (listening on a plain subscription instead): %w", c.opts.AdvisoryStream, err))
+		c.eng.ReportError(fmt.Errorf("natsidem: keep max-deliveries advisories in stream %s (listening on a plain subscription instead): %w", c.opts.AdvisoryStream, err))
 	}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		if !wg.enter() {
@@ -98,7 +98,7 @@ func (c *Consumer) watchMaxDeliveries(ctx context.Context, t *transport) (stop f
 		}
 		defer wg.leave()
 		if wctx.Err() == nil {
-			c.opts.Hooks.CallOnError(c.onMaxDeliveries(wctx, t, m.Data))
+			c.eng.ReportError(c.onMaxDeliveries(wctx, t, m.Data))
 		}
 	})
 	if err != nil {
@@ -185,7 +185,7 @@ func (c *Consumer) keptAdvisories(ctx context.Context, t *transport, subject str
 			return // shutting down: it comes back after AckWait
 		}
 		err := c.onMaxDeliveries(ctx, t, m.Data())
-		c.opts.Hooks.CallOnError(err)
+		c.eng.ReportError(err)
 		var me *MaxDeliveriesError
 		if errors.As(err, &me) && me.Err != nil && !errors.Is(me.Err, jetstream.ErrMsgNotFound) {
 			_ = m.NakWithDelay(c.opts.Backoff(deliveries(m)))

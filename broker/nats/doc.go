@@ -31,8 +31,8 @@
 //   - a store that cannot be reached (down, restarting, timing out): held,
 //     not nak'ed: kept in progress at the server and claimed again on the
 //     back-off until the store answers, spending none of MaxDeliver (a
-//     database restart must not dead-letter orders); reported through
-//     Hooks.OnError as a [broker.OutageError] at most every ten seconds.
+//     database restart must not dead-letter orders); reported to the
+//     guard's observer as an idem.Outage at most every ten seconds.
 //     At shutdown it is nak'ed;
 //   - a transient handler error: NakWithDelay with the back-off of the
 //     engine's Backoff (redelivered later); after MaxDeliveries handler
@@ -85,7 +85,8 @@
 // is completed in the store with its content (it was applied),
 // dead-lettered with reason max_deliver, its Idem-Stream-Seq and
 // Idem-Deliveries; the advisory is acknowledged only then, and each is
-// reported through Hooks.OnError as a [MaxDeliveriesError]. The stream
+// reported to the guard's observer (idem.ErrorObserver) as a
+// [MaxDeliveriesError]. The stream
 // must outlive the gap: a message given up on and its advisory both
 // expired before any Run came back is gone. Without permission to create
 // streams (or with AdvisoryStream "-") Runs listen on a plain subscription,
@@ -101,8 +102,9 @@
 // before the ack, nak or dead letter (the worst moment to crash, and the
 // place for work that must happen first); OnDeadLetter once a dead letter
 // is stored by its stream (alert on conflicts there); AfterSettle after the
-// action, with BrokerErr set when it failed; OnError for the errors the
-// consumer handles by itself (fetch errors, failed dead-letter publishes).
+// action, with BrokerErr set when it failed. The errors the consumer
+// handles by itself (fetch errors, failed dead-letter publishes) go to the
+// guard's observer (idem.ErrorObserver).
 // A held message yields its Report when it is settled. The guard's
 // idem.Observer sees every outcome as well. A program with its own fetch
 // loop calls [Consumer.Process] per message.

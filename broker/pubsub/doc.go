@@ -128,8 +128,8 @@
 // the client reports success at once (an ack is best effort, and a lost
 // one is a redelivery); with it, the client waits for Pub/Sub's answer. An
 // ack Pub/Sub refuses (its ack id expired, the message redelivered
-// meanwhile) is reported in the Report's BrokerErr and through
-// Hooks.OnError; the message comes back and its record makes it a
+// meanwhile) is reported in the Report's BrokerErr and to the guard's
+// observer (idem.ErrorObserver); the message comes back and its record makes it a
 // duplicate, acked without running the handler, so nothing is applied
 // twice. The wait has a price: the client sends acks in batches every
 // 100ms, so a worker settles about ten messages a second; raise

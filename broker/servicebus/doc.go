@@ -40,8 +40,8 @@
 //     MaxDeliveryCount.
 //   - store unreachable (claim, commit or completion): the message is held,
 //     its lock renewed, and claimed again on the back-off until the store
-//     answers, spending no DeliveryCount (reported through Hooks.OnError as
-//     a broker.OutageError).
+//     answers, spending no DeliveryCount (reported to the guard's observer
+//     as an idem.Outage).
 //   - transient failure: held for the back-off, its lock renewed, then
 //     AbandonMessage (Service Bus redelivers an abandoned message at once,
 //     with DeliveryCount + 1: an abandon cannot be delayed, so the engine

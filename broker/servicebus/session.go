@@ -155,7 +155,7 @@ func (c *SessionConsumer) acceptLoop(ctx, hard context.Context) error {
 		case sbCode(err) == azservicebus.CodeClosed:
 			return fmt.Errorf("servicebus: accept session: %w: %w", broker.ErrClosed, err)
 		default:
-			c.opts.Hooks.CallOnError(fmt.Errorf("servicebus: accept session: %w", err))
+			c.eng.ReportError(fmt.Errorf("servicebus: accept session: %w", err))
 			sleepUntil(ctx, c.opts.Backoff(1))
 		}
 	}
@@ -194,7 +194,7 @@ func (c *SessionConsumer) runSession(ctx, hard context.Context, sr *azservicebus
 		cancel()
 		if len(msgs) == 0 {
 			if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-				c.opts.Hooks.CallOnError(fmt.Errorf("servicebus: receive from session %q: %w", sr.SessionID(), err))
+				c.eng.ReportError(fmt.Errorf("servicebus: receive from session %q: %w", sr.SessionID(), err))
 				return // the session's receiver is broken: accept again
 			}
 			continue
@@ -248,7 +248,7 @@ func (c *SessionConsumer) Process(ctx context.Context, sr *azservicebus.SessionR
 // transport is the settler of the session sr holds.
 func (c *SessionConsumer) transport(sr *azservicebus.SessionReceiver) *sessionTransport {
 	return &sessionTransport{sr: sr, entity: c.opts.EntityPath, maxDeliveries: c.opts.MaxDeliveries,
-		lockRenewal: c.opts.LockRenewal, renewed: time.Now(), onError: c.opts.Hooks.CallOnError}
+		lockRenewal: c.opts.LockRenewal, renewed: time.Now(), onError: c.eng.ReportError}
 }
 
 // sessionTransport settles one accepted session's messages: complete

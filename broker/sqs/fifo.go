@@ -76,7 +76,7 @@ func (c *Consumer) runFIFO(ctx context.Context) error {
 		msgs, err := c.t.Receive(ctx, 10)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.opts.Hooks.CallOnError(err)
+				c.eng.ReportError(err)
 				select {
 				case <-time.After(c.opts.Backoff(1)):
 				case <-ctx.Done():
@@ -225,7 +225,7 @@ func (r *fifoRun) returnOne(m *types.Message) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.hard), 10*time.Second)
 	defer cancel()
 	if err := r.c.t.Return(ctx, m); err != nil && !errors.Is(err, broker.ErrLockLost) {
-		r.c.opts.Hooks.CallOnError(err)
+		r.c.eng.ReportError(err)
 	}
 }
 
@@ -267,7 +267,7 @@ func (r *fifoRun) keepAlive() {
 			case errors.Is(err, broker.ErrLockLost):
 				r.dropFrom(k.g, k.m)
 			case err != nil && r.hard.Err() == nil:
-				r.c.opts.Hooks.CallOnError(err)
+				r.c.eng.ReportError(err)
 			}
 		}
 	}

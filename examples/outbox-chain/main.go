@@ -208,7 +208,7 @@ func runBilling(ctx context.Context, cfg config) error {
 	}
 	relay, err := outbox.NewRelay(store, pub, outbox.RelayOptions{
 		Lease: cfg.RelayLease, PollInterval: cfg.PollInterval, BatchSize: cfg.RelayBatch,
-		Observer: outbox.NewSlogObserver(cfg.Logger),
+		Observer: idem.NewSlogObserver(cfg.Logger),
 	})
 	if err != nil {
 		return err

@@ -497,8 +497,8 @@ func testRejected(r *relayEnv) {
 	r.consume(1)
 	select {
 	case e := <-parked:
-		if e.Record.ID != bad.ID || !e.Record.Parked || e.Record.LastError == "" {
-			r.t.Errorf("parked %+v", e.Record)
+		if e.Kind != outbox.EventParked || e.Record.ID != bad.ID || e.Err == nil {
+			r.t.Errorf("parked %+v (%v)", e.Record, e.Err)
 		}
 	case <-r.ctx.Done():
 		r.t.Fatal("the rejected message was not parked")
@@ -540,8 +540,8 @@ func testRelayNotBefore(r *relayEnv) {
 	r.consume(1)
 	select {
 	case e := <-parked:
-		if e.Record.ID != "later" || !strings.Contains(e.Record.LastError, "cannot schedule") {
-			r.t.Errorf("parked %+v, want the scheduled message, its error saying the broker cannot schedule", e.Record)
+		if e.Record.ID != "later" || e.Err == nil || !strings.Contains(e.Err.Error(), "cannot schedule") {
+			r.t.Errorf("parked %+v (%v), want the scheduled message, its error saying the broker cannot schedule", e.Record, e.Err)
 		}
 	case <-r.ctx.Done():
 		r.t.Fatal("the scheduled message was not parked")

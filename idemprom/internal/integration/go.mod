@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/idemgo/idem v0.1.0
-	github.com/idemgo/idem/idemotel v0.1.0
 	github.com/idemgo/idem/idemprom v0.1.0
 	github.com/idemgo/idem/outbox v0.1.0
 	go.yaml.in/yaml/v3 v3.0.6
@@ -16,6 +15,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/idemgo/idem/idemotel v0.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect

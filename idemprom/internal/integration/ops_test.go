@@ -16,7 +16,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
-	"github.com/idemgo/idem/idemotel"
 	"github.com/idemgo/idem/idemprom"
 	"github.com/idemgo/idem/idemprom/internal/idempromtest"
 	"github.com/idemgo/idem/outbox"
@@ -83,9 +82,9 @@ func served(t *testing.T) map[string]bool {
 	}
 	t.Cleanup(func() { exp.Shutdown(context.Background()) })
 	idempromtest.Traffic(t, st, exp, now)
-	exp.OnSweep(0, nil)
+	exp.Observer().ObserveSweep(ctx, idem.Sweep{})
 	// A renewal that fails gives idem_step_errors_total a sample.
-	exp.Observer().(idem.StepObserver).ObserveStep(ctx, idem.Step{Key: idem.Key{Scope: "billing", ID: "x"}, Op: "renew", Err: errors.New("store down")})
+	exp.Observer().ObserveStep(ctx, idem.Step{Key: idem.Key{Scope: "billing", ID: "x"}, Op: "renew", Err: errors.New("store down")})
 	consumerReports(t, exp)
 	names := map[string]bool{}
 	for name, f := range idempromtest.Scrape(t, exp) {
@@ -104,24 +103,20 @@ func served(t *testing.T) map[string]bool {
 	return names
 }
 
-// consumerReports feeds idemotel's consumer hooks, on the exporter's
-// provider, a report of every kind the consumers' alerts read.
+// consumerReports feeds the exporter's observer a report of every kind
+// the consumers' alerts read, as the consumer engine reports them.
 func consumerReports(t *testing.T, exp *idemprom.Exporter) {
 	t.Helper()
-	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: exp.MeterProvider()}, broker.Hooks[string]{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := exp.Observer()
 	ctx := context.Background()
 	key := idem.Key{Scope: "billing", ID: "x"}
-	held := broker.Report{Result: idem.Result{Outcome: idem.OutcomeInProgress, Key: key}, Err: idem.ErrInProgress, Action: idem.ActionRetry}
-	hooks.CallAfterSettle(ctx, "m1", held)
-	dead := broker.Report{Result: idem.Result{Outcome: idem.OutcomeFailed, Key: key}, Action: idem.ActionDeadLetter, Reason: broker.ReasonMaxDeliver}
-	hooks.CallOnDeadLetter(ctx, "m2", dead)
-	dead.BrokerErr = errors.New("dead-letter queue full")
-	hooks.CallAfterSettle(ctx, "m2", dead)
-	hooks.CallOnError(&broker.OutageError{Err: errors.New("connection refused"), Held: 2})
-	hooks.CallOnError(errors.New("fetch: timeout"))
+	obs.ObserveSettlement(ctx, idem.Settlement{Result: idem.Result{Outcome: idem.OutcomeInProgress, Key: key}, Err: idem.ErrInProgress, Action: idem.ActionRetry})
+	dead := idem.Settlement{Result: idem.Result{Outcome: idem.OutcomeFailed, Key: key}, Action: idem.ActionDeadLetter, Reason: broker.ReasonMaxDeliver, DeadLettered: true}
+	obs.ObserveSettlement(ctx, dead)
+	dead.DeadLettered, dead.BrokerErr = false, errors.New("dead-letter queue full")
+	obs.ObserveSettlement(ctx, dead)
+	obs.ObserveOutage(ctx, idem.Outage{Scope: "billing", Err: errors.New("connection refused"), Held: 2})
+	obs.ObserveError(ctx, idem.HandledError{Component: "broker", Scope: "billing", Err: errors.New("fetch: timeout")})
 }
 
 func TestAlertRules(t *testing.T) {

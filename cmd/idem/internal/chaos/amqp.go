@@ -314,7 +314,6 @@ func runAMQP(ctx context.Context, cfg childConfig, l *ledger) error {
 			Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, // the queue's delivery-limit
 			Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			Hooks: broker.Hooks[amqp.Delivery]{
-				OnError: logError,
 				BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {
 					count.atLeast(d.DeliveryTag)
 					settleKill(l.kill, r)

@@ -98,10 +98,18 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 	return runNATS(ctx, cfg, l)
 }
 
-// logError is the consumers' Hooks.OnError: what the consumer handled by
-// itself (store outages, NATS max-deliveries advisories, failed dead
-// letters) goes to the process's log, as a user's consumer would log it.
-func logError(err error) { logf("%v", err) }
+// errorLog is the guards' observer: what the consumer handled by itself
+// (store outages, NATS max-deliveries advisories, failed dead letters)
+// goes to the process's log, as a user's consumer would log it.
+type errorLog struct{}
+
+func (errorLog) Observe(context.Context, idem.Event) {}
+
+func (errorLog) ObserveError(_ context.Context, e idem.HandledError) { logf("%v", e.Err) }
+
+func (errorLog) ObserveOutage(_ context.Context, o idem.Outage) {
+	logf("store unreachable for scope %q, deliveries held (%d claims since the last report): %v", o.Scope, o.Held, o.Err)
+}
 
 // logf writes a timestamped line to the process's log.
 func logf(format string, args ...any) {
@@ -140,7 +148,6 @@ func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
 		Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 		ShutdownTimeout: 2 * time.Second,
 		Hooks: broker.Hooks[M]{
-			OnError:      logError,
 			BeforeSettle: func(_ context.Context, _ M, r broker.Report) { settleKill(l.kill, r) },
 		},
 	}
@@ -172,7 +179,6 @@ func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 			Concurrency: cfg.Concurrency,
 			Backoff:     idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
 			Hooks: broker.Hooks[jetstream.Msg]{
-				OnError:      logError,
 				BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
 			},
 		},

@@ -109,12 +109,13 @@ func (l *ledger) close() {
 // consumer's claims (idem.StaleRetake, chosen over the default park)
 // because its one side effect, the bank's charge, carries the key derived
 // with idem.DeriveKey, which the bank deduplicates: the retake repeats the
-// call, never the charge. The inbox never takes a stale record over.
+// call, never the charge. The inbox never takes a stale record over. The
+// observer logs what the consumer handled by itself.
 func (l *ledger) options() idem.Options {
 	if l.kind == "redis" {
-		return idem.Options{Lease: l.cfg.Lease, Stale: idem.StaleRetake}
+		return idem.Options{Lease: l.cfg.Lease, Stale: idem.StaleRetake, Observer: errorLog{}}
 	}
-	return idem.Options{}
+	return idem.Options{Observer: errorLog{}}
 }
 
 // chargeSQL writes the charge row and the balance update in tx (MariaDB,

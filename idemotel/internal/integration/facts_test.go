@@ -48,20 +48,12 @@ func sums(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	return out
 }
 
-// The hooks count what the engine reports, from the guard's real results
-// (broker.Decide builds the reports as the engine does), and the user's
-// hooks still run, each once per call.
-func TestHooks(t *testing.T) {
+// The observer counts what the engine reports, from the guard's real
+// results (broker.Decide builds the reports as the engine does), the
+// outages by scope, the errors handled, the relay's events and the sweeps.
+func TestFacts(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	var before, after, dead, errs []string
-	user := broker.Hooks[msg]{
-		BeforeSettle: func(_ context.Context, m msg, _ broker.Report) { before = append(before, m.id) },
-		AfterSettle:  func(_ context.Context, m msg, _ broker.Report) { after = append(after, m.id) },
-		OnDeadLetter: func(_ context.Context, m msg, r broker.Report) { dead = append(dead, m.id+":"+r.Reason) },
-		OnError:      func(err error) { errs = append(errs, err.Error()) },
-	}
-	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: mp}, user)
+	obs, err := idemotel.New(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), NoSpans: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,42 +63,46 @@ func TestHooks(t *testing.T) {
 	}
 	ctx := context.Background()
 	ok := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
-	settle := func(id string, r broker.Report) {
-		hooks.CallBeforeSettle(ctx, msg{id}, r)
-		if r.Action == idem.ActionDeadLetter && r.BrokerErr == nil {
-			hooks.CallOnDeadLetter(ctx, msg{id}, r)
-		}
-		hooks.CallAfterSettle(ctx, msg{id}, r)
+	settle := func(r broker.Report) {
+		r.DeadLettered = r.Action == idem.ActionDeadLetter && r.BrokerErr == nil
+		obs.ObserveSettlement(ctx, r)
 	}
 	do := func(id, payload string) broker.Report {
 		res, err := g.Do(ctx, idem.Message{ID: id, Payload: []byte(payload)}, ok)
 		return broker.Decide(res, err, time.Now(), 1, nil)
 	}
 
-	settle("a", do("a", "1")) // processed: ack
-	settle("b", do("a", "1")) // duplicate: ack
+	settle(do("a", "1")) // processed: ack
+	settle(do("a", "1")) // duplicate: ack
 	conflict := do("a", "2")
 	if conflict.Action != idem.ActionDeadLetter || conflict.Reason != "conflict" {
 		t.Fatalf("conflict report %+v", conflict)
 	}
-	settle("c", conflict)
+	settle(conflict)
 	// A delivery held MaxHold and handed back, its key in progress elsewhere.
-	settle("d", broker.Report{Result: idem.Result{Outcome: idem.OutcomeInProgress, Key: idem.Key{Scope: "billing", ID: "x"}},
+	settle(broker.Report{Result: idem.Result{Outcome: idem.OutcomeInProgress, Key: idem.Key{Scope: "billing", ID: "x"}},
 		Err: idem.ErrInProgress, Action: idem.ActionRetry, Attempt: 2})
 	// The last allowed delivery of a failing handler.
-	settle("e", broker.Report{Result: idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "billing", ID: "y"}},
+	settle(broker.Report{Result: idem.Result{Outcome: idem.OutcomeFailed, Key: idem.Key{Scope: "billing", ID: "y"}},
 		Err: errors.New("boom"), Action: idem.ActionDeadLetter, Reason: broker.ReasonMaxDeliver, Attempt: 5})
-	// A dead letter the broker refused: not durable, so no OnDeadLetter.
-	settle("f", broker.Report{Result: idem.Result{Outcome: idem.OutcomeNoKey}, Err: idem.ErrNoKey,
+	// A dead letter the broker refused: not durable, not counted as one.
+	settle(broker.Report{Result: idem.Result{Outcome: idem.OutcomeNoKey}, Err: idem.ErrNoKey,
 		Action: idem.ActionDeadLetter, Reason: "no_key", BrokerErr: errors.New("dlq full")})
 	// An ack that failed.
-	settle("g", broker.Report{Result: idem.Result{Outcome: idem.OutcomeProcessed, Key: idem.Key{Scope: "billing", ID: "z"}},
+	settle(broker.Report{Result: idem.Result{Outcome: idem.OutcomeProcessed, Key: idem.Key{Scope: "billing", ID: "z"}},
 		Action: idem.ActionAck, BrokerErr: errors.New("connection reset")})
 
 	down := errors.New("dial tcp: connection refused")
-	hooks.CallOnError(&broker.OutageError{Err: down, Held: 3, Scope: "billing"})
-	hooks.CallOnError(fmt.Errorf("wrapped: %w", &broker.OutageError{Err: down, Held: 4}))
-	hooks.CallOnError(errors.New("broker: fetch: timeout"))
+	obs.ObserveOutage(ctx, idem.Outage{Err: down, Held: 3, Scope: "billing"})
+	obs.ObserveOutage(ctx, idem.Outage{Err: down, Held: 4})
+	obs.ObserveError(ctx, idem.HandledError{Component: "broker", Scope: "billing", Err: errors.New("broker: fetch: timeout")})
+	obs.ObserveError(ctx, idem.HandledError{Component: "outbox", Err: errors.New("outbox: fetch: timeout")})
+
+	obs.ObserveRelay(ctx, idem.RelayEvent{Kind: idem.RelayLeaseAcquired})
+	obs.ObserveRelay(ctx, idem.RelayEvent{Kind: idem.RelayBatch, Published: 5, Failed: 1, Lag: time.Second})
+	obs.ObserveRelay(ctx, idem.RelayEvent{Kind: idem.RelayCleanup, Deleted: 7})
+	obs.ObserveSweep(ctx, idem.Sweep{Deleted: 9})
+	obs.ObserveSweep(ctx, idem.Sweep{Deleted: 1, Err: errors.New("sweep: timeout")})
 
 	got := sums(t, reader)
 	want := map[string]int64{
@@ -124,42 +120,18 @@ func TestHooks(t *testing.T) {
 		"idem.broker.outage_held{idem.scope=billing}":                                           3,
 		"idem.broker.store_outages{}":                                                           1,
 		"idem.broker.outage_held{}":                                                             4,
-		"idem.broker.errors{}":                                                                  1,
+		"idem.broker.errors{idem.scope=billing}":                                                1,
+		"outbox.errors{}":                                                                       1,
+		"outbox.lease.changes{outbox.lease=acquired}":                                           1,
+		"outbox.messages{outbox.result=published}":                                              5,
+		"outbox.messages{outbox.result=failed}":                                                 1,
+		"outbox.cleanup.deleted{}":                                                              7,
+		"idem.sweep.deleted{}":                                                                  10,
+		"idem.sweep.runs{idem.result=ok}":                                                       1,
+		"idem.sweep.runs{idem.result=error}":                                                    1,
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("counters:\n%s\nwant:\n%s", dump(got), dump(want))
-	}
-	if strings.Join(before, "") != "abcdefg" || strings.Join(after, "") != "abcdefg" {
-		t.Errorf("the user's BeforeSettle saw %v, AfterSettle %v", before, after)
-	}
-	if strings.Join(dead, " ") != "c:conflict e:max_deliver" {
-		t.Errorf("the user's OnDeadLetter saw %v", dead)
-	}
-	if len(errs) != 3 || !strings.Contains(errs[0], "store unreachable") {
-		t.Errorf("the user's OnError saw %q", errs)
-	}
-}
-
-// Without hooks of the user's, the metrics' hooks run alone.
-func TestHooksAlone(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, broker.Hooks[msg]{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hooks.BeforeSettle != nil {
-		t.Error("a BeforeSettle of the metrics' own: every delivery would pay for a call that does nothing")
-	}
-	ctx := context.Background()
-	r := broker.Report{Result: idem.Result{Outcome: idem.OutcomePermanent, Key: idem.Key{Scope: "s", ID: "k"}},
-		Action: idem.ActionDeadLetter, Reason: "invalid_data"}
-	hooks.CallBeforeSettle(ctx, msg{"a"}, r)
-	hooks.CallOnDeadLetter(ctx, msg{"a"}, r)
-	hooks.CallAfterSettle(ctx, msg{"a"}, r)
-	hooks.CallOnError(errors.New("commit failed"))
-	got := sums(t, reader)
-	if got["idem.broker.dead_letters{idem.reason=invalid_data,idem.scope=s}"] != 1 || got["idem.broker.errors{}"] != 1 {
-		t.Errorf("counters:\n%s", dump(got))
 	}
 }
 
@@ -212,19 +184,17 @@ func (s *downStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Clai
 	return s.Store.Claim(ctx, req)
 }
 
-// The hooks on a real consumer: what the engine reports for an ack, a
-// conflict, a permanent failure, a delivery held past MaxHold and a store
-// outage is what the counters say.
-func TestHooksOnEngine(t *testing.T) {
+// The observer set on the guard alone, on a real consumer: what the engine
+// reports for an ack, a conflict, a permanent failure, a delivery held past
+// MaxHold and a store outage (with its scope) is what the counters say.
+func TestObserverOnEngine(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	var deadLetters atomic.Int64
-	hooks, err := idemotel.Hooks(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))},
-		broker.Hooks[fmsg]{OnDeadLetter: func(context.Context, fmsg, broker.Report) { deadLetters.Add(1) }})
+	obs, err := idemotel.New(idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), NoSpans: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := &downStore{Store: memory.New()}
-	g, err := idem.New(store, idem.Options{Scope: "billing"})
+	g, err := idem.New(store, idem.Options{Scope: "billing", Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +212,7 @@ func TestHooksOnEngine(t *testing.T) {
 	})
 	tr := transport{done: make(chan string, 16)}
 	c, err := broker.NewConsumer[fmsg](tr, g, h, broker.Options[fmsg]{
-		Backoff: func(int) time.Duration { return 5 * time.Millisecond }, MaxHold: 50 * time.Millisecond, Hooks: hooks})
+		Backoff: func(int) time.Duration { return 5 * time.Millisecond }, MaxHold: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,6 +254,7 @@ func TestHooksOnEngine(t *testing.T) {
 		"idem.broker.dead_letters{idem.reason=conflict,idem.scope=billing}":                     1,
 		"idem.broker.dead_letters{idem.reason=permanent,idem.scope=billing}":                    1,
 		"idem.broker.store_outages{idem.scope=billing}":                                         1,
+		"idem.messages{idem.mode=two-phase,idem.outcome=conflict,idem.scope=billing}":           1,
 	} {
 		if got[k] != n {
 			t.Errorf("%s = %d, want %d; all:\n%s", k, got[k], n, dump(got))
@@ -291,8 +262,5 @@ func TestHooksOnEngine(t *testing.T) {
 	}
 	if got["idem.broker.outage_held{idem.scope=billing}"] < 1 {
 		t.Errorf("no held claims counted:\n%s", dump(got))
-	}
-	if deadLetters.Load() != 2 {
-		t.Errorf("the user's OnDeadLetter ran %d times, want 2", deadLetters.Load())
 	}
 }
