@@ -148,6 +148,17 @@ func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
 	}
 }
 
+// countSettled counts every delivery the consumer settles at BeforeSettle,
+// before the kill point: for the adapters whose receiving is inside them.
+func countSettled[M any](opts broker.Options[M], count *counter) broker.Options[M] {
+	settle := opts.Hooks.BeforeSettle
+	opts.Hooks.BeforeSettle = func(ctx context.Context, m M, r broker.Report) {
+		count.add(1)
+		settle(ctx, m, r)
+	}
+	return opts
+}
+
 func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 	nc, js, err := connectNATS(cfg.BrokerURL)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	sbidem "github.com/idemgo/idem/broker/servicebus"
 	"github.com/idemgo/idem/broker/servicebus/servicebustest"
 )
@@ -194,14 +193,9 @@ func runServiceBus(ctx context.Context, cfg childConfig, l *ledger) error {
 	}
 	body := func(m *azservicebus.ReceivedMessage) []byte { return m.Body }
 	h := handlerFor(l, body, sbidem.Handle, sbidem.HandleTx[pgx.Tx], sbidem.HandleTx[*sql.Tx])
-	opts := engineOptions[*azservicebus.ReceivedMessage](cfg, l)
 	// The receiver is the adapter's: every delivery the consumer settles
-	// is counted at BeforeSettle, before the kill point.
-	settle := opts.Hooks.BeforeSettle
-	opts.Hooks.BeforeSettle = func(ctx context.Context, m *azservicebus.ReceivedMessage, r broker.Report) {
-		count.add(1)
-		settle(ctx, m, r)
-	}
+	// is counted.
+	opts := countSettled(engineOptions[*azservicebus.ReceivedMessage](cfg, l), count)
 	c, err := sbidem.NewConsumer(recv, g, h, sbidem.Options{EntityPath: entity, Options: opts})
 	if err != nil {
 		return err

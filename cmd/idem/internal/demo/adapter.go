@@ -55,6 +55,23 @@ func adapterHandler[M, H any](r *runner, order func(M) (o Order, fail bool, err 
 	return none, fmt.Errorf("%w: the demo has no adapter handler for a %T ledger", ErrConfig, r.ledger)
 }
 
+// afterSettle notes the settled delivery of seq on idem's side from the
+// adapter's AfterSettle report. lost says the settle never reached the
+// broker (the consumer crashed): the message comes back, and the delivery
+// that settles it then counts.
+func (r *runner) afterSettle(seq uint64, rep broker.Report, lost bool) {
+	s := r.idem
+	switch {
+	case lost:
+	case rep.BrokerErr != nil:
+		s.fail(fmt.Errorf("settle with the broker: %w", rep.BrokerErr))
+	case rep.Action == idem.ActionAck:
+		s.settle(seq, "")
+	case rep.Action == idem.ActionDeadLetter:
+		s.settle(seq, rep.Reason)
+	}
+}
+
 // beforeSettle counts a delivery of idem's side from the adapter's
 // BeforeSettle report, as handleIdem does for the other brokers, and
 // crashes the consumer where the chaos (f, the delivery's fault) says so.

@@ -163,18 +163,10 @@ func (b *kafkaBroker) consumeIdem(ctx context.Context, r *runner) {
 			},
 			AfterSettle: func(_ context.Context, rec *kgo.Record, rep broker.Report) {
 				f.done(rec)
-				switch {
-				case cctx.Err() != nil:
-					// Crashed (or the run is over): the record's offset
-					// is not committed, so it is not settled; the member
-					// that takes its partition settles it.
-				case rep.BrokerErr != nil:
-					s.fail(fmt.Errorf("dead-letter to the broker: %w", rep.BrokerErr))
-				case rep.Action == idem.ActionAck:
-					s.settle(kafkaSeq(rec), "")
-				case rep.Action == idem.ActionDeadLetter:
-					s.settle(kafkaSeq(rec), rep.Reason)
-				}
+				// Crashed (or the run is over), the record's offset is
+				// not committed: the member that takes its partition
+				// settles it.
+				r.afterSettle(kafkaSeq(rec), rep, cctx.Err() != nil)
 			},
 		},
 	}})

@@ -164,16 +164,7 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 				r.beforeSettle(rep, b.fault(m), crash)
 			},
 			AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, rep broker.Report) {
-				switch {
-				case rep.BrokerErr != nil:
-					if cctx.Err() == nil {
-						s.fail(fmt.Errorf("settle with the broker: %w", rep.BrokerErr))
-					}
-				case rep.Action == idem.ActionAck:
-					s.settle(sbSeq(m), "")
-				case rep.Action == idem.ActionDeadLetter:
-					s.settle(sbSeq(m), rep.Reason)
-				}
+				r.afterSettle(sbSeq(m), rep, rep.BrokerErr != nil && cctx.Err() != nil)
 			},
 		},
 	}})
