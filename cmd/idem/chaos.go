@@ -80,10 +80,19 @@ The broker is one of:
                     one subscription the consumers share (a killed consumer's
                     messages come back when its ack deadline ends), the ack
                     after the commit, and a dead-letter topic; in memory, so
-                    never restarted.
+                    never restarted;
+  --broker servicebus
+                    Azure Service Bus on servicebustest, hosted by the harness
+                    on a loopback port and reached by its connection string
+                    with the real azservicebus client: a queue the consumers
+                    share in PeekLock (a killed consumer's messages come back
+                    when their lock ends), the complete after the commit, the
+                    queue's MaxDeliveryCount the delivery limit (the
+                    consumers' MaxDeliveries to match), and its
+                    $DeadLetterQueue; in memory, so never restarted.
 
-The brokers are those of idem dlq's table of drivers (idem dlq --help);
-Azure Service Bus has no chaos transport yet.
+The brokers are those of idem dlq's table of drivers (idem dlq --help).
+` + watermillNote + `
 
 A supervisor SIGKILLs consumers at random, and makes them SIGKILL themselves
 at chosen points through the library's hooks: after the commit (or Complete)
@@ -120,10 +129,12 @@ kept and named.
 on NATS the durable consumer's MaxDeliver (idem's MaxDeliveries follows
 it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
 MaxDeliveries set to match and the queue dead-lettering what it drops to
-the dead-letter queue, and on Kafka, Redis Streams, MQTT, SQS and Pub/Sub
-(their queue and subscription without a redrive or dead-letter policy),
-the consumer's MaxDeliveries only. Without it the limit is 100 on NATS and
-RabbitMQ and there is none on the others. The handler fails about 1% of the
+the dead-letter queue, on Service Bus the queue's MaxDeliveryCount, with
+the consumer's MaxDeliveries set to match, and on Kafka, Redis Streams,
+MQTT, SQS and Pub/Sub (their queue and subscription without a redrive or
+dead-letter policy), the consumer's MaxDeliveries only. Without it the
+limit is 100 on NATS, RabbitMQ and Service Bus and there is none on the
+others. The handler fails about 1% of the
 orders twice before it charges them, and with --max-deliver 0.3% every
 time: those must end dead-lettered (max_deliver). The verdict counts as
 failures a dead letter of an order the handler never failed (its
@@ -133,8 +144,9 @@ nor dead-lettered (lost).
 Deliveries are the broker's count on NATS (the durable consumer's), and the
 consumer processes' own count on RabbitMQ (the highest delivery tag of each
 channel), Kafka (the records their clients handed them), Redis Streams
-(the entries XREADGROUP and XAUTOCLAIM handed them) and MQTT (the PUBLISHes
-their sessions received).`,
+(the entries XREADGROUP and XAUTOCLAIM handed them), MQTT (the PUBLISHes
+their sessions received), SQS (the messages their receives returned) and
+Pub/Sub and Service Bus (the deliveries their consumers settled).`,
 		Example: `  idem chaos
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
   idem chaos --store mysql --broker amqp
@@ -143,6 +155,7 @@ their sessions received).`,
   idem chaos --store sqlite --broker mqtt
   idem chaos --store sqlite --broker sqs
   idem chaos --store postgres --broker pubsub
+  idem chaos --store sqlite --broker servicebus
   idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
@@ -195,14 +208,14 @@ their sessions received).`,
 	}
 	f := c.Flags()
 	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
-	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server), mqtt (a private mosquitto), sqs (sqstest) or pubsub (pstest); or your nats://, amqp://, redis:// or mqtt:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server), mqtt (a private mosquitto), sqs (sqstest), pubsub (pstest) or servicebus (servicebustest); or your nats://, amqp://, redis:// or mqtt:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")
 	f.IntVar(&cfg.Consumers, "consumers", 3, "consumer processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 4, "handlers per consumer process")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the orders and of the fault schedule")
-	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit (MaxDeliveries to match), Kafka, Redis Streams and MQTT MaxDeliveries only (no broker limit); default 100 on NATS and RabbitMQ, none on Kafka, Redis Streams and MQTT")
+	f.IntVar(&cfg.MaxDeliver, "max-deliver", 0, "the broker's delivery limit: NATS MaxDeliver, RabbitMQ x-delivery-limit and Service Bus MaxDeliveryCount (MaxDeliveries to match), the others' MaxDeliveries only (no broker limit); default 100 on NATS, RabbitMQ and Service Bus, none on the others")
 	f.IntVar(&cfg.RandomKills, "kills", 0, "SIGKILLs at random moments (default orders/300, at least 3)")
 	f.IntVar(&cfg.StoreRestarts, "store-restarts", 0, "store restarts (default 2)")
 	f.IntVar(&cfg.BrokerRestarts, "broker-restarts", 0, "broker restarts (default 1)")

@@ -18,9 +18,9 @@ func TestChaosUsageErrors(t *testing.T) {
 	}{
 		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
 		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
-		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, redisstream, mqtt, sqs, pubsub"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, servicebus, redisstream, mqtt, sqs, pubsub"},
 		{"sqs url", []string{"chaos", "--broker", "sqs://127.0.0.1:9324?dlq=x"}, "pass --broker sqs"},
-		{"no chaos transport", []string{"chaos", "--broker", "servicebus"}, "no Azure Service Bus transport yet"},
+		{"servicebus connection string", []string{"chaos", "--broker", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s"}, "pass --broker servicebus"},
 		{"redis without url", []string{"chaos", "--broker", "redis"}, "--broker redisstream"},
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},
@@ -90,11 +90,12 @@ func TestChaosBrokerMQTT(t *testing.T) {
 }
 
 // TestChaosInProcessBrokers runs a small idem chaos on the brokers the
-// harness hosts in process beside its consumers (sqstest, pstest), on
+// harness hosts in process beside its consumers (sqstest, pstest,
+// servicebustest), on
 // SQLite: consumers SIGKILLed at the hooks and at random, the verdict from
 // the effects, and the naive consumer's doubles.
 func TestChaosInProcessBrokers(t *testing.T) {
-	for _, broker := range []string{"sqs", "pubsub"} {
+	for _, broker := range []string{"sqs", "pubsub", "servicebus"} {
 		t.Run(broker, func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "chaos", "--store", "sqlite", "--broker", broker, "--orders", "150", "--consumers", "2",
 				"--kills", "2", "--json", "--quiet", "--seed", "3")

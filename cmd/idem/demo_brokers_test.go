@@ -9,12 +9,13 @@ import (
 
 // TestDemoBrokers runs idem demo on each broker of the table the demo
 // runs on beside NATS, RabbitMQ and Service Bus (tested on their own):
-// SQS and Pub/Sub in process, Redis Streams and MQTT on the test servers;
+// SQS, Pub/Sub and Kafka in process, Redis Streams and MQTT on the test
+// servers;
 // under heavy
 // chaos every order is charged once, the naive consumer over-charges,
 // crashes and restarts are on the record.
 func TestDemoBrokers(t *testing.T) {
-	for _, kind := range []string{"sqs", "pubsub", "redisstream", "mqtt"} {
+	for _, kind := range []string{"sqs", "pubsub", "kafka", "redisstream", "mqtt"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel() // each on a broker of its own, or on the run's streams and topics on the test servers
 			switch kind {
@@ -43,8 +44,7 @@ func TestDemoBrokers(t *testing.T) {
 // scheme no driver has.
 func TestDemoBrokerRefused(t *testing.T) {
 	for _, tc := range []struct{ broker, want string }{
-		{"kafka", "not supported by the demo yet (it has no Kafka transport)"},
-		{"kafka://127.0.0.1:9092", "not supported by the demo yet (it has no Kafka transport)"},
+		{"kafka://127.0.0.1:9092", "in-process only (--broker kafka)"},
 		{"amqp", "on your server only"},
 		{"redisstream", "on your server only"},
 		{"mqtt", "on your server only"},

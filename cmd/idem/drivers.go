@@ -49,10 +49,10 @@ var drivers = []driver{
 	{name: "RabbitMQ", kind: "amqp", schemes: []string{"amqp", "amqps"}, dlq: dlq.OpenAMQP, demo: demo.AMQP, chaos: true, chaosURL: true,
 		form:  "amqp://USER:PASS@HOST:PORT/VHOST?dlq=QUEUE[&queue=Q]   (also amqps://)",
 		about: "the dead-letter queue the consumers' exchange routes to"},
-	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka, chaos: true,
+	{name: "Kafka", kind: "kafka", schemes: []string{"kafka"}, dlq: dlq.OpenKafka, demo: demo.Kafka, chaos: true,
 		form:  "kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]",
 		about: "the consumers' DeadLetterTopic; topic is the consumed one"},
-	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus,
+	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus, chaos: true,
 		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
 	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: true, chaosURL: true,
@@ -137,8 +137,14 @@ func brokerForms() string {
 	for _, d := range drivers {
 		fmt.Fprintf(&b, "\n  %s\n      %s: %s", d.form, d.name, strings.ReplaceAll(d.about, "\n", "\n      "))
 	}
+	b.WriteString("\n" + watermillNote)
 	return b.String()
 }
+
+// watermillNote says why Watermill has no row, for --help.
+const watermillNote = `Watermill has no row of its own: it runs over another broker's Pub/Sub, so
+use the tools on the broker underneath (its URL or kind); its poison topic is
+a topic there, whose dead letters carry idem's headers in Watermill's metadata.`
 
 // driverByKind is the driver whose short name is kind, or nil.
 func driverByKind(kind string) *driver {
@@ -222,7 +228,7 @@ func chaosBroker(cfg *chaos.Config, arg string) error {
 	case !d.chaos:
 		return usagef("--broker %s: the chaos harness has no %s transport yet; want %s", dlq.Redact(arg), d.name, want)
 	case !d.chaosURL:
-		return usagef("--broker %s: %s runs on the harness's own in-process server (kfake, sqstest, pstest): pass --broker %s", dlq.Redact(arg), d.name, d.kind)
+		return usagef("--broker %s: %s runs on the harness's own in-process server (kfake, sqstest, pstest, servicebustest): pass --broker %s", dlq.Redact(arg), d.name, d.kind)
 	}
 	cfg.Broker, cfg.BrokerURL = d.kind, arg
 	return nil

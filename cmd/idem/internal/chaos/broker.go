@@ -106,6 +106,8 @@ func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 		return openSQS(ctx, e, cfg.MaxDeliver, naive) // no redrive policy: the consumers' limit only
 	case "pubsub":
 		return openPubSub(ctx, e, cfg.MaxDeliver, naive) // no dead-letter policy: the consumers' limit only
+	case "servicebus":
+		return openServiceBus(ctx, e, cfg.brokerLimit(), naive) // MaxDeliveryCount, the consumers' MaxDeliveries to match
 	}
 	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }

@@ -3,7 +3,8 @@
 // PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
 // HTTP call to a bank process that dedups by the derived key), over NATS
 // JetStream, RabbitMQ, Kafka (kfake), Redis Streams, MQTT (Mosquitto),
-// Amazon SQS (sqstest) or Google Cloud Pub/Sub (pstest),
+// Amazon SQS (sqstest), Google Cloud Pub/Sub (pstest) or Azure Service Bus
+// (servicebustest),
 // and a supervisor that SIGKILLs consumers at random and at the worst
 // moments (through the library's BeforeSettle hook: after the commit,
 // before the ack; and in the handler:
@@ -33,8 +34,9 @@ type Config struct {
 	StoreURL string // the user's store; "": a private server (a file for SQLite) the harness starts
 	// Broker is "nats" (JetStream), "amqp" (RabbitMQ), "kafka" (kfake,
 	// hosted by the harness), "redisstream" (Redis Streams), "mqtt"
-	// (MQTT v5), "sqs" (sqstest, hosted by the harness) or "pubsub"
-	// (pstest, hosted by the harness).
+	// (MQTT v5), "sqs" (sqstest, hosted by the harness), "pubsub"
+	// (pstest, hosted by the harness) or "servicebus" (servicebustest,
+	// hosted by the harness).
 	Broker string
 	// BrokerURL is the user's NATS JetStream, RabbitMQ, Redis or MQTT
 	// broker; "": a private nats-server, redis-server or mosquitto, or the
@@ -54,10 +56,12 @@ type Config struct {
 	// MaxDeliver on NATS, the quorum queue's x-delivery-limit on RabbitMQ
 	// (with the consumer's MaxDeliveries set to match, and the queue
 	// dead-lettering what it drops to the dead-letter queue, as the amqp
-	// package doc says), the consumer's MaxDeliveries alone on Kafka and
-	// Redis Streams, which have no broker limit. 0: 100 on NATS and
-	// RabbitMQ, none on Kafka and Redis Streams. With a limit the plan also has orders the handler fails every
-	// time, which must end dead-lettered (max_deliver).
+	// package doc says), the queue's MaxDeliveryCount on Service Bus (the
+	// consumer's MaxDeliveries set to match), the consumer's MaxDeliveries
+	// alone on Kafka, Redis Streams, MQTT, SQS and Pub/Sub, which have no
+	// broker limit here. 0: 100 on NATS, RabbitMQ and Service Bus, none on
+	// the others. With a limit the plan also has orders the handler fails
+	// every time, which must end dead-lettered (max_deliver).
 	MaxDeliver int
 
 	RandomKills    int  // SIGKILLs at random moments; default orders/300, at least 3
@@ -87,14 +91,14 @@ func (c *Config) defaults() error {
 	}
 	switch c.Broker {
 	case "nats", "amqp", "redisstream", "mqtt":
-	case "kafka", "sqs", "pubsub":
+	case "kafka", "sqs", "pubsub", "servicebus":
 		if c.BrokerURL != "" {
 			return fmt.Errorf("chaos: %s runs on the harness's own in-process server: no broker URL", brokerNames[c.Broker])
 		}
 	case "":
 		c.Broker = "nats"
 	default:
-		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream, mqtt, sqs or pubsub)", c.Broker)
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream, mqtt, sqs, pubsub or servicebus)", c.Broker)
 	}
 	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
 	// broker at the user's URL is never the harness's (only the user's
@@ -105,9 +109,10 @@ func (c *Config) defaults() error {
 	if (c.Broker == "amqp" || c.BrokerURL != "") && c.RestartBroker == "" {
 		c.BrokerRestarts = -1
 	}
-	// sqstest and pstest keep what they hold in memory: a restart would
-	// lose it, which neither SQS nor Pub/Sub does.
-	if c.Broker == "sqs" || c.Broker == "pubsub" {
+	// sqstest, pstest and servicebustest keep what they hold in memory: a
+	// restart would lose it, which neither SQS, Pub/Sub nor Service Bus
+	// does.
+	if inMemory(c.Broker) {
 		c.BrokerRestarts = -1
 	}
 	if c.Orders <= 0 {
@@ -277,8 +282,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
 	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams", "mqtt": "MQTT (Mosquitto)",
-		"sqs": "Amazon SQS (sqstest)", "pubsub": "Google Cloud Pub/Sub (pstest)"}
+		"sqs": "Amazon SQS (sqstest)", "pubsub": "Google Cloud Pub/Sub (pstest)", "servicebus": "Azure Service Bus (servicebustest)"}
 )
+
+// inMemory says the broker is one the harness hosts in memory, never
+// restarted.
+func inMemory(broker string) bool {
+	return broker == "sqs" || broker == "pubsub" || broker == "servicebus"
+}
 
 // brokerLimit is the delivery limit the broker is given: MaxDeliver, else
 // defaultLimit.
@@ -289,9 +300,9 @@ func (c *Config) brokerLimit() int {
 	return defaultLimit
 }
 
-// defaultLimit is the NATS consumer's MaxDeliver and the RabbitMQ queue's
-// delivery limit without --max-deliver: high enough that only a failing
-// handler reaches it.
+// defaultLimit is the NATS consumer's MaxDeliver, the RabbitMQ queue's
+// delivery limit and the Service Bus queue's MaxDeliveryCount without
+// --max-deliver: high enough that only a failing handler reaches it.
 const defaultLimit = 100
 
 func modeOf(store string) string {
@@ -337,6 +348,8 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		e.broker, err = StartSQS(ctx)
 	case cfg.Broker == "pubsub":
 		e.broker, err = StartPubSub(ctx)
+	case cfg.Broker == "servicebus":
+		e.broker, err = StartServiceBus(ctx)
 	default:
 		e.broker, err = StartNATS(ctx)
 	}
@@ -404,7 +417,7 @@ func (r *Result) Table() string {
 	if r.Broker == "amqp" && r.Idem != nil && r.Idem.BrokerRestrt == 0 {
 		b.WriteString("(RabbitMQ through queues of this run only: a shared node is never restarted)\n")
 	}
-	if r.Broker == "sqs" || r.Broker == "pubsub" {
+	if inMemory(r.Broker) {
 		b.WriteString("(the broker is in-process and keeps its messages in memory: never restarted; the kills apply)\n")
 	}
 	b.WriteString("\n")

@@ -163,6 +163,20 @@ func TestShortFormRedisPubSub(t *testing.T) {
 	}
 }
 
+// TestShortFormPostgresServiceBus is the short form on Azure Service Bus:
+// servicebustest hosted by the harness, the consumer processes on the real
+// azservicebus client by its connection string, PostgreSQL restarted under
+// them (servicebustest is in memory and never is), the queue's
+// MaxDeliveryCount at 4 with the consumers' MaxDeliveries to match: the
+// orders the handler fails every time end dead-lettered by the consumer.
+func TestShortFormPostgresServiceBus(t *testing.T) {
+	res := runShort(t, Config{Store: "postgres", Broker: "servicebus", Orders: shortOrders(400), RandomKills: 2, MaxDeliver: 4})
+	if res.Idem.BrokerRestrt != 0 || res.Idem.StoreRestart == 0 || res.Deliveries < res.Orders {
+		t.Errorf("%d broker and %d store restarts, %d deliveries of %d orders: want PostgreSQL restarted, servicebustest never, every order delivered",
+			res.Idem.BrokerRestrt, res.Idem.StoreRestart, res.Deliveries, res.Orders)
+	}
+}
+
 // shortOrders is the short form's size: def, or IDEM_CHAOS_ORDERS.
 func shortOrders(def int) int {
 	if n, err := strconv.Atoi(os.Getenv("IDEM_CHAOS_ORDERS")); err == nil && n > 0 {

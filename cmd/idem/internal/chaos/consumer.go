@@ -21,7 +21,7 @@ import (
 )
 
 // The consumers are written as a user would write them from the package
-// docs: a NATS JetStream, RabbitMQ, Kafka, Redis Streams or MQTT consumer charging orders, with
+// docs: a NATS JetStream, RabbitMQ, Kafka, Redis Streams, MQTT, SQS, Pub/Sub or Service Bus consumer charging orders, with
 // the dedup marker in the charge's transaction (PostgreSQL, MariaDB,
 // SQLite), or two-phase on Redis with the charge a call to the bank
 // carrying the derived key (ledger.go holds the store side).
@@ -94,6 +94,8 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		return runSQS(ctx, cfg, l)
 	case "pubsub":
 		return runPubSub(ctx, cfg, l)
+	case "servicebus":
+		return runServiceBus(ctx, cfg, l)
 	}
 	return runNATS(ctx, cfg, l)
 }
@@ -151,6 +153,17 @@ func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
 			BeforeSettle: func(_ context.Context, _ M, r broker.Report) { settleKill(l.kill, r) },
 		},
 	}
+}
+
+// countSettled counts every delivery the consumer settles at BeforeSettle,
+// before the kill point: for the adapters whose receiving is inside them.
+func countSettled[M any](opts broker.Options[M], count *counter) broker.Options[M] {
+	settle := opts.Hooks.BeforeSettle
+	opts.Hooks.BeforeSettle = func(ctx context.Context, m M, r broker.Report) {
+		count.add(1)
+		settle(ctx, m, r)
+	}
+	return opts
 }
 
 func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {

@@ -211,14 +211,9 @@ func runPubSub(ctx context.Context, cfg childConfig, l *ledger) error {
 	defer dead.Stop()
 	data := func(m *pubsubidem.Message) []byte { return m.Data }
 	h := handlerFor(l, data, broker.Handle[*pubsubidem.Message], broker.HandleTx[pgx.Tx, *pubsubidem.Message], broker.HandleTx[*sql.Tx, *pubsubidem.Message])
-	opts := engineOptions[*pubsubidem.Message](cfg, l)
 	// The client's callbacks are inside the adapter: every delivery the
-	// consumer settles is counted at BeforeSettle, before the kill point.
-	settle := opts.Hooks.BeforeSettle
-	opts.Hooks.BeforeSettle = func(ctx context.Context, m *pubsubidem.Message, r broker.Report) {
-		count.add(1)
-		settle(ctx, m, r)
-	}
+	// consumer settles is counted.
+	opts := countSettled(engineOptions[*pubsubidem.Message](cfg, l), count)
 	c, err := pubsubidem.NewConsumer(sub, g, h, pubsubidem.Options{DeadLetter: dead, Options: opts})
 	if err != nil {
 		return err

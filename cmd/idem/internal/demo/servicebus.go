@@ -161,19 +161,10 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 		ShutdownTimeout: 5 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 			BeforeSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, rep broker.Report) {
-				b.beforeSettle(r, m, rep, crash)
+				r.beforeSettle(rep, b.fault(m), crash)
 			},
 			AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, rep broker.Report) {
-				switch {
-				case rep.BrokerErr != nil:
-					if cctx.Err() == nil {
-						s.fail(fmt.Errorf("settle with the broker: %w", rep.BrokerErr))
-					}
-				case rep.Action == idem.ActionAck:
-					s.settle(sbSeq(m), "")
-				case rep.Action == idem.ActionDeadLetter:
-					s.settle(sbSeq(m), rep.Reason)
-				}
+				r.afterSettle(sbSeq(m), rep, rep.BrokerErr != nil && cctx.Err() != nil)
 			},
 		},
 	}})
@@ -183,36 +174,6 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 		return
 	}
 	_ = c.Run(cctx)
-}
-
-// beforeSettle counts a delivery of idem's side, as handleIdem does for
-// the other brokers, and crashes the consumer where the chaos says so.
-func (b *sbBroker) beforeSettle(r *runner, m *azservicebus.ReceivedMessage, rep broker.Report, crash func()) {
-	s := r.idem
-	s.deliveries.Add(1)
-	switch rep.Action {
-	case idem.ActionAck:
-		if rep.Result.Outcome == idem.OutcomeDuplicate {
-			s.duplicates.Add(1)
-		}
-		switch b.fault(m) {
-		case faultCrash:
-			s.crashes.Add(1)
-			crash()
-		case faultAckLost:
-			s.acksLost.Add(1)
-			crash()
-		}
-	case idem.ActionRetry:
-		switch {
-		case errors.Is(rep.Err, errDownstream):
-			s.handlerFailures.Add(1)
-		case errors.Is(rep.Err, idem.ErrInProgress):
-			s.inProgress.Add(1)
-		default:
-			s.fail(fmt.Errorf("the store: %w", rep.Err))
-		}
-	}
 }
 
 // fault is the chaos for one delivery, keyed on Service Bus's own
@@ -227,43 +188,15 @@ func sbSeq(m *azservicebus.ReceivedMessage) uint64 {
 	return seq
 }
 
-// handler is the ledger's charge as the adapter's handler: two-phase for
-// the ledger in memory, in the marker's transaction for the SQL ledgers.
+// handler is the ledger's charge as the adapter's handler.
 func (b *sbBroker) handler(r *runner) (servicebus.Handler, error) {
-	order := func(m *azservicebus.ReceivedMessage) (Order, bool, error) {
+	return adapterHandler(r, func(m *azservicebus.ReceivedMessage) (Order, bool, error) {
 		var o Order
 		if err := json.Unmarshal(m.Body, &o); err != nil || sbSeq(m) == 0 {
 			return o, false, idem.Permanent(errors.New("not a demo order"))
 		}
 		return o, b.fault(m) == faultHandler, nil
-	}
-	switch l := r.ledger.(type) {
-	case *memLedger:
-		return servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
-			o, fail, err := order(m)
-			if err != nil {
-				return nil, err
-			}
-			return l.charge(o, fail)
-		}), nil
-	case *sqlLedger:
-		return servicebus.HandleTx(func(ctx context.Context, tx *sql.Tx, m *azservicebus.ReceivedMessage) ([]byte, error) {
-			o, fail, err := order(m)
-			if err != nil {
-				return nil, err
-			}
-			return l.charge(ctx, tx, o, fail)
-		}), nil
-	case *pgLedger:
-		return servicebus.HandleTx(func(ctx context.Context, tx pgx.Tx, m *azservicebus.ReceivedMessage) ([]byte, error) {
-			o, fail, err := order(m)
-			if err != nil {
-				return nil, err
-			}
-			return l.charge(ctx, tx, o, fail)
-		}), nil
-	}
-	return servicebus.Handler{}, fmt.Errorf("%w: the Service Bus demo has no handler for a %T ledger", ErrConfig, r.ledger)
+	}, servicebus.Handle, servicebus.HandleTx[*sql.Tx], servicebus.HandleTx[pgx.Tx])
 }
 
 // open starts a naive consumer process: a receiver of its own on the
