@@ -134,7 +134,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			}
 		}
 	}
-	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, at, sent, h)
+	return g.afterClaim(ctx, nil, t.key, t.fp, c, err, start, t.took, at, sent, h)
 }
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting

@@ -86,10 +86,12 @@ type leaseEndError struct{ why string }
 func (e *leaseEndError) Error() string { return "idem: lease lost: " + e.why }
 func (e *leaseEndError) Unwrap() error { return ErrLeaseLost }
 
-// run is one handler's run under its lease: the handler's context, its
-// place on the heartbeat, and the context of the complete that follows (one
-// allocation for the three).
+// run is one handler's run under its lease: the context of the claim
+// before it (Guard.Do's), the handler's context, its place on the
+// heartbeat, and the context of the complete that follows (one allocation
+// for them all).
 type run struct {
+	claim  callCtx // the claim's, when Guard.Do claims for the run
 	ctx    callCtx // the handler's: its cause is ErrLeaseLost when the lease is lost or runs out
 	settle callCtx // the complete's (settleCtx)
 	g      *Guard

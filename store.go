@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemgo/idem/internal/claimcheck"
 )
 
 // Store is the durable dedup store. Every method is one atomic step at the
@@ -124,6 +126,24 @@ type ClaimRequest struct {
 	// key's first claim, or the first after its record was deleted).
 	// Zero: storekit.PrepareClaim draws one.
 	NewToken int64
+
+	// checked is the key and fingerprint the guard that made the request
+	// checked; storekit.PrepareClaim does not check them again while the
+	// request carries them unchanged.
+	checked checkedClaim
+}
+
+// checkedClaim is what a guard checked of a claim request it made.
+type checkedClaim struct {
+	key Key
+	fp  string
+}
+
+func init() {
+	claimcheck.Checked = func(r ClaimRequest) bool {
+		// Equal strings that share their bytes compare by pointer.
+		return r.checked.key.Scope != "" && r.checked.key == r.Key && r.checked.fp == r.Fingerprint
+	}
 }
 
 // ClaimOutcome says what a claim found.
