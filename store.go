@@ -133,17 +133,41 @@ type ClaimRequest struct {
 	checked checkedClaim
 }
 
-// checkedClaim is what a guard checked of a claim request it made.
+// checkedClaim is what a guard checked of a claim request it made: its
+// key and fingerprint, and in the first request of a batch whose keys the
+// guard found distinct (Guard.ClaimBatch), the batch (its first element
+// and length).
 type checkedClaim struct {
-	key Key
-	fp  string
+	key   Key
+	fp    string
+	batch *ClaimRequest
+	n     int
+}
+
+// isChecked reports whether r's key and fingerprint are the ones the guard
+// that made r checked.
+func (r *ClaimRequest) isChecked() bool {
+	// Equal strings that share their bytes compare by pointer.
+	return r.checked.key.Scope != "" && r.checked.key == r.Key && r.checked.fp == r.Fingerprint
+}
+
+// checkedBatch reports whether reqs is, unchanged, a batch whose keys a
+// guard found distinct.
+func checkedBatch(reqs []ClaimRequest) bool {
+	if len(reqs) == 0 || reqs[0].checked.batch != &reqs[0] || reqs[0].checked.n != len(reqs) {
+		return false
+	}
+	for i := range reqs {
+		if !reqs[i].isChecked() {
+			return false
+		}
+	}
+	return true
 }
 
 func init() {
-	claimcheck.Checked = func(r ClaimRequest) bool {
-		// Equal strings that share their bytes compare by pointer.
-		return r.checked.key.Scope != "" && r.checked.key == r.Key && r.checked.fp == r.Fingerprint
-	}
+	claimcheck.Checked = func(r ClaimRequest) bool { return r.isChecked() }
+	claimcheck.CheckedBatch = checkedBatch
 }
 
 // ClaimOutcome says what a claim found.

@@ -119,6 +119,10 @@ func PrepareRelease(r idem.ReleaseRequest) (idem.ReleaseRequest, error) {
 // fingerprint (package idem sets the test).
 var guardChecked = claimcheck.Checked.(func(idem.ClaimRequest) bool)
 
+// guardCheckedBatch reports whether a guard made reqs and found its keys
+// distinct (package idem sets the test).
+var guardCheckedBatch = claimcheck.CheckedBatch.(func([]idem.ClaimRequest) bool)
+
 func invalidRequest(op, reason string) error {
 	return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("invalid request: %s", reason)}
 }
