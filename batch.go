@@ -70,6 +70,9 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	if len(reqs) == 0 {
 		return tickets, nil
 	}
+	// Its keys are distinct (seen): the batch says so, and neither
+	// ClaimBatch nor the store looks for a repeat again.
+	reqs[0].checked.batch, reqs[0].checked.n = &reqs[0], len(reqs)
 	sctx := g.storeCtx(ctx)
 	claims, err := ClaimBatch(sctx, g.store, reqs)
 	sctx.cancel(nil)
@@ -134,7 +137,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			}
 		}
 	}
-	return g.afterClaim(ctx, t.key, t.fp, c, err, start, t.took, at, sent, h)
+	return g.afterClaim(ctx, nil, t.key, t.fp, c, err, start, t.took, at, sent, h)
 }
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting

@@ -19,7 +19,7 @@ var ErrDuplicateKeyInBatch = errors.New("idem: key repeated in one batch")
 // checkBatchKeys is storekit.CheckBatchKeys, which stores call first in
 // their batch operations, for ClaimBatch over a store without one.
 func checkBatchKeys(op string, reqs []ClaimRequest) error {
-	if len(reqs) < 2 {
+	if len(reqs) < 2 || checkedBatch(reqs) {
 		return nil
 	}
 	seen := make(map[Key]int, len(reqs))

@@ -20,8 +20,7 @@ import (
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none (a handler's run)
-	key      Key       // answered to KeyFromContext when hasKey (a handler's run)
-	hasKey   bool
+	key      *Key      // answered to KeyFromContext when not nil (a handler's run: its run's key)
 
 	mu sync.Mutex
 	// detach: parent's cancellation and deadline do not apply (a settling
@@ -103,8 +102,8 @@ func (c *callCtx) Err() error {
 
 // Value implements context.Context.
 func (c *callCtx) Value(key any) any {
-	if _, ok := key.(keyCtx); ok && c.hasKey {
-		return c.key
+	if _, ok := key.(keyCtx); ok && c.key != nil {
+		return *c.key
 	}
 	c.mu.Lock()
 	from := c.inner

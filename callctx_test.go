@@ -98,7 +98,7 @@ func TestCallCtx(t *testing.T) {
 		})
 		t.Run(name+"/lease lost", func(t *testing.T) {
 			k := Key{Scope: "s", ID: "m"}
-			c := &callCtx{parent: context.Background(), key: k, hasKey: true}
+			c := &callCtx{parent: context.Background(), key: &k}
 			wait(c)
 			if got, ok := KeyFromContext(c); !ok || got != k {
 				t.Fatalf("KeyFromContext = %v, %v", got, ok)

@@ -150,11 +150,17 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	if nr, ok := g.store.(noRecords); ok {
 		return g.refuse(ctx, key, nr, start)
 	}
-	sctx := g.storeCtxAt(ctx, start)
-	c, err := g.store.Claim(sctx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
-	sctx.cancel(nil)
-	claimed := time.Now()
-	return g.afterClaim(ctx, key, fingerprint, c, err, start, claimed.Sub(start), claimed, start, h)
+	// The run is made before the claim, whose context it holds too: one
+	// allocation for the call's contexts, whatever the claim answers.
+	r := &run{g: g, outer: ctx}
+	g.bound(&r.claim, ctx, start, false)
+	c, err := g.store.Claim(&r.claim, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
+	r.claim.cancel(nil)
+	// The answer's time from the monotonic clock alone: on some machines
+	// the wall clock costs as much to read as the claim of a new key in
+	// memory, and a store call is too short for the two to part.
+	claimed := start.Add(time.Since(start))
+	return g.afterClaim(ctx, r, key, fingerprint, c, err, start, claimed.Sub(start), claimed, start, h)
 }
 
 // refuse answers a two-phase call on a guard without records (NewInbox).
@@ -181,8 +187,13 @@ func (g *Guard) claimRequest(key Key, fingerprint string) ClaimRequest {
 // claimRequestAt is claimRequest with the clock read by the caller: a batch
 // reads it once, so that its requests share their times (stores send shared
 // values once).
+//
+// key is valid and fingerprint in its stored form: every caller checked
+// them (Guard.Key and Guard.Fingerprint, or DoKey), and the request says
+// so to storekit.PrepareClaim.
 func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) ClaimRequest {
 	return ClaimRequest{
+		checked:       checkedClaim{key: key, fp: fingerprint},
 		Key:           key,
 		Fingerprint:   fingerprint,
 		Now:           now,
@@ -193,11 +204,12 @@ func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) Claim
 }
 
 // afterClaim runs the flow from a claim's answer (or its error) on: the
-// conflict check, the outcome, the handler under its lease, completion.
+// conflict check, the outcome, the handler under its lease (in r, made
+// here when nil), completion.
 // The call began at start; the claim's answer was at hand at at, when the
 // handler starts (one clock reading for both); the request that set the
 // lease (the claim, or a ticket's renewal) was sent at sent.
-func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c Claim, claimErr error,
+func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint string, c Claim, claimErr error,
 	start time.Time, claimTook time.Duration, at, sent time.Time, h Handler) (res Result, err error) {
 	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
 	defer func() {
@@ -274,7 +286,10 @@ func (g *Guard) afterClaim(ctx context.Context, key Key, fingerprint string, c C
 		return res, &leaseEndError{fmt.Sprintf("the handler would start %v after the claim was sent, too near the end of its %v lease",
 			hs.Sub(sent).Round(time.Millisecond), g.opts.Lease)}
 	}
-	r := &run{g: g, outer: ctx, token: token}
+	if r == nil {
+		r = &run{g: g, outer: ctx}
+	}
+	r.token = token
 	value, herr, lost := g.runLeased(r, key, h, sent)
 	he := time.Now()
 	ev.Handler += he.Sub(hs)
@@ -337,9 +352,9 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 	defer sctx.cancel(nil)
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		now := g.opts.Clock()
-		if attempt == 0 {
-			now = g.clockAt(at)
+		now := g.clockAt(at)
+		if attempt > 0 {
+			now = g.opts.Clock()
 		}
 		err = g.store.Complete(sctx, CompleteRequest{
 			Key: res.Key, Token: token, Result: value, Now: now, ExpiresAt: now.Add(g.opts.Retention),

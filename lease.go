@@ -86,14 +86,17 @@ type leaseEndError struct{ why string }
 func (e *leaseEndError) Error() string { return "idem: lease lost: " + e.why }
 func (e *leaseEndError) Unwrap() error { return ErrLeaseLost }
 
-// run is one handler's run under its lease: the handler's context, its
-// place on the heartbeat, and the context of the complete that follows (one
-// allocation for the three).
+// run is one handler's run under its lease: the context of the claim
+// before it (Guard.Do's), the handler's context, its place on the
+// heartbeat, and the context of the complete that follows (one allocation
+// for them all).
 type run struct {
+	claim  callCtx // the claim's, when Guard.Do claims for the run
 	ctx    callCtx // the handler's: its cause is ErrLeaseLost when the lease is lost or runs out
 	settle callCtx // the complete's (settleCtx)
 	g      *Guard
 	outer  context.Context // the call's, for the observer's steps
+	key    Key             // the key the handler runs for (its context answers it)
 	token  int64
 
 	// Under the heartbeat's mu; times are heartbeat offsets (since).
@@ -259,10 +262,10 @@ func (r *run) renew() {
 	// out, and never lasts longer than StoreTimeout, so Do never waits on
 	// one.
 	sctx := g.storeCtxAt(&r.ctx, sent)
-	err := g.store.Renew(sctx, RenewRequest{Key: r.ctx.key, Token: r.token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
+	err := g.store.Renew(sctx, RenewRequest{Key: r.key, Token: r.token, Now: now, LeaseUntil: now.Add(g.opts.Lease)})
 	sctx.cancel(nil)
 	if err != nil && r.ctx.Err() == nil {
-		g.step(r.outer, Step{Key: r.ctx.key, Op: "renew", Token: r.token, Err: err})
+		g.step(r.outer, Step{Key: r.key, Op: "renew", Token: r.token, Err: err})
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		r.ctx.cancel(ErrLeaseLost)
@@ -282,7 +285,8 @@ func (r *run) renew() {
 // lost is the cause, an ErrLeaseLost: errLeaseRanOut when it ran out. A
 // panic in h releases the claim and is re-raised.
 func (g *Guard) runLeased(r *run, key Key, h Handler, sent time.Time) (value []byte, err error, lost error) {
-	r.ctx.parent, r.ctx.key, r.ctx.hasKey = r.outer, key, true
+	r.key = key
+	r.ctx.parent, r.ctx.key = r.outer, &r.key
 	g.hb.add(r, sent)
 	defer func() {
 		g.hb.remove(r)

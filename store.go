@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemgo/idem/internal/claimcheck"
 )
 
 // Store is the durable dedup store. Every method is one atomic step at the
@@ -124,6 +126,48 @@ type ClaimRequest struct {
 	// key's first claim, or the first after its record was deleted).
 	// Zero: storekit.PrepareClaim draws one.
 	NewToken int64
+
+	// checked is the key and fingerprint the guard that made the request
+	// checked; storekit.PrepareClaim does not check them again while the
+	// request carries them unchanged.
+	checked checkedClaim
+}
+
+// checkedClaim is what a guard checked of a claim request it made: its
+// key and fingerprint, and in the first request of a batch whose keys the
+// guard found distinct (Guard.ClaimBatch), the batch (its first element
+// and length).
+type checkedClaim struct {
+	key   Key
+	fp    string
+	batch *ClaimRequest
+	n     int
+}
+
+// isChecked reports whether r's key and fingerprint are the ones the guard
+// that made r checked.
+func (r *ClaimRequest) isChecked() bool {
+	// Equal strings that share their bytes compare by pointer.
+	return r.checked.key.Scope != "" && r.checked.key == r.Key && r.checked.fp == r.Fingerprint
+}
+
+// checkedBatch reports whether reqs is, unchanged, a batch whose keys a
+// guard found distinct.
+func checkedBatch(reqs []ClaimRequest) bool {
+	if len(reqs) == 0 || reqs[0].checked.batch != &reqs[0] || reqs[0].checked.n != len(reqs) {
+		return false
+	}
+	for i := range reqs {
+		if !reqs[i].isChecked() {
+			return false
+		}
+	}
+	return true
+}
+
+func init() {
+	claimcheck.Checked = func(r ClaimRequest) bool { return r.isChecked() }
+	claimcheck.CheckedBatch = checkedBatch
 }
 
 // ClaimOutcome says what a claim found.

@@ -68,7 +68,8 @@ func runsTickets(g *idem.Guard, h Handler) (bool, error) {
 func (c *Consumer) runAhead(ctx context.Context, p *partition, h broker.Handler[*kgo.Record], rec *kgo.Record, im idem.Message) (idem.Result, error) {
 	if len(p.ahead) == 0 && p.attempts == 1 {
 		if recs := p.queued(c.opts.MaxClaimBatch); len(recs) > 1 && recs[0] == rec {
-			msgs := make([]idem.Message, len(recs))
+			msgs := append(p.msgsBuf[:0], make([]idem.Message, len(recs))...)
+			p.msgsBuf = msgs // kept for the next batch: the tickets hold copies
 			msgs[0] = im
 			for i, r := range recs[1:] {
 				msgs[i+1] = MessageOf(r)
@@ -79,10 +80,13 @@ func (c *Consumer) runAhead(ctx context.Context, p *partition, h broker.Handler[
 					c.reportError(fmt.Errorf("kafka: claim batch %s/%d from offset %d: %w", p.topic, p.partition, rec.Offset, err))
 				}
 			} else {
+				p.ahead = p.aheadBuf[:0]
 				for i, t := range ts {
 					p.ahead = append(p.ahead, ahead{rec: recs[i], t: t, im: msgs[i]})
 				}
+				p.aheadBuf = p.ahead
 			}
+			clear(msgs) // not to hold the batch's records in memory past their tickets
 		}
 	}
 	if len(p.ahead) > 0 && p.ahead[0].rec == rec {

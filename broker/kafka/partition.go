@@ -44,6 +44,10 @@ type partition struct {
 	// the tickets of the current batch not run yet, from the head on (see
 	// batch.go).
 	ahead []ahead
+	// The memory of ahead and of a batch's messages, kept from one batch
+	// to the next.
+	aheadBuf []ahead
+	msgsBuf  []idem.Message
 }
 
 func newPartition(c *Consumer, topic string, n int32, base context.Context) *partition {

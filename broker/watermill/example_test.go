@@ -41,7 +41,6 @@ func Example() {
 	if err != nil {
 		log.Fatal(err) // a misconfiguration, found before any message is taken
 	}
-	defer mw.Close()
 	h := watermillidem.Handle(mw, func(msg *message.Message) ([]*message.Message, error) {
 		// Downstream calls carry a key derived from the message's.
 		receipt, err := charge(msg.Context(), idem.DeriveKey(msg.Context(), "charge"), msg.Payload)

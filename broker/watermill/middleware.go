@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -94,7 +92,6 @@ type Middleware struct {
 
 	mu       sync.Mutex
 	handlers map[string]string // topic -> the handler consuming it
-	workers  workers
 }
 
 // New returns the middleware running handlers under g, whose scope is the
@@ -121,73 +118,35 @@ func New(g *idem.Guard, opts Options) (*Middleware, error) {
 	if opts.Result == nil {
 		opts.Result = producedUUIDs
 	}
-	return &Middleware{g: g, opts: opts, workers: workers{jobs: make(chan *job), quit: make(chan struct{}),
-		maxIdle: int32(4 * runtime.GOMAXPROCS(0))}}, nil
+	return &Middleware{g: g, opts: opts}, nil
 }
 
-// Close ends the goroutines the middleware keeps idle between messages.
-// Messages handled later start new ones.
-func (m *Middleware) Close() {
-	m.workers.once.Do(func() { close(m.workers.quit) })
+// Close does nothing: the middleware keeps no goroutines of its own (earlier
+// versions kept some between messages).
+//
+// Deprecated: there is nothing to close; the call can be removed.
+func (m *Middleware) Close() {}
+
+// growStack gives the router's goroutine, fresh for each message and
+// started with a small stack, the room the flow needs (the engine, the
+// guard, the store, SHA-256) in one growth, while the goroutine's stack
+// holds only the router's few frames: growing it step by step as the flow
+// goes deeper copies the deeper stack each time, which cost more CPU than
+// the flow itself (CockroachDB's growstack does the same).
+//
+//go:noinline
+func growStack() byte {
+	var buf [growBy]byte
+	buf[stackIndex] = 1 // a variable index: the array is made (noinline: the call stays)
+	return buf[stackIndex+1]
 }
 
-// workers run the engine's processor for the router's messages on goroutines
-// kept between messages, up to maxIdle idle: the router starts a fresh
-// goroutine per message, and growing its stack through the flow (the
-// guard, the store, SHA-256) cost more than the flow itself, about 5 µs of
-// CPU per message. The router's goroutine waits for its message's report.
-type workers struct {
-	jobs    chan *job // unbuffered: a send succeeds only to an idle worker
-	idle    atomic.Int32
-	maxIdle int32
-	quit    chan struct{}
-	once    sync.Once
-}
+// growBy is the frame of growStack: with the router's frames, a 16 KB
+// stack, the largest size the runtime keeps cached per processor.
+const growBy = 12 << 10
 
-type job struct {
-	proc *broker.Processor[*message.Message]
-	msg  *message.Message
-	r    broker.Report
-	done chan struct{}
-}
-
-var jobs = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
-
-func (w *workers) process(proc *broker.Processor[*message.Message], msg *message.Message) broker.Report {
-	j := jobs.Get().(*job)
-	j.proc, j.msg = proc, msg
-	select {
-	case w.jobs <- j:
-	default:
-		go w.work(j)
-	}
-	<-j.done
-	r := j.r
-	*j = job{done: j.done}
-	jobs.Put(j)
-	return r
-}
-
-func (w *workers) work(j *job) {
-	for {
-		// No stop channel: a hold ends with the message's context, which
-		// is only asked for its Done channel when a delivery is held (the
-		// channel is made on first use, a cost per message otherwise).
-		j.r = j.proc.ProcessUntil(j.msg.Context(), nil, j.msg)
-		j.done <- struct{}{}
-		if w.idle.Add(1) > w.maxIdle {
-			w.idle.Add(-1)
-			return
-		}
-		select {
-		case j = <-w.jobs:
-			w.idle.Add(-1)
-		case <-w.quit:
-			w.idle.Add(-1)
-			return
-		}
-	}
-}
+// stackIndex is never set: an index the compiler cannot see through.
+var stackIndex int
 
 func producedUUIDs(produced []*message.Message) []byte {
 	if len(produced) == 0 {
@@ -297,6 +256,9 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 		err  error
 	)
 	return func(msg *message.Message) ([]*message.Message, error) {
+		// Before any frame of the flow is on the stack (this one is
+		// small): see growStack.
+		growStack()
 		once.Do(func() {
 			if err = m.register(msg.Context()); err == nil {
 				proc, err = broker.NewProcessor[*message.Message](transport{m}, m.g, h, m.opts.Options)
@@ -305,15 +267,24 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 		if err != nil {
 			return nil, err
 		}
-		r := m.workers.process(proc, msg)
-		switch {
-		case r.Action == idem.ActionAck, r.Action == idem.ActionDeadLetter && r.BrokerErr == nil:
-			return nil, nil
-		case r.BrokerErr != nil:
-			return nil, r.BrokerErr
-		}
-		return nil, &RetryError{Report: r}
+		return process(proc, msg)
 	}
+}
+
+// process runs msg through proc on the router's goroutine, one per message
+// already: a hop to another goroutine and back would make every message
+// wait on two wake-ups. No stop channel: a hold ends with the message's
+// context, which is asked for its Done channel only when a delivery is
+// held (the channel is made on first use).
+func process(proc *broker.Processor[*message.Message], msg *message.Message) ([]*message.Message, error) {
+	r := proc.ProcessUntil(msg.Context(), nil, msg)
+	switch {
+	case r.Action == idem.ActionAck, r.Action == idem.ActionDeadLetter && r.BrokerErr == nil:
+		return nil, nil
+	case r.BrokerErr != nil:
+		return nil, r.BrokerErr
+	}
+	return nil, &RetryError{Report: r}
 }
 
 // transport settles the router's messages for the engine's processor.

@@ -29,7 +29,6 @@ func newMiddleware(t *testing.T, pub message.Publisher, hooks broker.Hooks[*mess
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(mw.Close)
 	return mw
 }
 

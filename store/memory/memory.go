@@ -29,7 +29,15 @@ type rkey struct{ scope, id string }
 type Store struct {
 	mu   sync.Mutex
 	recs map[rkey]*idem.Record
+	// Records are made in blocks, and a swept record's place is taken by
+	// the next new one: a claim of a new key then costs no allocation of
+	// its own (the store hands out copies, never these pointers).
+	block []idem.Record
+	spare []*idem.Record
 }
+
+// recordBlock is how many records one allocation makes room for.
+const recordBlock = 64
 
 var (
 	_ idem.Store          = (*Store)(nil)
@@ -63,13 +71,32 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 
 func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
 	k := keyOf(req.Key)
-	c, write := storekit.ApplyClaim(s.recs[k], req)
+	cur := s.recs[k]
+	c, write := storekit.ApplyClaim(cur, req)
 	if write {
-		r := clone(c.Record)
-		s.recs[k] = &r
+		if cur == nil {
+			cur = s.newRecord()
+			s.recs[k] = cur
+		}
+		*cur = c.Record
 	}
 	c.Record = clone(c.Record)
 	return c
+}
+
+// newRecord returns room for a new record. Called with mu held.
+func (s *Store) newRecord() *idem.Record {
+	if n := len(s.spare); n > 0 {
+		r := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return r
+	}
+	if len(s.block) == 0 {
+		s.block = make([]idem.Record, recordBlock)
+	}
+	r := &s.block[0]
+	s.block = s.block[1:]
+	return r
 }
 
 // ClaimBatch implements storekit.BatchStore: the whole batch under one lock.
@@ -191,6 +218,8 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 		}
 		if r.Expired(req.Now) {
 			delete(s.recs, k)
+			*r = idem.Record{}
+			s.spare = append(s.spare, r)
 			n++
 		}
 	}

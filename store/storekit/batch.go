@@ -21,8 +21,11 @@ type BatchStore interface {
 // idem.ErrDuplicateKeyInBatch, naming the key, when two of reqs have the same
 // key; nil otherwise. Stores call it first in their batch operations so
 // that every store classifies a repeat the same way.
+//
+// The keys of a batch a guard made and found distinct (Guard.ClaimBatch)
+// are not checked again.
 func CheckBatchKeys(op string, reqs []idem.ClaimRequest) error {
-	if len(reqs) < 2 {
+	if len(reqs) < 2 || guardCheckedBatch(reqs) {
 		return nil
 	}
 	seen := make(map[idem.Key]int, len(reqs))

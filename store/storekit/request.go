@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/claimcheck"
 )
 
 // StoredFingerprint is fp as stores keep it: fp itself when it is valid UTF-8
@@ -53,9 +54,15 @@ func NewToken() int64 {
 // NewToken drawn when zero. Every store calls it first in Claim, ClaimBatch
 // and Mark. An invalid key is a *idem.KeyError; a request without its times
 // is an *idem.InvalidDataError: permanent, never retried.
+//
+// The key and fingerprint of a request a guard made and checked are not
+// checked again.
 func PrepareClaim(r idem.ClaimRequest) (idem.ClaimRequest, error) {
-	if err := r.Key.Validate(); err != nil {
-		return r, err
+	checked := guardChecked(r)
+	if !checked {
+		if err := r.Key.Validate(); err != nil {
+			return r, err
+		}
 	}
 	switch {
 	case r.Now.IsZero():
@@ -65,7 +72,9 @@ func PrepareClaim(r idem.ClaimRequest) (idem.ClaimRequest, error) {
 	case r.ExpiresAt.IsZero():
 		return r, invalidRequest("claim", "zero ExpiresAt (every record has a retention end)")
 	}
-	r.Fingerprint = StoredFingerprint(r.Fingerprint)
+	if !checked {
+		r.Fingerprint = StoredFingerprint(r.Fingerprint)
+	}
 	r.ExpiresAt = Later(r.ExpiresAt, r.LeaseUntil)
 	if r.NewToken == 0 {
 		r.NewToken = NewToken()
@@ -105,6 +114,14 @@ func PrepareRelease(r idem.ReleaseRequest) (idem.ReleaseRequest, error) {
 	}
 	return r, nil
 }
+
+// guardChecked reports whether a guard made r and checked its key and
+// fingerprint (package idem sets the test).
+var guardChecked = claimcheck.Checked.(func(idem.ClaimRequest) bool)
+
+// guardCheckedBatch reports whether a guard made reqs and found its keys
+// distinct (package idem sets the test).
+var guardCheckedBatch = claimcheck.CheckedBatch.(func([]idem.ClaimRequest) bool)
 
 func invalidRequest(op, reason string) error {
 	return &idem.InvalidDataError{Op: op, Err: fmt.Errorf("invalid request: %s", reason)}
