@@ -84,7 +84,7 @@ func prose(page string) (lines []line, fences [][2]string) {
 // The compiled blocks: each _test.go file of this package holds page blocks
 // between a "// block: NAME" line and a "// block end" line, at any
 // indentation; the block is what lies between, less that indentation.
-var blockMarks = regexp.MustCompile(`(?s)\n([ \t]*)// block: ([a-z0-9-]+)\n(.*?)\n[ \t]*// block end\n`)
+var blockMarks = regexp.MustCompile(`(?ms)^([ \t]*)// block: ([a-z0-9-]+)\n(.*?)\n[ \t]*// block end$`)
 
 func compiledBlocks(t *testing.T) map[string]string {
 	t.Helper()
