@@ -29,6 +29,7 @@ import (
 	"github.com/idemgo/idem/broker/servicebus"
 	sqsidem "github.com/idemgo/idem/broker/sqs"
 	watermillidem "github.com/idemgo/idem/broker/watermill"
+	"github.com/idemgo/idem/store/postgres"
 	"github.com/idemgo/idem/store/sqlite"
 )
 
@@ -111,7 +112,7 @@ func guideAMQP(ctx context.Context, ch *amqp.Channel, order []byte, dead amqp.De
 	return h, err
 }
 
-func guideKafka(ctx context.Context, cl *kgo.Client, order []byte, dead *kgo.Record) (kafka.Handler, error) {
+func guideKafka(ctx context.Context, cl *kgo.Client, pgStore *postgres.Store, order []byte, dead *kgo.Record) (kafka.Handler, error) {
 	// block: kafka-produce
 	// Record key customer-7 (the partition), the order id in the idempotency-key header.
 	if err := kafka.Publish(ctx, cl, "orders", "customer-7", "order-1042", order); err != nil {
@@ -123,6 +124,18 @@ func guideKafka(ctx context.Context, cl *kgo.Client, order []byte, dead *kgo.Rec
 		return nil, sendReceipt(ctx, idem.DeriveKey(ctx, "receipt"), rec.Value)
 	})
 	// block end
+	// block: kafka-checkpoint
+	// The partition's position in the business database, moved in the effects' transaction.
+	cp := kafka.Checkpoints{Table: "ledger_checkpoints", NoKeys: true} // NoKeys: the position alone
+	if err := cp.Migrate(ctx, pgStore); err != nil {                   // once, beside the store's Migrate
+		return kafka.Handler{}, err
+	}
+	hcp := kafka.HandleCheckpoint(cp, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+		_, err := tx.Exec(ctx, `update balances set cents = cents + $1 where account = $2`, rec.Value, rec.Key)
+		return err
+	})
+	// block end
+	_ = hcp
 	// block: kafka-replay
 	// dead: a record of the dead-letter topic; the topic keeps it, and a second replay is a duplicate.
 	err := kafka.Replay(ctx, cl, dead)
