@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/broker/kafka"
 	natsidem "github.com/idemgo/idem/broker/nats"
@@ -25,10 +24,10 @@ import (
 	"github.com/idemgo/idem/store/postgres"
 )
 
-// The README's broker consumers, compiled (see readme_test.go): one shape
-// in every adapter — NewGuard (scope: the consumer's identity), Handle or
-// HandleTx, Consume (or NewConsumer + Run), Options.Hooks, and the
-// producer helper (Publish or Send).
+// The broker guides' consumers (docs/brokers/*.md), compiled: one shape in
+// every adapter — NewGuard (scope: the consumer's identity), Handle or
+// HandleTx, Consume (or NewConsumer + Run), and the producer helper
+// (Publish or Send).
 
 func readmeKafka(ctx context.Context, pgStore *postgres.Store, addr string, id string, amount int64) error {
 	// block: kafka
@@ -63,7 +62,7 @@ func readmeNATS(ctx context.Context, store idem.Store, js jetstream.JetStream, c
 	return err
 }
 
-func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel, alert func(reason string)) error {
+func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel) error {
 	// block: amqp
 	g, err := amqpidem.NewGuard(store, "orders", idem.Options{}) // scope: the queue
 	if err != nil {
@@ -73,12 +72,7 @@ func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel, alert f
 		_, err := tx.ExecContext(ctx, `insert into charges(order_id, body) values (?, ?)`, d.MessageId, d.Body)
 		return nil, err
 	})
-	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{
-		Queue: "orders", DeadLetterExchange: "orders.dlx",
-		Options: amqpidem.ConsumerOptions{
-			Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(_ context.Context, _ amqp.Delivery, r broker.Report) { alert(r.Reason) }},
-		},
-	})
+	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterExchange: "orders.dlx"})
 	// block end
 	return err
 }
@@ -96,7 +90,7 @@ func readmeServiceBus(ctx context.Context, store idem.Store, client *azservicebu
 	h := servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		return nil, nil // the work; MessageID is the key
 	})
-	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{MaxDeliveries: 10}})
+	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders"}) // MaxDeliveries: the entity's MaxDeliveryCount
 	// block end
 	return err
 }
