@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos v1.4.1
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2 v2.0.2
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0
@@ -13,6 +14,7 @@ require (
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/amqp v0.1.0
+	github.com/idemgo/idem/broker/eventhubs v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/mqtt v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0

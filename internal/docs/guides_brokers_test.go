@@ -6,6 +6,8 @@ import (
 	"log"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/broker/eventhubs"
 	"github.com/idemgo/idem/broker/kafka"
 	mqttidem "github.com/idemgo/idem/broker/mqtt"
 	natsidem "github.com/idemgo/idem/broker/nats"
@@ -315,4 +318,41 @@ func guideWatermill(ctx context.Context, store idem.Store, pubSub interface {
 	return err
 }
 
-var _ = []any{helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}
+func guideEventHubs(ctx context.Context, store idem.Store, p *azeventhubs.Processor, orders, dlq *azeventhubs.ProducerClient, order []byte, dead *azeventhubs.ReceivedEventData) error {
+	// block: eventhubs-produce
+	// Each event's MessageID is its key, copied into the Idem-Id property; events of one partition key stay in order.
+	err := eventhubs.Send(ctx, orders, &azeventhubs.EventDataBatchOptions{PartitionKey: to.Ptr("customer-7")},
+		&azeventhubs.EventData{MessageID: to.Ptr("order-1042"), Body: order})
+	// block end
+	if err != nil {
+		return err
+	}
+	// block: eventhubs
+	// p: azeventhubs.NewProcessor(consumerClient, checkpointStore, nil); it balances the partitions.
+	g, err := eventhubs.NewGuard(store, "orders", azeventhubs.DefaultConsumerGroup, idem.Options{}) // scope: the hub and the group
+	if err != nil {
+		return err
+	}
+	h := eventhubs.Handle(func(ctx context.Context, ev *azeventhubs.ReceivedEventData) ([]byte, error) {
+		return nil, sendReceipt(ctx, idem.DeriveKey(ctx, "receipt"), ev.Body)
+	})
+	err = eventhubs.Consume(ctx, p, g, h, eventhubs.Options{EventHub: "orders", DeadLetter: dlq})
+	// block end
+	if err != nil {
+		return err
+	}
+	// block: eventhubs-tx
+	htx := eventhubs.HandleTx(func(ctx context.Context, tx *sql.Tx, ev *azeventhubs.ReceivedEventData) ([]byte, error) {
+		_, err := tx.ExecContext(ctx, `insert into charges(order_id, body) values (?, ?)`, eventhubs.MessageOf(ev).ID, ev.Body)
+		return nil, err
+	})
+	// block end
+	_ = htx
+	// block: eventhubs-replay
+	// dead: an event read from the dead-letter hub; Replay sends its original back to its hub.
+	err = eventhubs.Replay(ctx, orders, dead)
+	// block end
+	return err
+}
+
+var _ = []any{guideEventHubs, helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}
