@@ -39,7 +39,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := memory.New() // a shared store (store/postgres, store/redis) in production
+	store := memory.New()                                                                           // a shared store (store/postgres, store/redis) in production
 	g, err := eventhubs.NewGuard(store, "orders", azeventhubs.DefaultConsumerGroup, idem.Options{}) // scope: the hub and the group
 	if err != nil {
 		log.Fatal(err)
