@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestReadmeListsEveryExample: the README's examples row names every
-// program under examples/, and each has a README of its own or a package
-// doc saying how to run it.
+// TestReadmeListsEveryExample: the examples row of docs/architecture.md's
+// package table names every program under examples/, and each has a
+// main.go.
 func TestReadmeListsEveryExample(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestReadmeListsEveryExample(t *testing.T) {
 		}
 	}
 	if row == "" {
-		t.Fatal("README has no `examples/` row in its table of what exists")
+		t.Fatal("docs/architecture.md has no `examples/` row in its package table")
 	}
 	entries, err := os.ReadDir("examples")
 	if err != nil {
@@ -32,7 +32,7 @@ func TestReadmeListsEveryExample(t *testing.T) {
 			continue
 		}
 		if !strings.Contains(row, "`"+e.Name()+"`") {
-			t.Errorf("README's examples row does not name examples/%s", e.Name())
+			t.Errorf("docs/architecture.md's examples row does not name examples/%s", e.Name())
 		}
 		if _, err := os.Stat("examples/" + e.Name() + "/main.go"); err != nil {
 			t.Errorf("examples/%s has no main.go", e.Name())

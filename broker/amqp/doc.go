@@ -50,84 +50,8 @@
 // [ErrDeliveriesClosed] and every unacked delivery is requeued): keep
 // MaxHold, the back-off and the handlers well under it.
 //
-// # The delivery limit
-//
-// Classic queues have none, and only flag a redelivery (attempt 2, at
-// least). A quorum queue counts every requeue and every return by a
-// closed channel or connection in x-delivery-count (0 on the first
-// delivery), and once a message was returned more than its
-// x-delivery-limit (20 by default since RabbitMQ 4.0) RabbitMQ drops it,
-// or dead-letters it through the queue's own x-dead-letter-exchange with
-// nothing but x-death (reason delivery_limit) and its original headers:
-// no idem reason, key, error or fingerprint. Set Options.MaxDeliveries to
-// the queue's delivery-limit. The consumer then treats the MaxDeliveries-th
-// delivery (x-delivery-count MaxDeliveries-1) as the last: it is never
-// requeued, a retry on it is dead-lettered by the consumer with reason
-// max_deliver ([broker.ReasonMaxDeliver]) and idem's headers, a key in
-// progress elsewhere or a store outage holds it, and on shutdown it is
-// held until ShutdownTimeout, then dead-lettered (max_deliver) rather than
-// requeued. That leaves the broker one delivery more than the consumer
-// uses, for a consumer that dies holding its last one.
-// Give the queue an x-dead-letter-exchange to the same dead-letter queue
-// as well: a message whose every delivery was spent by crashes is then
-// dead-lettered by RabbitMQ (x-first-death-reason delivery_limit) rather
-// than dropped. Shutdown spends a delivery too: Run cancels the AMQP
-// consumer and requeues what it received or prefetched but did not start.
-//
-// A dead letter is the original's body, properties (message-id, timestamp,
-// correlation-id, ...) and headers as they were, with what an operator
-// needs to decide, in headers: why (Idem-Reason, also x-idem-reason;
-// Idem-Error, also x-idem-error; Idem-Key, the scope/id); which content
-// holds the key (Idem-Fingerprint, this message's, beside
-// Idem-Stored-Fingerprint, Idem-Stored-State, Idem-Stored-Created-At,
-// Idem-Stored-Token and Idem-Stored-Attempts for a conflict or a parked
-// record, see [idem.DeadLetterHeaders]); where from (x-idem-queue,
-// x-idem-exchange, x-idem-routing-key, x-idem-attempt, and
-// x-idem-delivery-tag with x-idem-consumer-tag, which name the delivery in
-// the consumer's logs). RabbitMQ numbers no message in a classic or quorum
-// queue (the delivery tag is per channel and changes on redelivery); a
-// stream queue's x-stream-offset header is kept with the others. The
-// timestamp property, which [Publish] sets, says when the message was sent
-// (to the second): a conflict whose Idem-Stored-Created-At is later means
-// its key's content was first claimed after this message existed (after
-// crashes, a later content can win the key and the original is the one
-// dead-lettered).
-//
-// Dead letters are published by the consumer rather than rejected into the
-// queue's own x-dead-letter-exchange because rejection cannot carry the
-// reason: RabbitMQ only records "rejected" in x-death.
-//
-// The hold before the requeue is what spaces retries out. For long
-// delays, or to free the prefetch while waiting, use a delay queue
-// instead: a queue with x-message-ttl (or a per-message expiration) and
-// x-dead-letter-exchange pointing back at the work queue, into which a
-// handler republishes the message.
-//
-// Usage, two-phase:
-//
-//	ch, _ := conn.Channel()
-//	g, _ := amqpidem.NewGuard(store, "orders", idem.Options{}) // scope "orders"
-//	h := amqpidem.Handle(func(ctx context.Context, d amqp.Delivery) ([]byte, error) {
-//		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), d.Body)
-//	})
-//	c, _ := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq",
-//		Options: amqpidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 20}}) // the quorum queue's delivery-limit
-//	err := c.Run(ctx)
-//
-// With a store that has a transactional inbox (store/sqlite,
-// store/postgres, store/mysql), [HandleTx] runs the handler inside the
-// store's transaction together with the dedup marker (idem.DoTx):
-//
-//	h := amqpidem.HandleTx(func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) ([]byte, error) {
-//		_, err := tx.Exec(ctx, `insert into charges(order_id, amount) values ($1, $2)`, ...)
-//		return nil, err
-//	})
-//	err := amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterRoutingKey: "orders.dlq"})
-//
-// NewConsumer checks everything once: the options, and that a HandleTx
-// handler's store has transactions of its type. Run returns
-// [ErrDeliveriesClosed] when the channel or connection goes away:
-// reconnect and run a new Consumer.
+// The guide, with the delivery limit (quorum queues, x-delivery-limit) in depth:
+// https://github.com/idemgo/idem/blob/main/docs/brokers/amqp.md
 //
 // # Hooks
 //

@@ -69,4 +69,6 @@
 // messages in the old session until it expires. Handlers run concurrently
 // (Concurrency, at most ReceiveMaximum) and retries go to the back of the
 // queue, so no order is kept.
+//
+// The guide: https://github.com/idemgo/idem/blob/main/docs/brokers/mqtt.md
 package mqttidem

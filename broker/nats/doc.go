@@ -67,6 +67,9 @@
 // NewConsumer checks everything once: the options, and that a HandleTx
 // handler's store has transactions of its type.
 //
+// The guide, with keys, dead letters, replays, clusters and the producer side in depth:
+// https://github.com/idemgo/idem/blob/main/docs/brokers/nats.md
+//
 // # At the delivery limit
 //
 // JetStream stops delivering a message at the consumer's MaxDeliver and
@@ -109,27 +112,6 @@
 // idem.Observer sees every outcome as well. A program with its own fetch
 // loop calls [Consumer.Process] per message.
 //
-// # Keys, and which NATS ids survive what
-//
-// The guard is the one place for the key, as for the scope: its key
-// function ([idem.Options.Key]) is applied to the [idem.Message] built by
-// [MessageOf]: Message.ID is the Idem-Id header set
-// by [Publish], else the Nats-Msg-Id header (the default extractor,
-// idem.MessageID, uses it), Headers are the NATS headers (first value of
-// each), ContentType is the Content-Type header. idem.CloudEventsKey reads
-// binary-mode CloudEvents headers (ce-id, ce-source, matched
-// case-insensitively) and structured-mode payloads.
-//
-//   - Nats-Msg-Id is chosen by the producer: it survives producer retries
-//     (when the producer reuses it) and redelivery. It is the right key. A
-//     message sent by [Publish] has the dedup id there (see below), and its
-//     plain id in Idem-Id, which MessageOf reads first and shows under
-//     Nats-Msg-Id too.
-//   - The stream sequence survives redelivery but not a producer retry: a
-//     re-sent message is stored again under a new sequence. Never a key.
-//   - The delivery count and the consumer sequence change on every
-//     redelivery. Never a key.
-//
 // # Scope
 //
 // The scope is the consumer identity, held by the guard: [NewGuard] sets an
@@ -139,92 +121,4 @@
 // consumers of one stream then never block each other; several Runs, in
 // one process or many, on one durable consumer share its scope and compete
 // for its messages.
-//
-// # Dead letters
-//
-// A dead letter is the original's data and headers with what an operator
-// needs to decide, in headers:
-//
-//   - why: Idem-Reason (conflict, no_key, invalid_key, parked,
-//     invalid_data, permanent, max_deliver), Idem-Error, Idem-Key (the
-//     scope/id);
-//   - which content holds the key: Idem-Fingerprint (this message's)
-//     beside Idem-Stored-Fingerprint, Idem-Stored-State,
-//     Idem-Stored-Created-At (when the key was first claimed),
-//     Idem-Stored-Token and Idem-Stored-Attempts, for a conflict or a
-//     parked record (see [idem.DeadLetterHeaders]);
-//   - where from: Idem-Subject, Idem-Stream, Idem-Stream-Seq (the stream
-//     sequence), Idem-Original-Timestamp (when the stream stored it),
-//     Idem-Deliveries and Idem-Consumer.
-//
-// A conflict whose Idem-Stored-Created-At is after this message's
-// Idem-Original-Timestamp means the key's content was first claimed when
-// this message was already stored: after crashes, a later content can win
-// the key and the original is the one dead-lettered. One whose stored
-// record is older is a plain reuse of the id.
-//
-// The original's headers travel as they were, under their own names,
-// except JetStream's control headers (Nats-Msg-Id, Nats-Expected-*, ...),
-// which would act on the dead-letter stream: they travel prefixed with
-// Idem-Original- (the original Nats-Msg-Id is Idem-Original-Nats-Msg-Id,
-// and Idem-Msg-Id too). Idem-Id, the plain id set by [Publish], travels as
-// it was. A dead letter's own Nats-Msg-Id is
-// "idem-dlq:<stream>/<consumer>:<sequence>", so a repeat after a lost Term
-// is dropped by the dead-letter stream's duplicate window.
-//
-// # Replaying dead letters
-//
-// [Replay] publishes a dead letter back to its Idem-Subject with its data
-// and the original's headers (Idem-Id among its own), without the headers
-// idem added, and with a Nats-Msg-Id of its own: the original's (from
-// Idem-Original-Nats-Msg-Id), "~replay-" and a random nonce. The stream's
-// duplicate window remembers the original's Nats-Msg-Id and would drop a
-// replay that carried it, for as long as the window lasts (a day, on a
-// stream with a 24-hour window); the consumer deduplicates by the key, and
-// [MessageOf] reads a replay's Nats-Msg-Id as the original's, so a replay
-// is never dropped by the window and the guard sees it as it saw the
-// original. The consumer's record then decides, as for any redelivery: a
-// key completed meanwhile is a duplicate (acknowledged, the handler does
-// not run), a key never completed is processed, a conflict is
-// dead-lettered again. Replays often come long after the redelivery
-// window: the guard's Retention must outlive the longest time a dead letter
-// may wait before it is replayed, or a replay of a processed message runs
-// again.
-//
-// # On a cluster
-//
-// TestClusterNodeKilled (in broker/nats/internal/integration) runs the
-// effectively-once cases of broker/brokertest on a three-node JetStream
-// cluster that the test starts itself: three nats-server processes on private ports and directories,
-// routed to each other, streams (the input and the dead letters) replicated
-// on all three in files, and each consumer connected to a different node
-// first, with every node's URL to reconnect to. A quarter of the way
-// through each case the node leading the durable consumer is SIGKILLed; it
-// is restarted halfway through. Every unique message is still applied
-// once, every reused id dead-lettered once as a conflict, none lost; the
-// restarted node catches up (every replica current) and the clients that
-// were on it reconnect to the survivors. It runs in the default test run
-// (about 30 s; skipped without nats-server on PATH, failed under
-// IDEM_REQUIRE_SERVICES=1):
-//
-//	go test -run TestClusterNodeKilled ./broker/nats/internal/integration/
-//
-// # Producer side
-//
-// [Publish] sets Nats-Msg-Id, which turns on JetStream's duplicate window for
-// the stream (Duplicates, two minutes by default): a producer retry inside
-// the window is dropped by the server. The window must never drop a
-// conflict, so Nats-Msg-Id is [idem.DedupID] of the id and the content's
-// fingerprint ([idem.PayloadFingerprint], or the consumers' FingerprintFunc
-// given with [WithFingerprint]): retries of the same content collapse, an
-// id reused with other content is stored and reaches the consumer, which
-// dead-letters it as a conflict. The plain id travels in Idem-Id.
-// Consumers of messages sent by Publish read it by default; upgrade
-// consumers before producers, as an older consumer would key on the dedup
-// id.
-//
-// The window is a complement to consumer-side deduplication, never a
-// replacement: it is minutes long, and a redelivery after AckWait (a lost
-// ack, a crashed consumer) is the same stored message delivered again,
-// which the window does not cover at all.
 package natsidem

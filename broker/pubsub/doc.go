@@ -25,6 +25,9 @@
 // id: a retried publish is stored twice, and the consumer's record makes
 // the second a duplicate.
 //
+// The guide, with ack deadlines, flow control and what the tests run on:
+// https://github.com/idemgo/idem/blob/main/docs/brokers/pubsub.md
+//
 // # Key and scope
 //
 // The key is the publisher's own id, the Idem-Id attribute (MessageOf
@@ -62,45 +65,6 @@
 //     Idem-Publish-Time, Idem-Delivery-Attempt, Idem-Ordering-Key); once
 //     Pub/Sub stored it, the original is acked. Replay puts a dead letter
 //     back on its topic.
-//
-// # Ack deadlines
-//
-// With streaming pull the client library owns the ack deadlines: it
-// modacks every message it has handed over and not yet seen acked or
-// nacked, at the pace of its ack-latency distribution (between
-// ReceiveSettings.MinDurationPerAckExtension and
-// MaxDurationPerAckExtension, 10s at least by default, 60s with
-// exactly-once delivery), until ReceiveSettings.MaxExtension (default 60
-// minutes) after receipt. The message and its ack id stay inside the
-// client; no call extends one message from outside. So the consumer does
-// not extend deadlines itself: a message the engine handles, holds (in
-// progress elsewhere, store outage) or waits out a back-off for is
-// outstanding in the client and extended there. What the engine's
-// keep-alive does (broker.KeepAliver) is watch the one end the client
-// sets: once a message has been in the consumer for MaxExtension (less
-// one KeepAliveEvery), the client stops extending it and Pub/Sub will
-// deliver it again, so the consumer nacks it (so that the client's flow
-// control lets it go and it comes back at once), cancels its handler's
-// context with cause ErrLockLost and settles nothing: the redelivery finds
-// the record (a duplicate if the work completed, retaken once the lease
-// ends if not). A negative MaxExtension (no extension) is refused by
-// NewConsumer. Keep MaxExtension above MaxHold, the longest handler and
-// the store outages you ride out; a message on its last delivery is held
-// without bound otherwise, so only a lost deadline lets Pub/Sub forward it.
-//
-// The client's first extension comes 5s after receipt, whatever the
-// deadline: deadlines below about 7s (MaxDurationPerAckExtension) expire
-// before it and messages come back while they are handled.
-//
-// # Flow control
-//
-// The client pulls ahead of the engine: up to
-// ReceiveSettings.MaxOutstandingMessages (default 1000) messages are
-// outstanding in one process, those not yet taken by a worker waiting in
-// the client's callbacks, their deadlines extended, unavailable to other
-// consumers of the subscription. Held messages and those waiting out a
-// back-off count too. Set MaxOutstandingMessages to a small multiple of
-// Concurrency. At shutdown the waiting ones are nacked at once.
 //
 // # Dead-letter policy and the last delivery
 //
@@ -152,30 +116,4 @@
 // its callbacks when receiving stops; a last delivery among them is
 // forwarded by Pub/Sub's dead-letter policy, without idem's attributes
 // (never lost; Replay takes it).
-//
-// # Tests
-//
-// The tests run on pstest, the client library's in-process Pub/Sub server
-// (cloud.google.com/go/pubsub/v2/pstest), with the real client over gRPC:
-// broker/brokertest's conformance suite on subscriptions with a
-// dead-letter policy, with and without exactly-once delivery. pstest
-// models the dead-letter policy (DeliveryAttempt and the forwarding at
-// MaxDeliveryAttempts, without the CloudPubSubDeadLetterSource*
-// attributes and without checking the 5 to 100 range) and the
-// exactly-once flag (the client then waits for every ack's answer), but
-// never refuses an ack itself and applies no retry policy's back-off; a
-// refused ack is shown by a test that injects Pub/Sub's
-// PERMANENT_FAILURE_INVALID_ACK_ID answer into pstest. Those tests are in
-// broker/pubsub/internal/integration, a test-only module of their own (go
-// test ./broker/pubsub/internal/integration/).
-//
-// Nor does pstest apply the client's ReceiveSettings.MaxOutstandingMessages:
-// it pushes every message down the stream and starts its ack deadline,
-// while the client, at its limit, never reads it. So a test on pstest sees
-// attempts spent during a long store outage (DeliveryAttempt 2, 3, ..., at
-// last the policy's forwarding) on the messages beyond the limit, which
-// real Pub/Sub, applying flow control on the server, would not have sent.
-// The messages the consumer itself holds through an outage keep their
-// deadlines alive, extended by the client: held through two ack deadlines,
-// 0 of them came back with attempt 2 (TestOutageKeepsHeldDeadlines).
 package pubsubidem

@@ -51,4 +51,6 @@
 // Keep MinIdle above the longest pause a live consumer may have between
 // keep-alives (a GC pause, a slow network), or its entries are claimed by
 // another consumer while it works; the record then keeps the effect once.
+//
+// The guide: https://github.com/idemgo/idem/blob/main/docs/brokers/redisstream.md
 package redisstream

@@ -19,6 +19,9 @@
 //
 // or servicebus.Consume(ctx, r, g, h, opts) in one call.
 //
+// The guide, with the producer side, the one clock for a slow handler and the tests:
+// https://github.com/idemgo/idem/blob/main/docs/brokers/servicebus.md
+//
 // # Key and scope
 //
 // The key is the MessageID (MessageOf puts it in idem.Message.ID, so the
@@ -82,18 +85,6 @@
 // the consumer's own. With MaxDeliveries 0 (unknown) every
 // message Service Bus gives up on is dead-lettered that way.
 //
-// # Producer side and duplicate detection
-//
-// Send sets MessageID to idem.DedupID(id, fingerprint), so an entity with
-// duplicate detection drops producer retries of the same content but never
-// an id reused with other content (that reaches the consumer and is
-// dead-lettered as a conflict). Duplicate detection is a complement: its
-// window is bounded and it knows nothing of the consumer's work. Replay
-// gives a replay a MessageID of its own (the original's, "~replay-" and a
-// nonce), which MessageOf reads as the original's: duplicate detection,
-// which remembers the original's MessageID for its window, never drops a
-// replay, and the guard sees it as it saw the original.
-//
 // # Sessions
 //
 // A session-enabled queue or subscription (FIFO per SessionID: per order,
@@ -126,35 +117,4 @@
 // are the guard's, as for Consumer. A plain Consumer over a receiver of
 // an entity with sessions is refused by Service Bus (the receiver's
 // first receive fails).
-//
-// # One clock for a slow handler
-//
-// Two leases bound a slow handler: the Service Bus lock (the message's,
-// or the session's) and the guard's claim lease. One clock renews both:
-// while a two-phase handler runs, the guard's heartbeat (every Lease/3)
-// renews the record's lease and, right after it, the lock (the engine
-// hands its keep-alive, RenewMessageLock or RenewSessionLock, to the
-// guard through idem.ContextWithRenewal); the engine's own timer renews
-// the lock only where no heartbeat runs (a delivery held in progress
-// elsewhere or through a store outage, the transactional inbox, or a
-// Lease/3 longer than the renewal period). A slow handler has lost its
-// message when that clock finds either lost: a lock Service Bus reports
-// lost cancels its context with cause ErrLockLost (and the guard releases
-// the claim, so the redelivery claims at once), a lease the store reports
-// lost with idem.ErrLeaseLost. Of the two, the lease decides whether
-// finished work counts: a completion under a lost lease is refused (its
-// fencing token has moved on), while a completion whose message lock was
-// lost stands, and the redelivery is a duplicate. Keep the lock duration
-// at least Lease/3 so the heartbeat renews it in time, and of the order of
-// the Lease so that a crashed consumer's message comes back about when its
-// claim can be retaken (TestEngineHeartbeatRenewsTheLock in package
-// broker shows the one clock).
-//
-// # Tests
-//
-// broker/servicebus/servicebustest is an in-process Service Bus the real
-// client runs against (no Azure, no emulator container); this package's
-// tests run on it, and so does broker/brokertest's conformance suite, in
-// broker/servicebus/internal/integration (a test-only module, which keeps
-// brokertest out of this module's requirements).
 package servicebus

@@ -15,6 +15,9 @@
 //
 // or sqsidem.Consume(ctx, client, g, h, opts) in one call.
 //
+// The guide, with what the tests run on:
+// https://github.com/idemgo/idem/blob/main/docs/brokers/sqs.md
+//
 // # Key
 //
 // The key is the producer's id, in the Idem-Id message attribute that Send
@@ -113,13 +116,4 @@
 // none. Replay sends a dead letter back with a deduplication id of its own
 // (the dead letter's MessageId), so the five minutes that remember the
 // original's never swallow a replay.
-//
-// # Tests
-//
-// broker/sqs/sqstest is an in-process SQS that the real client runs
-// against (it speaks the AWS JSON 1.0 protocol the SDK uses); this
-// package's tests, broker/brokertest's conformance suite on a standard
-// and on a FIFO queue included, run on it from
-// broker/sqs/internal/integration, a test-only module of their own (go
-// test ./broker/sqs/internal/integration/).
 package sqsidem

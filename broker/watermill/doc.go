@@ -55,4 +55,6 @@
 //
 // Watermill counts no deliveries: Report.Attempt is always 1, and the
 // handler's failures are counted in the record (MaxDeliveries).
+//
+// The guide: https://github.com/idemgo/idem/blob/main/docs/brokers/watermill.md
 package watermillidem

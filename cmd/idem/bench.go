@@ -36,7 +36,7 @@ PostgreSQL, tx mode sends BEGIN together with its marker, and a batch claim
 is one autocommitted statement, where the baseline's transaction is three
 round trips), and within one run's noise (about ±0.03 on a quiet machine,
 ±0.1 on a loaded one). The figures measured so far, with their commands,
-are in README.md and the store packages' BENCH.md files.
+are in docs/performance.md and the store packages' BENCH.md files.
 
 Modes:
   two-phase  claim + complete per key (Guard.Do with an empty handler)

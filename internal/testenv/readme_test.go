@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// TestReadmeListsEveryServer: the README's table of test servers names
+// TestReadmeListsEveryServer: CONTRIBUTING.md's table of test servers names
 // every service with its variable and default.
 func TestReadmeListsEveryServer(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../CONTRIBUTING.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestReadmeListsEveryServer(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("README's test-server table has no row for %s with `%s` and its default `%s`", s.Name, s.Env, s.Default)
+			t.Errorf("CONTRIBUTING.md's test-server table has no row for %s with `%s` and its default `%s`", s.Name, s.Env, s.Default)
 		}
 	}
 }

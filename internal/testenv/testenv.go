@@ -45,7 +45,7 @@ var (
 		"mosquitto -d -c /etc/mosquitto/mosquitto.conf"}
 )
 
-// All is every service, in the README's order (a test keeps the README's
+// All is every service, in CONTRIBUTING.md's order (a test keeps its
 // table of test servers in step with it).
 var All = []Service{Postgres, MySQL, Redis, RabbitMQ, NATS, MQTT, Mongo}
 

@@ -14,24 +14,8 @@
 // Cosmos DB the unmodified client talks to (package cosmostest here), or a
 // real account or emulator (IDEM_COSMOS_URL, IDEM_COSMOS_KEY).
 //
-// # Records and partitions
-//
-// A key's record is one item. Its id is the hex SHA-256 of the scope and
-// the stored id, so any key fits Cosmos DB's id rules (at most 255
-// characters, no / \ ? #); the scope, the stored id and the original id
-// are properties beside it. Its partition key (the property "pk", path
-// PartitionKeyPath) is one of Partitions values taken from the same
-// digest: claims spread evenly over Partitions logical partitions, so the
-// container can grow to Partitions times a logical partition's limits
-// (20 GB and 10,000 RU/s each). The count is fixed, because it is part of
-// every record's address.
-//
-// Why not one logical partition per key: List must return records in
-// (scope, id) order, and Cosmos DB's gateway refuses an ORDER BY across
-// partitions from a client without its query pipeline (azcosmos v1 has
-// none). With a fixed set of partitions, List asks each for its first page
-// in order (served by the container's index on "ord", the hex of scope and
-// id, which orders bytewise) and merges them.
+// The guide, with the partitions, expiry and costs:
+// https://github.com/idemgo/idem/blob/main/docs/stores/cosmos.md
 //
 // # Claims and fencing
 //
@@ -53,22 +37,6 @@
 // write region (the default): with multi-region writes, Cosmos DB resolves
 // concurrent writes to one item by last-writer-wins, and two regions could
 // both create a key.
-//
-// # Expiry
-//
-// One clock decides: the caller's. Lease and retention ends are properties
-// of the record (Unix milliseconds), compared with each request's Now.
-// Cosmos DB's time to live removes settled records by itself: Complete,
-// Release and Retain set the item's ttl to the seconds the retention
-// leaves from the request's Now (rounded up, at least 1), a duration the
-// server counts on its own clock, so a caller whose clock is off the
-// server's loses nothing. An in-progress record carries ttl -1 and never
-// expires, however long its lease has been over: it is stale, for the
-// Stale policy or an operator. Migrate gives the container a default time
-// to live of -1, without which Cosmos DB ignores the items' ttl. Sweep
-// (under a lock item, one instance at a time) deletes the records whose
-// retention ended by the callers' clock before the server's countdown, each
-// only if still as read (If-Match).
 //
 // # Entity mode and the transactional batch inbox
 //
@@ -101,18 +69,6 @@
 // once more before it is skipped. A handler operation the server refuses
 // is a *BatchError (a permanent *idem.InvalidDataError when a retry cannot
 // change it). Neither inbox is an idem.Store: two-phase work needs Store.
-//
-// # Costs
-//
-// A new key costs one create (a small item's write: some 5 to 10 RU), its
-// completion one patch; a duplicate one failed create and one point read.
-// Through a BatchInbox or EntityInbox a new message costs one batch (its
-// documents' writes, the marker's beside them); a duplicate a refused
-// batch and a point read.
-// List runs Partitions ordered queries per page; Stats, Activity and Sweep
-// one query across partitions each, reading the records they count (as a
-// SQL store scans them): an operator's page now and then, not a request
-// path.
 //
 // # Errors
 //

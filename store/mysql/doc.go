@@ -22,6 +22,9 @@
 // clientFoundRows and parseTime say; the conformance suite runs with
 // clientFoundRows off and on, with interpolated and prepared statements.
 //
+// The guide, with the schema, locking, sizing and the sweep:
+// https://github.com/idemgo/idem/blob/main/docs/stores/mysql.md
+//
 // # Records
 //
 // The store holds the record rules of the idem.Store contract:
@@ -64,100 +67,4 @@
 //     1 MiB cost one query of the variable), and a request without its times
 //     (Prepare refuses it before any statement). Connection loss, timeouts,
 //     lock waits and deadlocks stay retryable.
-//
-// # Schema
-//
-// Migrate creates the table from embedded, versioned SQL (applied versions
-// are kept in "<table>_migrations"); it is idempotent and instances running it
-// at once take turns under GET_LOCK. Keys are VARBINARY(200) columns, compared
-// byte for byte (no collation folds case, accents or trailing spaces), with
-// PRIMARY KEY (scope, id): 400 bytes at most, well inside InnoDB's index
-// limit. Longer ids, and ids that begin with "sha256:", are stored as their
-// SHA-256 (idem.Key.StoredID), the original kept in display_id; display_id is
-// NULL when the key's DisplayID() is its StoredID(), so the common short id is
-// not stored twice. Results are LONGBLOB (the server's max_allowed_packet
-// bounds them). Times are BIGINT Unix milliseconds: no
-// time zones, exact round trips of the caller's clock, a plain integer index
-// on expires_at for sweeps.
-//
-// # Locking
-//
-// Every statement locks only the records of the keys it names, never a gap
-// (inserts take insert-intention locks, which do not block each other), so
-// consumers of unrelated keys never wait for each other:
-//
-//   - Claim of an unseen key is one autocommit INSERT .. ON DUPLICATE KEY
-//     UPDATE token = LAST_INSERT_ID(token): it inserts the record with the
-//     request's NewToken, or changes nothing and reports the existing token
-//     as the insert id (which tells the two apart whatever clientFoundRows
-//     does to the affected-rows count).
-//   - Claim of an existing key is a READ COMMITTED transaction: SELECT .. FOR
-//     UPDATE on the primary key (one record lock), storekit.ApplyClaim, UPDATE.
-//     READ COMMITTED because under REPEATABLE READ a locking read that finds
-//     nothing (the record was swept meanwhile) would lock the gap around the
-//     key. Claimers of one key queue on its record lock, each taking one lock,
-//     so they cannot deadlock; should InnoDB report a deadlock anyway (a claim
-//     meeting a sweep of the same expired row), the store retries its own
-//     transaction, at most 5 times in all, 1 to 8 ms apart with jitter so
-//     that the two do not meet again.
-//   - Complete, Release and Renew are one fenced UPDATE each (token and state
-//     in the WHERE clause); no matching row means idem.ErrLeaseLost. A renewal
-//     to the very lease it has changes no row, which without clientFoundRows
-//     counts 0: one read of the fence then tells it from a lost lease.
-//   - Mark runs in the caller's transaction at whatever isolation it has. Its
-//     insert takes an exclusive lock on an existing record rather than the
-//     shared lock of INSERT IGNORE, which two transactions would both try to
-//     upgrade (a deadlock); the second of two transactions marking one key
-//     waits for the first and then reads its marker with a locking read,
-//     which sees committed rows even under REPEATABLE READ. Duplicate keys
-//     are never caught as errors.
-//   - ClaimBatch is one READ COMMITTED transaction per 1000 keys whose first
-//     statement takes every lock in one pass in primary-key order: a multi-row
-//     INSERT .. ON DUPLICATE KEY UPDATE token = -token inserts the absent keys
-//     and marks the existing records (tokens are >= 1, so a negative one means
-//     "existed"). Batches meet at their first common key, so they never
-//     deadlock on each other. A batch of new keys is done in that one statement; otherwise
-//     one read fetches the marked records and one multi-row statement writes
-//     them back, taken or restored.
-//
-// # 100 million rows
-//
-// The table holds one row per key for the retention window, so its size is
-// arrival rate × retention: 100M rows is about 165 messages/s kept for a
-// week. Sweep deletes expired rows oldest first through the expires_at index
-// (SELECT scope, id .. WHERE expires_at <= ? AND NOT (state = 'in_progress'
-// AND lease_until > ?) ORDER BY expires_at LIMIT n FOR UPDATE SKIP LOCKED: a
-// range read of the index, which only steps over the rare live leases whose
-// expiry an older version did not carry; then a DELETE of those rows by
-// primary key), so each batch costs what it deletes, never a scan. The
-// sweep never waits for a row lock, so it cannot deadlock with the claims,
-// completes and renewals that move expires_at (SKIP LOCKED needs MariaDB
-// 10.6 or MySQL 8.0). A Limit of zero or less deletes nothing. It runs in a
-// READ COMMITTED transaction (no gap locks in front of inserts) from one
-// instance at a time (GET_LOCK named after the database and table; other
-// instances return 0 at once).
-// Keep batches small and sweep often enough to keep up with the arrival
-// rate.
-//
-// Range partitioning by expires_at, the usual way to drop a day of rows at
-// once, is not possible here: MySQL and MariaDB require every unique key,
-// the primary key included, to contain the partitioning column (error 1503),
-// and (scope, id) must stay unique on its own or two claims of one key would
-// both succeed. Adding expires_at to the primary key would give up exactly
-// that. So the records table is not partitioned by time: the index-driven
-// batched sweep is the cleanup, and its cost is proportional to the rows
-// removed. If purge lag ever matters (history list length grows under a
-// heavy sweep), lower the batch size and sweep more often rather than
-// delete more per statement. Hash partitioning (PARTITION BY KEY (scope, id))
-// is compatible with the schema and spreads a huge table over smaller
-// B-trees, but it does not make cleanup cheaper.
-//
-// # Performance
-//
-// At 8 workers on a local MariaDB, measured interleaved with
-// go test -run '^$' -bench BenchmarkRatios -benchtime=20x -count=5: the
-// inbox runs at 0.87 of the rate of the bare business insert (one
-// transaction each), two-phase claim + complete at 0.67, and batch claims at
-// 0.45 of a raw multi-row insert. BENCH.md in this directory has the figures
-// and how to read them.
 package mysql

@@ -23,8 +23,8 @@ import (
 	"github.com/idemgo/idem/internal/testenv"
 )
 
-// The README's pictures are the console module's: console/testdata.
-var updateScreenshot = flag.Bool("update-screenshot", false, "write the screenshots of the overview and a record to console/testdata/ (the README's pictures)")
+// The pictures of docs/operations.md are the console module's: console/testdata.
+var updateScreenshot = flag.Bool("update-screenshot", false, "write the screenshots of the overview and a record to console/testdata/ (docs/operations.md's pictures)")
 
 // browser starts Debian's chromium, headless, with a fresh profile and
 // nothing that reaches the network on its own. Without chromium the test is

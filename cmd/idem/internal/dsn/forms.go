@@ -1,7 +1,7 @@
 package dsn
 
 // Forms is the reference of every DSN form and of the parameters idem reads
-// from them; the commands' --help prints it, and README.md repeats it.
+// from them; the commands' --help prints it, and docs/operations.md repeats it.
 const Forms = `Store DSNs (--store DSN, or the IDEM_STORE environment variable):
 
   memory://[NAME]

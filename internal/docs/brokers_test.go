@@ -1,4 +1,4 @@
-package main
+package docs
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/broker"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/broker/kafka"
 	natsidem "github.com/idemgo/idem/broker/nats"
@@ -25,13 +24,13 @@ import (
 	"github.com/idemgo/idem/store/postgres"
 )
 
-// The README's broker consumers, compiled (see readme_test.go): one shape
-// in every adapter — NewGuard (scope: the consumer's identity), Handle or
-// HandleTx, Consume (or NewConsumer + Run), Options.Hooks, and the
-// producer helper (Publish or Send).
+// The broker guides' consumers (docs/brokers/*.md), compiled: one shape in
+// every adapter — NewGuard (scope: the consumer's identity), Handle or
+// HandleTx, Consume (or NewConsumer + Run), and the producer helper
+// (Publish or Send).
 
 func readmeKafka(ctx context.Context, pgStore *postgres.Store, addr string, id string, amount int64) error {
-	// README: kafka
+	// block: kafka
 	cl, err := kgo.NewClient(kafka.ClientOptions(kgo.SeedBrokers(addr), kgo.ConsumerGroup("billing"), kgo.ConsumeTopics("orders"))...)
 	if err != nil {
 		return err
@@ -45,12 +44,12 @@ func readmeKafka(ctx context.Context, pgStore *postgres.Store, addr string, id s
 		return nil, err
 	})
 	err = kafka.Consume(ctx, cl, g, h, kafka.Options{DeadLetterTopic: "orders.dlq"}) // or NewConsumer + Run
-	// README end
+	// block end
 	return err
 }
 
 func readmeNATS(ctx context.Context, store idem.Store, js jetstream.JetStream, cons jetstream.Consumer, send func(context.Context, string, []byte) error) error {
-	// README: nats
+	// block: nats
 	g, err := natsidem.NewGuard(store, cons, idem.Options{}) // scope: the durable consumer's name
 	if err != nil {
 		return err
@@ -59,12 +58,12 @@ func readmeNATS(ctx context.Context, store idem.Store, js jetstream.JetStream, c
 		return nil, send(ctx, idem.DeriveKey(ctx, "mail"), msg.Data()) // two-phase: a side effect outside the database
 	})
 	err = natsidem.Consume(ctx, cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq"})
-	// README end
+	// block end
 	return err
 }
 
-func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel, alert func(reason string)) error {
-	// README: amqp
+func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel) error {
+	// block: amqp
 	g, err := amqpidem.NewGuard(store, "orders", idem.Options{}) // scope: the queue
 	if err != nil {
 		return err
@@ -73,18 +72,13 @@ func readmeAMQP(ctx context.Context, store idem.Store, ch *amqp.Channel, alert f
 		_, err := tx.ExecContext(ctx, `insert into charges(order_id, body) values (?, ?)`, d.MessageId, d.Body)
 		return nil, err
 	})
-	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{
-		Queue: "orders", DeadLetterExchange: "orders.dlx",
-		Options: amqpidem.ConsumerOptions{
-			Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(_ context.Context, _ amqp.Delivery, r broker.Report) { alert(r.Reason) }},
-		},
-	})
-	// README end
+	err = amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: "orders", DeadLetterExchange: "orders.dlx"})
+	// block end
 	return err
 }
 
 func readmeServiceBus(ctx context.Context, store idem.Store, client *azservicebus.Client) error {
-	// README: servicebus
+	// block: servicebus
 	g, err := servicebus.NewGuard(store, servicebus.EntityPath("orders"), idem.Options{}) // scope: the entity path
 	if err != nil {
 		return err
@@ -96,13 +90,13 @@ func readmeServiceBus(ctx context.Context, store idem.Store, client *azservicebu
 	h := servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		return nil, nil // the work; MessageID is the key
 	})
-	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{MaxDeliveries: 10}})
-	// README end
+	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{EntityPath: "orders"}) // MaxDeliveries: the entity's MaxDeliveryCount
+	// block end
 	return err
 }
 
 func readmeRedisStream(ctx context.Context, store idem.Store, rdb *redis.Client, host string, order []byte, send func(context.Context, string, []byte) error) error {
-	// README: redisstream
+	// block: redisstream
 	// The producer: XADD with the order id in the Idem-Id field, the consumers' key.
 	if _, err := redisstream.Publish(ctx, rdb, "orders", "order-1042", order); err != nil {
 		return err
@@ -115,12 +109,12 @@ func readmeRedisStream(ctx context.Context, store idem.Store, rdb *redis.Client,
 		return nil, send(ctx, idem.DeriveKey(ctx, "mail"), redisstream.MessageOf(m).Payload)
 	})
 	err = redisstream.Consume(ctx, rdb, g, h, redisstream.Options{Stream: "orders", Group: "billing", Consumer: host, DeadLetterStream: "orders.dlq"})
-	// README end
+	// block end
 	return err
 }
 
 func readmeSQS(ctx context.Context, store idem.Store, client *sqs.Client, order string) error {
-	// README: sqs
+	// block: sqs
 	queue, dlq := "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq.fifo"
 	// The producer: the order id in the Idem-Id attribute; on a FIFO queue a deduplication id from the id and the content.
 	_, err := sqsidem.Send(ctx, client, "order-1042", &sqs.SendMessageInput{QueueUrl: aws.String(queue), MessageBody: aws.String(order), MessageGroupId: aws.String("customer-7")})
@@ -136,7 +130,7 @@ func readmeSQS(ctx context.Context, store idem.Store, client *sqs.Client, order 
 		return nil, err
 	})
 	err = sqsidem.Consume(ctx, client, g, h, sqsidem.Options{QueueURL: queue, DeadLetterQueueURL: dlq})
-	// README end
+	// block end
 	return err
 }
 
