@@ -18,7 +18,10 @@
 // The key is the guard's key function over MessageOf: the Idem-Id
 // property (HeaderID, which Send sets), else the event's MessageID; or
 // idem.CloudEventsKey over the CloudEvents AMQP binding's cloudEvents:*
-// properties. Both modes run: Handle (two-phase record, with a lease) and
+// properties. azeventhubs gives an event it batches without a MessageID
+// a random one, so a producer that sets none re-sends under a new key:
+// set MessageID (Send refuses an event without one) or Idem-Id. Both
+// modes run: Handle (two-phase record, with a lease) and
 // HandleTx (the transactional inbox, the marker in the business
 // transaction).
 //

@@ -22,6 +22,7 @@ type memCheckpoints struct {
 	owners map[string]azeventhubs.Ownership
 	marks  map[string]azeventhubs.Checkpoint
 	n      int
+	steals int // claims of a partition another Processor owned (not given up)
 }
 
 func newMemCheckpoints() *memCheckpoints {
@@ -36,6 +37,9 @@ func (s *memCheckpoints) ClaimOwnership(_ context.Context, want []azeventhubs.Ow
 		cur, ok := s.owners[o.PartitionID]
 		if ok && (o.ETag == nil || cur.ETag == nil || *o.ETag != *cur.ETag) {
 			continue
+		}
+		if ok && cur.OwnerID != "" && cur.OwnerID != o.OwnerID {
+			s.steals++
 		}
 		s.n++
 		tag := azcore.ETag(strconv.Itoa(s.n))
@@ -64,6 +68,25 @@ func (s *memCheckpoints) ListOwnership(context.Context, string, string, string, 
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// owned is how many partitions are owned (not given up).
+func (s *memCheckpoints) owned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, o := range s.owners {
+		if o.OwnerID != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *memCheckpoints) stolen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.steals
 }
 
 func (s *memCheckpoints) SetCheckpoint(_ context.Context, c azeventhubs.Checkpoint, _ *azeventhubs.SetCheckpointOptions) error {
