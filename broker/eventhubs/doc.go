@@ -36,6 +36,12 @@
 // offset and enqueued time (DeadLetter); DeadLetterOf reads one and
 // Replay sends its original back.
 //
+// HandleCheckpoint is a third mode: the partition's checkpoint is written
+// in the transaction of the event's effects and its key's marker, through
+// a CheckpointStore in the business database
+// (broker/eventhubs/checkpointstore), as broker/kafka's HandleCheckpoint
+// does with Kafka positions.
+//
 // The guard's scope defaults to the hub and the consumer group (Scope),
 // so two consumer groups of one hub never block each other.
 //
