@@ -104,7 +104,7 @@ func (b *pgBackend) checkOnce(t *testing.T, n int) {
 	}
 }
 
-func (b *pgBackend) count(t *testing.T, q string) int {
+func (b *pgBackend) count(t testing.TB, q string) int {
 	t.Helper()
 	var n int
 	if err := b.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {

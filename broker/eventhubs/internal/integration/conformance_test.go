@@ -32,7 +32,7 @@ const suitePartitions = 4
 
 // suiteBroker is the adapter on one hub, as brokertest sees it.
 type suiteBroker struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *eventhubstest.Server
 	hub  string
 	dlq  string
@@ -49,7 +49,7 @@ type suiteBroker struct {
 	down sync.WaitGroup // consumers winding down after Stop or Kill
 }
 
-func newSuiteBroker(t *testing.T) *suiteBroker {
+func newSuiteBroker(t testing.TB) *suiteBroker {
 	t.Helper()
 	srv, err := eventhubstest.NewServer()
 	if err != nil {
@@ -255,7 +255,7 @@ func (b *suiteBroker) start(sc brokertest.Consumer, h eventhubs.Handler) (*suite
 
 // eventHooks calls hooks with the events as MessageOf maps them, and logs
 // the consumer's errors.
-func eventHooks(t *testing.T, hooks broker.Hooks[idem.Message]) broker.Hooks[*azeventhubs.ReceivedEventData] {
+func eventHooks(t testing.TB, hooks broker.Hooks[idem.Message]) broker.Hooks[*azeventhubs.ReceivedEventData] {
 	wrap := func(f func(context.Context, idem.Message, broker.Report)) func(context.Context, *azeventhubs.ReceivedEventData, broker.Report) {
 		if f == nil {
 			return nil
