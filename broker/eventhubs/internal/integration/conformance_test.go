@@ -55,7 +55,7 @@ func newSuiteBroker(t testing.TB) *suiteBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &suiteBroker{t: t, srv: srv, hub: "suite", dlq: "suite-dlq", cps: newMemCheckpoints()}
+	b := &suiteBroker{t: t, srv: srv, hub: "suite", dlq: "suite-dlq", cps: eventhubstest.NewCheckpointStore()}
 	if err := srv.CreateHub(b.hub, eventhubstest.HubOptions{Partitions: suitePartitions}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,97 +3,55 @@ package integration_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/idemgo/idem/broker/eventhubs/eventhubstest"
 )
 
-// memCheckpoints is an in-memory azeventhubs.CheckpointStore, shared by
-// the Processors of a test as a blob container would be.
-type memCheckpoints struct {
-	mu     sync.Mutex
-	owners map[string]azeventhubs.Ownership
-	marks  map[string]azeventhubs.Checkpoint
-	n      int
-	steals int // claims of a partition another Processor owned (not given up)
+// steals counts the claims of partitions another Processor owned (not
+// given up) on a shared CheckpointStore.
+type steals struct {
+	azeventhubs.CheckpointStore
+	n atomic.Int64
 }
 
-func newMemCheckpoints() *memCheckpoints {
-	return &memCheckpoints{owners: map[string]azeventhubs.Ownership{}, marks: map[string]azeventhubs.Checkpoint{}}
-}
-
-func (s *memCheckpoints) ClaimOwnership(_ context.Context, want []azeventhubs.Ownership, _ *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var got []azeventhubs.Ownership
-	for _, o := range want {
-		cur, ok := s.owners[o.PartitionID]
-		if ok && (o.ETag == nil || cur.ETag == nil || *o.ETag != *cur.ETag) {
-			continue
+func (s *steals) ClaimOwnership(ctx context.Context, want []azeventhubs.Ownership, opts *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	if len(want) == 0 {
+		return nil, nil
+	}
+	w := want[0]
+	before, err := s.ListOwnership(ctx, w.FullyQualifiedNamespace, w.EventHubName, w.ConsumerGroup, nil)
+	if err != nil {
+		return nil, err
+	}
+	got, err := s.CheckpointStore.ClaimOwnership(ctx, want, opts)
+	for _, o := range got {
+		for _, b := range before {
+			if b.PartitionID == o.PartitionID && b.OwnerID != "" && b.OwnerID != o.OwnerID {
+				s.n.Add(1)
+			}
 		}
-		if ok && cur.OwnerID != "" && cur.OwnerID != o.OwnerID {
-			s.steals++
-		}
-		s.n++
-		tag := azcore.ETag(strconv.Itoa(s.n))
-		o.ETag, o.LastModifiedTime = &tag, time.Now().UTC()
-		s.owners[o.PartitionID] = o
-		got = append(got, o)
 	}
-	return got, nil
+	return got, err
 }
 
-func (s *memCheckpoints) ListCheckpoints(context.Context, string, string, string, *azeventhubs.ListCheckpointsOptions) ([]azeventhubs.Checkpoint, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []azeventhubs.Checkpoint
-	for _, c := range s.marks {
-		out = append(out, c)
+// owned is how many of hub's partitions are owned (not given up).
+func owned(t testing.TB, cps azeventhubs.CheckpointStore, srv *eventhubstest.Server, hub string) int {
+	own, err := cps.ListOwnership(context.Background(), srv.Addr(), hub, azeventhubs.DefaultConsumerGroup, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, nil
-}
-
-func (s *memCheckpoints) ListOwnership(context.Context, string, string, string, *azeventhubs.ListOwnershipOptions) ([]azeventhubs.Ownership, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []azeventhubs.Ownership
-	for _, o := range s.owners {
-		out = append(out, o)
-	}
-	return out, nil
-}
-
-// owned is how many partitions are owned (not given up).
-func (s *memCheckpoints) owned() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
-	for _, o := range s.owners {
+	for _, o := range own {
 		if o.OwnerID != "" {
 			n++
 		}
 	}
 	return n
-}
-
-func (s *memCheckpoints) stolen() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.steals
-}
-
-func (s *memCheckpoints) SetCheckpoint(_ context.Context, c azeventhubs.Checkpoint, _ *azeventhubs.SetCheckpointOptions) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.marks[c.PartitionID] = c
-	return nil
 }
 
 // errDead is what a killed consumer's checkpoint store answers.

@@ -114,20 +114,21 @@ func TestOwnershipMovesMidStream(t *testing.T) {
 			Hooks: broker.Hooks[idem.Message]{AfterSettle: eff.hook},
 		}
 	}
+	cps := &steals{CheckpointStore: b.cps}
+	b.cps = cps
 	stream(t, b, "own", n)
 	first, err := b.Start(context.Background(), consumer(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cps := b.cps.(*memCheckpoints)
-	waitFor(t, "the first consumer owning every partition", func() bool { return cps.owned() == suitePartitions })
+	waitFor(t, "the first consumer owning every partition", func() bool { return owned(t, cps, b.srv, b.hub) == suitePartitions })
 	second, err := b.Start(context.Background(), consumer(true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The second takes partitions from the first, which is still running.
 	waitFor(t, "the second consumer applying", func() bool { return bySecond.Load() >= 10 })
-	if cps.stolen() == 0 {
+	if cps.n.Load() == 0 {
 		t.Fatal("no partition taken from the running consumer")
 	}
 	if eff.distinct() == n {
