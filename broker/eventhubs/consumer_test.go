@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/idemgo/idem"
@@ -18,77 +16,11 @@ import (
 	"github.com/idemgo/idem/store/memory"
 )
 
-// checkpoints is an in-memory azeventhubs.CheckpointStore for the tests.
-type checkpoints struct {
-	mu     sync.Mutex
-	owners map[string]azeventhubs.Ownership
-	marks  map[string]azeventhubs.Checkpoint
-	n      int
-}
-
-func newCheckpoints() *checkpoints {
-	return &checkpoints{owners: map[string]azeventhubs.Ownership{}, marks: map[string]azeventhubs.Checkpoint{}}
-}
-
-func (s *checkpoints) ClaimOwnership(_ context.Context, want []azeventhubs.Ownership, _ *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var got []azeventhubs.Ownership
-	for _, o := range want {
-		cur, ok := s.owners[o.PartitionID]
-		if ok && (o.ETag == nil || cur.ETag == nil || *o.ETag != *cur.ETag) {
-			continue
-		}
-		s.n++
-		tag := azcore.ETag(strings.Repeat("e", s.n))
-		o.ETag, o.LastModifiedTime = &tag, time.Now().UTC()
-		s.owners[o.PartitionID] = o
-		got = append(got, o)
-	}
-	return got, nil
-}
-
-func (s *checkpoints) ListCheckpoints(context.Context, string, string, string, *azeventhubs.ListCheckpointsOptions) ([]azeventhubs.Checkpoint, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []azeventhubs.Checkpoint
-	for _, c := range s.marks {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (s *checkpoints) ListOwnership(context.Context, string, string, string, *azeventhubs.ListOwnershipOptions) ([]azeventhubs.Ownership, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []azeventhubs.Ownership
-	for _, o := range s.owners {
-		out = append(out, o)
-	}
-	return out, nil
-}
-
-func (s *checkpoints) SetCheckpoint(_ context.Context, c azeventhubs.Checkpoint, _ *azeventhubs.SetCheckpointOptions) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.marks[c.PartitionID] = c
-	return nil
-}
-
-func (s *checkpoints) seq(partition string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.marks[partition]; ok && c.SequenceNumber != nil {
-		return *c.SequenceNumber
-	}
-	return -1
-}
-
 type env struct {
 	srv      *eventhubstest.Server
 	producer *azeventhubs.ProducerClient
 	dlq      *azeventhubs.ProducerClient
-	cps      *checkpoints
+	cps      *eventhubstest.CheckpointStore
 }
 
 func newEnv(t *testing.T) *env {
@@ -103,7 +35,7 @@ func newEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	e := &env{srv: srv, cps: newCheckpoints()}
+	e := &env{srv: srv, cps: eventhubstest.NewCheckpointStore()}
 	e.producer = e.producerOf(t, "orders")
 	e.dlq = e.producerOf(t, "orders-dlq")
 	return e
@@ -133,6 +65,17 @@ func (e *env) processor(t *testing.T) *azeventhubs.Processor {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// seq is the sequence number of partition's checkpoint (-1: none).
+func (e *env) seq(partition string) int64 {
+	cps, _ := e.cps.ListCheckpoints(context.Background(), e.srv.Addr(), "orders", azeventhubs.DefaultConsumerGroup, nil)
+	for _, c := range cps {
+		if c.PartitionID == partition && c.SequenceNumber != nil {
+			return *c.SequenceNumber
+		}
+	}
+	return -1
 }
 
 func event(id, body string) *azeventhubs.EventData {
@@ -189,7 +132,7 @@ func TestConsumerDedupAndDeadLetter(t *testing.T) {
 			part = id
 		}
 	}
-	waitFor(t, "the checkpoint past the fourth event", func() bool { return e.cps.seq(part) == 3 })
+	waitFor(t, "the checkpoint past the fourth event", func() bool { return e.seq(part) == 3 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -18,7 +18,10 @@
 // The key is the guard's key function over MessageOf: the Idem-Id
 // property (HeaderID, which Send sets), else the event's MessageID; or
 // idem.CloudEventsKey over the CloudEvents AMQP binding's cloudEvents:*
-// properties. Both modes run: Handle (two-phase record, with a lease) and
+// properties. azeventhubs gives an event it batches without a MessageID
+// a random one, so a producer that sets none re-sends under a new key:
+// set MessageID (Send refuses an event without one) or Idem-Id. Both
+// modes run: Handle (two-phase record, with a lease) and
 // HandleTx (the transactional inbox, the marker in the business
 // transaction).
 //
@@ -32,6 +35,12 @@
 // idem's properties and the original hub, partition, sequence number,
 // offset and enqueued time (DeadLetter); DeadLetterOf reads one and
 // Replay sends its original back.
+//
+// HandleCheckpoint is a third mode: the partition's checkpoint is written
+// in the transaction of the event's effects and its key's marker, through
+// a CheckpointStore in the business database
+// (broker/eventhubs/checkpointstore), as broker/kafka's HandleCheckpoint
+// does with Kafka positions.
 //
 // The guard's scope defaults to the hub and the consumer group (Scope),
 // so two consumer groups of one hub never block each other.

@@ -28,6 +28,7 @@ type partition struct {
 // partition client.
 func (p *partition) work(ctx context.Context, stop <-chan struct{}) {
 	p.proc = p.c.eng.Processor(transport{p: p})
+	ctx = context.WithValue(ctx, partitionKey{}, p.pc) // for HandleCheckpoint
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		p.pc.Close(cctx)

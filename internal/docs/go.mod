@@ -15,6 +15,7 @@ require (
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/amqp v0.1.0
 	github.com/idemgo/idem/broker/eventhubs v0.1.0
+	github.com/idemgo/idem/broker/eventhubs/checkpointstore v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/mqtt v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0

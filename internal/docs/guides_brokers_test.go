@@ -24,6 +24,7 @@ import (
 	"github.com/idemgo/idem"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
 	"github.com/idemgo/idem/broker/eventhubs"
+	"github.com/idemgo/idem/broker/eventhubs/checkpointstore"
 	"github.com/idemgo/idem/broker/kafka"
 	mqttidem "github.com/idemgo/idem/broker/mqtt"
 	natsidem "github.com/idemgo/idem/broker/nats"
@@ -355,4 +356,27 @@ func guideEventHubs(ctx context.Context, store idem.Store, p *azeventhubs.Proces
 	return err
 }
 
-var _ = []any{guideEventHubs, helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}
+func guideEventHubsCheckpoint(ctx context.Context, pgStore *postgres.Store, consumerClient *azeventhubs.ConsumerClient, dlqProducer *azeventhubs.ProducerClient) error {
+	// block: eventhubs-checkpoint
+	cps, err := checkpointstore.New(pgStore, checkpointstore.Options{}) // ownership and checkpoints beside idem's records
+	if err != nil {
+		return err
+	}
+	p, err := azeventhubs.NewProcessor(consumerClient, cps, nil) // Processors balance the partitions through it
+	if err != nil {
+		return err
+	}
+	g, err := eventhubs.NewGuard(pgStore, "orders", azeventhubs.DefaultConsumerGroup, idem.Options{}) // scope: hub and consumer group
+	if err != nil {
+		return err
+	}
+	h := eventhubs.HandleCheckpoint(func(ctx context.Context, tx pgx.Tx, ev *azeventhubs.ReceivedEventData) error {
+		_, err := tx.Exec(ctx, `insert into charges(order_id, body) values ($1, $2)`, *ev.MessageID, ev.Body)
+		return err // the charge, the key's marker and the checkpoint commit together
+	})
+	err = eventhubs.Consume(ctx, p, g, h, eventhubs.Options{DeadLetter: dlqProducer, EventHub: "orders"})
+	// block end
+	return err
+}
+
+var _ = []any{guideEventHubsCheckpoint, guideEventHubs, helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}

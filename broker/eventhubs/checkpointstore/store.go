@@ -1,0 +1,178 @@
+// Package checkpointstore is an azeventhubs.CheckpointStore in the
+// business database, beside idem's records: partition ownership, claimed
+// with ETag-style concurrency as the SDK's Blob Storage store does, and
+// checkpoints, which eventhubs.HandleCheckpoint writes in the transaction
+// of each event's effects.
+//
+//	cps, _ := checkpointstore.New(pgStore, checkpointstore.Options{}) // store/postgres
+//	_ = cps.Migrate(ctx)
+//	p, _ := azeventhubs.NewProcessor(consumerClient, cps, nil)
+//	err := eventhubs.Consume(ctx, p, g, eventhubs.HandleCheckpoint(apply), opts)
+//
+// Processors on one Store balance a hub's partitions between them as on
+// Blob Storage. A checkpoint only ever moves forward: SetCheckpoint
+// behind the stored one changes nothing (delete the row to start a
+// partition over). It is a module of its own so that the database driver
+// stays out of the module graph of users of broker/eventhubs on Blob
+// Storage.
+package checkpointstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/broker/eventhubs"
+)
+
+// Default table names.
+const (
+	DefaultOwnershipTable  = "idem_eventhubs_ownership"
+	DefaultCheckpointTable = "idem_eventhubs_checkpoints"
+)
+
+// Options name the tables. The zero value takes the defaults.
+type Options struct {
+	// OwnershipTable and CheckpointTable are plain identifiers, optionally
+	// qualified by a schema ("billing.eh_ownership"), of at most 63 bytes
+	// each part. Defaults DefaultOwnershipTable, DefaultCheckpointTable.
+	OwnershipTable, CheckpointTable string
+}
+
+// Store is an azeventhubs.CheckpointStore on the database of an idem
+// store with transactions. Its methods are safe for concurrent use.
+type Store struct {
+	d dialect
+}
+
+var _ azeventhubs.CheckpointStore = (*Store)(nil)
+
+// dialect is the SQL of one kind of transaction.
+type dialect interface {
+	inTx(ctx context.Context, fn func(ctx context.Context, tx any) error) error
+	migrate(ctx context.Context, tx any) error
+	// claim takes o if its ETag is the row's (nil: no row yet), returning
+	// the new ETag and time; ok false when another claim came first.
+	claim(ctx context.Context, tx any, o azeventhubs.Ownership) (etag string, at time.Time, ok bool, err error)
+	ownerships(ctx context.Context, tx any, ns, hub, group string) ([]azeventhubs.Ownership, error)
+	checkpoints(ctx context.Context, tx any, ns, hub, group string) ([]azeventhubs.Checkpoint, error)
+	// advance moves c's partition to c if the stored checkpoint is behind
+	// it (false otherwise), creating the row if there is none; it takes
+	// the row's lock.
+	advance(ctx context.Context, tx any, c azeventhubs.Checkpoint) (bool, error)
+}
+
+// ErrInvalidTable is wrapped (with idem.ErrInvalidOptions) for a table
+// name that is not an identifier.
+var ErrInvalidTable = errors.New("checkpointstore: invalid table name")
+
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// New returns the Store on st's database: st is store/postgres (pgx.Tx).
+// A store without pgx.Tx transactions is refused with idem.ErrNoTx; a table
+// name that is not an identifier, with ErrInvalidTable.
+func New(st idem.Store, opts Options) (*Store, error) {
+	if opts.OwnershipTable == "" {
+		opts.OwnershipTable = DefaultOwnershipTable
+	}
+	if opts.CheckpointTable == "" {
+		opts.CheckpointTable = DefaultCheckpointTable
+	}
+	for _, n := range []string{opts.OwnershipTable, opts.CheckpointTable} {
+		if !nameRE.MatchString(n) {
+			return nil, fmt.Errorf("%w: %w %q", idem.ErrInvalidOptions, ErrInvalidTable, n)
+		}
+	}
+	switch ts := st.(type) {
+	case idem.TxStore[pgx.Tx]:
+		return &Store{d: newPgx(ts, opts)}, nil
+	}
+	return nil, fmt.Errorf("%w: checkpointstore: %T has no pgx.Tx transactions", idem.ErrNoTx, st)
+}
+
+// Migrate creates the tables if they do not exist. Run it once before the
+// Processors start, as the idem store's own Migrate.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.d.inTx(ctx, s.d.migrate); err != nil {
+		return fmt.Errorf("checkpointstore: create tables: %w", err)
+	}
+	return nil
+}
+
+// ClaimOwnership claims each ownership whose ETag is the stored one (nil:
+// a partition never owned) and returns those it claimed, with their new
+// ETag and time; the others were claimed by another Processor first.
+func (s *Store) ClaimOwnership(ctx context.Context, want []azeventhubs.Ownership, _ *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	var got []azeventhubs.Ownership
+	for _, o := range want {
+		err := s.d.inTx(ctx, func(ctx context.Context, tx any) error {
+			etag, at, ok, err := s.d.claim(ctx, tx, o)
+			if ok {
+				tag := azcore.ETag(etag)
+				o.ETag, o.LastModifiedTime = &tag, at
+				got = append(got, o)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("checkpointstore: claim partition %s: %w", o.PartitionID, err)
+		}
+	}
+	return got, nil
+}
+
+// ListOwnership lists the ownerships of a hub's consumer group.
+func (s *Store) ListOwnership(ctx context.Context, ns, hub, group string, _ *azeventhubs.ListOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	var out []azeventhubs.Ownership
+	err := s.d.inTx(ctx, func(ctx context.Context, tx any) (err error) {
+		out, err = s.d.ownerships(ctx, tx, ns, hub, group)
+		return err
+	})
+	return out, err
+}
+
+// ListCheckpoints lists the checkpoints of a hub's consumer group.
+func (s *Store) ListCheckpoints(ctx context.Context, ns, hub, group string, _ *azeventhubs.ListCheckpointsOptions) ([]azeventhubs.Checkpoint, error) {
+	var out []azeventhubs.Checkpoint
+	err := s.d.inTx(ctx, func(ctx context.Context, tx any) (err error) {
+		out, err = s.d.checkpoints(ctx, tx, ns, hub, group)
+		return err
+	})
+	return out, err
+}
+
+// SetCheckpoint moves c's partition forward to c. In HandleCheckpoint's
+// transaction (eventhubs.TxCheckpointFrom) it writes there, and returns
+// an error wrapping eventhubs.ErrCheckpointBehind when the checkpoint is
+// at or past c already; otherwise in a transaction of its own, and a
+// checkpoint behind the stored one changes nothing.
+func (s *Store) SetCheckpoint(ctx context.Context, c azeventhubs.Checkpoint, _ *azeventhubs.SetCheckpointOptions) error {
+	if c.SequenceNumber == nil {
+		return errors.New("checkpointstore: a checkpoint without a sequence number")
+	}
+	if tc := eventhubs.TxCheckpointFrom(ctx); tc != nil {
+		moved, err := s.d.advance(tc.Ctx, tc.Tx, c)
+		if err != nil {
+			return err
+		}
+		tc.Written()
+		if !moved {
+			return fmt.Errorf("partition %s at sequence number %d: %w", c.PartitionID, *c.SequenceNumber, eventhubs.ErrCheckpointBehind)
+		}
+		return nil
+	}
+	return s.d.inTx(ctx, func(ctx context.Context, tx any) error {
+		_, err := s.d.advance(ctx, tx, c)
+		return err
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
