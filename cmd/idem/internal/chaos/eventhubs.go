@@ -49,27 +49,16 @@ const (
 // ehTables are the checkpoint store's tables of the run.
 var ehTables = checkpointstore.Options{OwnershipTable: "idem_chaos_eh_ownership", CheckpointTable: "idem_chaos_eh_checkpoints"}
 
-// ehServer is the harness's eventhubstest.
-type ehServer struct{ srv *eventhubstest.Server }
-
-// StartEventHubs starts the harness's in-process Event Hubs.
+// StartEventHubs starts the harness's in-process Event Hubs; its URL is
+// the namespace's connection string, what the consumer processes connect
+// with.
 func StartEventHubs(context.Context) (Server, error) {
 	srv, err := eventhubstest.NewServer()
 	if err != nil {
 		return nil, fmt.Errorf("chaos: eventhubstest: %w", err)
 	}
-	return &ehServer{srv: srv}, nil
+	return &memServer[*eventhubstest.Server]{srv: srv, name: "eventhubstest", url: srv.ConnectionString(), close: srv.Close}, nil
 }
-
-// URL is the namespace's connection string: what the consumer processes
-// connect with.
-func (s *ehServer) URL() string { return s.srv.ConnectionString() }
-
-func (s *ehServer) Restart(context.Context) error {
-	return errors.New("chaos: eventhubstest keeps its events in memory: it is never restarted")
-}
-
-func (s *ehServer) Stop() { s.srv.Close() }
 
 type ehBus struct {
 	srv              *eventhubstest.Server
@@ -82,7 +71,7 @@ type ehBus struct {
 }
 
 func openEventHubs(ctx context.Context, e *env, maxDeliveries int, naive bool) (bus, error) {
-	srv, ok := e.broker.(*ehServer)
+	srv, ok := e.broker.(*memServer[*eventhubstest.Server])
 	if !ok {
 		return nil, errors.New("chaos: Event Hubs runs on the harness's own eventhubstest only")
 	}

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,6 +159,22 @@ func Redact(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// cutKeys takes the named keys (in lower case; matched in any case) out
+// of a connection string: their values, and the string without them.
+func cutKeys(conn string, keys ...string) (map[string]string, string) {
+	vals := map[string]string{}
+	var kept []string
+	for _, p := range strings.Split(conn, ";") {
+		k, v, _ := strings.Cut(p, "=")
+		if k = strings.ToLower(strings.TrimSpace(k)); slices.Contains(keys, k) {
+			vals[k] = strings.TrimSpace(v)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return vals, strings.Join(kept, ";")
 }
 
 // param is the URL's query parameter name, required or not.

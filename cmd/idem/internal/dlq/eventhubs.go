@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
@@ -39,22 +38,14 @@ type ehQueue struct {
 // string). u is not read.
 func OpenEventHubs(_ context.Context, _ *url.URL, raw string) (Queue, error) {
 	q := &ehQueue{name: Redact(raw), group: azeventhubs.DefaultConsumerGroup}
-	var kept []string
-	for _, p := range strings.Split(raw[len(EventHubsPrefix):], ";") {
-		k, v, _ := strings.Cut(p, "=")
-		switch strings.ToLower(strings.TrimSpace(k)) {
-		case "entitypath":
-			q.hub = strings.TrimSpace(v)
-		case "consumergroup":
-			q.group = strings.TrimSpace(v)
-		default:
-			kept = append(kept, p)
-		}
-	}
-	if q.hub == "" {
+	vals, conn := cutKeys(raw[len(EventHubsPrefix):], "entitypath", "consumergroup")
+	if q.hub = vals["entitypath"]; q.hub == "" {
 		return nil, fmt.Errorf("%w: %s needs EntityPath=HUB: the dead-letter event hub to read", ErrBadURL, q.name)
 	}
-	q.conn = strings.Join(kept, ";")
+	if g := vals["consumergroup"]; g != "" {
+		q.group = g
+	}
+	q.conn = conn
 	cc, err := azeventhubs.NewConsumerClientFromConnectionString(q.conn, q.hub, q.group, &azeventhubs.ConsumerClientOptions{
 		RetryOptions: azeventhubs.RetryOptions{MaxRetries: 2}}) // an operator's tool: an answer, not minutes of retries
 	if err != nil {
