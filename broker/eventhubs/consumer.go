@@ -62,13 +62,26 @@ func Consume(ctx context.Context, p *azeventhubs.Processor, g *idem.Guard, h Han
 // Run runs the processor and handles the events of every partition it
 // owns until ctx ends; then each partition finishes the event it is on
 // (its handler's context cancelled after ShutdownTimeout), checkpoints
-// and closes, and Run returns nil. It returns the processor's error if
-// the processor stops on its own.
+// and closes, and Run returns nil. If the processor stops on its own (its
+// CheckpointStore failed: it has closed its partition clients), the
+// partitions stop the same way and Run returns the processor's error.
 func (c *Consumer) Run(ctx context.Context) error {
 	pctx, stopProcessor := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopProcessor()
 	perr := make(chan error, 1)
-	go func() { perr <- c.p.Run(pctx) }()
+	processorDone := make(chan struct{})
+	go func() {
+		defer close(processorDone)
+		perr <- c.p.Run(pctx)
+	}()
+	stop := make(chan struct{}) // ctx ended, or the processor stopped
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-processorDone:
+		}
+		close(stop)
+	}()
 
 	var wg sync.WaitGroup
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
@@ -77,7 +90,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// Graceful first: each partition finishes its event; then, after
 		// ShutdownTimeout, the handlers' contexts end.
 		select {
-		case <-ctx.Done():
+		case <-stop:
 		case <-hard.Done():
 			return
 		}
@@ -98,7 +111,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			part.work(hard, ctx.Done())
+			part.work(hard, stop)
 		}()
 	}
 	wg.Wait()

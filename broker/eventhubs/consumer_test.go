@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,5 +203,61 @@ func TestOptionsRefused(t *testing.T) {
 	}
 	if err := eventhubs.Send(context.Background(), e.producer, nil, &azeventhubs.EventData{Body: []byte("x")}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Errorf("Send without MessageID: %v", err)
+	}
+}
+
+// failingStore is a CheckpointStore whose ownership claims fail once
+// failing is set, as a database that went away.
+type failingStore struct {
+	*eventhubstest.CheckpointStore
+	failing atomic.Bool
+}
+
+var errStoreGone = errors.New("checkpoint store unreachable")
+
+func (f *failingStore) ClaimOwnership(ctx context.Context, o []azeventhubs.Ownership, opts *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	if f.failing.Load() {
+		return nil, errStoreGone
+	}
+	return f.CheckpointStore.ClaimOwnership(ctx, o, opts)
+}
+
+// A Processor whose CheckpointStore fails stops and closes its partition
+// clients: the consumer's partitions stop with it, and Run returns the
+// processor's error (it spun on the closed clients for ever before).
+func TestConsumerStopsWithItsProcessor(t *testing.T) {
+	e := newEnv(t)
+	fs := &failingStore{CheckpointStore: e.cps}
+	e.cps = nil
+	cc, err := azeventhubs.NewConsumerClientFromConnectionString(e.srv.ConnectionString(), "orders", azeventhubs.DefaultConsumerGroup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close(context.Background()) })
+	p, err := azeventhubs.NewProcessor(cc, fs, &azeventhubs.ProcessorOptions{UpdateInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := eventhubs.NewGuard(memory.New(), "orders", azeventhubs.DefaultConsumerGroup, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := eventhubs.Handle(func(context.Context, *azeventhubs.ReceivedEventData) ([]byte, error) { return nil, nil })
+	done := make(chan error, 1)
+	go func() {
+		done <- eventhubs.Consume(context.Background(), p, g, h, eventhubs.Options{DeadLetter: e.dlq, EventHub: "orders", ReceiveWait: 50 * time.Millisecond})
+	}()
+	waitFor(t, "both partitions owned", func() bool {
+		own, _ := fs.ListOwnership(context.Background(), e.srv.Addr(), "orders", azeventhubs.DefaultConsumerGroup, nil)
+		return len(own) == 2
+	})
+	fs.failing.Store(true)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errStoreGone) {
+			t.Fatalf("Consume returned %v, want the checkpoint store's error", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Consume still runs 15s after its Processor stopped")
 	}
 }

@@ -89,7 +89,18 @@ The broker is one of:
                     when their lock ends), the complete after the commit, the
                     queue's MaxDeliveryCount the delivery limit (the
                     consumers' MaxDeliveries to match), and its
-                    $DeadLetterQueue; in memory, so never restarted.
+                    $DeadLetterQueue; in memory, so never restarted;
+  --broker eventhubs
+                    Azure Event Hubs on eventhubstest, hosted by the harness
+                    on a loopback port and reached by its connection string
+                    with the real azeventhubs client: a hub of 4 partitions,
+                    an azeventhubs.Processor in every consumer balancing them
+                    through broker/eventhubs/checkpointstore on the run's
+                    PostgreSQL (so --store postgres only), the checkpoint
+                    after each batch (a consumer killed between an event's
+                    commit and its batch's checkpoint leaves the batch to be
+                    read again), the key the Idem-Id property alone, and a
+                    dead-letter hub; in memory, so never restarted.
 
 The brokers are those of idem dlq's table of drivers (idem dlq --help).
 ` + watermillNote + `
@@ -131,8 +142,8 @@ it), on RabbitMQ the quorum queue's x-delivery-limit, with the consumer's
 MaxDeliveries set to match and the queue dead-lettering what it drops to
 the dead-letter queue, on Service Bus the queue's MaxDeliveryCount, with
 the consumer's MaxDeliveries set to match, and on Kafka, Redis Streams,
-MQTT, SQS and Pub/Sub (their queue and subscription without a redrive or
-dead-letter policy), the consumer's MaxDeliveries only. Without it the
+MQTT, SQS, Pub/Sub (their queue and subscription without a redrive or
+dead-letter policy) and Event Hubs, the consumer's MaxDeliveries only. Without it the
 limit is 100 on NATS, RabbitMQ and Service Bus and there is none on the
 others. The handler fails about 1% of the
 orders twice before it charges them, and with --max-deliver 0.3% every
@@ -146,7 +157,9 @@ consumer processes' own count on RabbitMQ (the highest delivery tag of each
 channel), Kafka (the records their clients handed them), Redis Streams
 (the entries XREADGROUP and XAUTOCLAIM handed them), MQTT (the PUBLISHes
 their sessions received), SQS (the messages their receives returned) and
-Pub/Sub and Service Bus (the deliveries their consumers settled).`,
+Pub/Sub, Service Bus and Event Hubs (the deliveries their consumers
+settled; on Event Hubs the naive consumer's, the events its receives
+returned).`,
 		Example: `  idem chaos
   idem chaos --store redis --orders 20000 --consumers 4 --seed 7
   idem chaos --store mysql --broker amqp
@@ -156,6 +169,7 @@ Pub/Sub and Service Bus (the deliveries their consumers settled).`,
   idem chaos --store sqlite --broker sqs
   idem chaos --store postgres --broker pubsub
   idem chaos --store sqlite --broker servicebus
+  idem chaos --store postgres --broker eventhubs --max-deliver 4
   idem chaos --orders 12000 --consumers 4 --max-deliver 4 --store-restarts 3
   idem chaos --json --quiet
   idem chaos --store postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222 \
@@ -167,6 +181,9 @@ Pub/Sub and Service Bus (the deliveries their consumers settled).`,
 			}
 			if err := chaosBroker(&cfg, brokerArg); err != nil {
 				return err
+			}
+			if cfg.Broker == "eventhubs" && cfg.Store != "postgres" {
+				return usagef("--broker eventhubs: the consumers' Processors keep their ownership and checkpoints in broker/eventhubs/checkpointstore, on PostgreSQL: --store postgres")
 			}
 			if cfg.Orders < 1 || cfg.Consumers < 1 || cfg.Concurrency < 1 {
 				return usagef("--orders, --consumers and --concurrency must be at least 1")
@@ -208,7 +225,7 @@ Pub/Sub and Service Bus (the deliveries their consumers settled).`,
 	}
 	f := c.Flags()
 	f.StringVar(&store, "store", "postgres", "postgres, mysql, sqlite or redis: a private server (a file for sqlite); or your postgres://, mysql://, sqlite:// or redis:// URL")
-	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server), mqtt (a private mosquitto), sqs (sqstest), pubsub (pstest) or servicebus (servicebustest); or your nats://, amqp://, redis:// or mqtt:// URL")
+	f.StringVar(&brokerArg, "broker", "nats", "nats (a private nats-server), amqp (RabbitMQ at IDEM_AMQP_URL, own queues), kafka (kfake), redisstream (a private redis-server), mqtt (a private mosquitto), sqs (sqstest), pubsub (pstest), servicebus (servicebustest) or eventhubs (eventhubstest, with --store postgres); or your nats://, amqp://, redis:// or mqtt:// URL")
 	f.StringVar(&cfg.RestartStore, "restart-store", "", "shell command that restarts your store mid-run")
 	f.StringVar(&cfg.RestartBroker, "restart-broker", "", "shell command that restarts your broker mid-run")
 	f.IntVar(&cfg.Orders, "orders", 3000, "unique orders to publish")

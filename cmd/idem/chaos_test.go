@@ -18,9 +18,11 @@ func TestChaosUsageErrors(t *testing.T) {
 	}{
 		{"unknown store", []string{"chaos", "--store", "mongodb"}, "postgres, mysql, sqlite or redis"},
 		{"unknown store url", []string{"chaos", "--store", "mongodb://127.0.0.1/x"}, "postgres, mysql, sqlite or redis"},
-		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, servicebus, redisstream, mqtt, sqs, pubsub"},
+		{"unknown broker", []string{"chaos", "--broker", "pulsar"}, "nats, amqp, kafka, servicebus, eventhubs, redisstream, mqtt, sqs, pubsub"},
 		{"sqs url", []string{"chaos", "--broker", "sqs://127.0.0.1:9324?dlq=x"}, "pass --broker sqs"},
 		{"servicebus connection string", []string{"chaos", "--broker", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s"}, "pass --broker servicebus"},
+		{"eventhubs connection string", []string{"chaos", "--broker", "eventhubs:Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s"}, "pass --broker eventhubs"},
+		{"eventhubs on sqlite", []string{"chaos", "--broker", "eventhubs", "--store", "sqlite"}, "--store postgres"},
 		{"redis without url", []string{"chaos", "--broker", "redis"}, "--broker redisstream"},
 		{"kafka url", []string{"chaos", "--broker", "kafka://127.0.0.1:9092"}, "kfake"},
 		{"no orders", []string{"chaos", "--orders", "0"}, "--orders"},

@@ -60,7 +60,8 @@ func newDLQCmd() *cobra.Command {
 		Long: `dlq reads the dead letters idem's consumers wrote to a broker (NATS
 dead-letter stream, RabbitMQ dead-letter queue, Kafka dead-letter topic,
 Service Bus $DeadLetterQueue, Redis dead-letter stream, MQTT dead-letter
-topic, SQS dead-letter queue, Pub/Sub dead-letter topic), shows one beside the stored record of its
+topic, SQS dead-letter queue, Pub/Sub dead-letter topic, Event Hubs
+dead-letter hub), shows one beside the stored record of its
 key, and replays them through the adapter's Replay: the consumer's record
 then decides, as for any redelivery (a conflict is dead-lettered again, a
 message never completed is processed, one completed meanwhile is a
@@ -72,7 +73,8 @@ duplicate).`,
   idem dlq list --broker 'redis://localhost:6379?dlq=orders.dlq'
   idem dlq list --broker 'sqs://?dlq=orders-dlq&region=eu-west-1'
   idem dlq replay --all --broker 'pubsub://my-project?dlq=orders-dlq-reader'
-  idem dlq list --broker 'mqtt://localhost:1883?dlq=dlq/sensors&client=ops-dlq'`,
+  idem dlq list --broker 'mqtt://localhost:1883?dlq=dlq/sensors&client=ops-dlq'
+  idem dlq list --broker 'eventhubs:Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=ops;SharedAccessKey=...;EntityPath=orders-dlq'`,
 	}
 	c.Long += "\n\n" + brokerForms()
 	c.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQReplayCmd())
@@ -353,8 +355,8 @@ func newDLQReplayCmd() *cobra.Command {
 		Long: `replay sends dead letters back to where they came from with the adapter's
 Replay and removes each replayed one from the dead-letter entity (NATS
 deletes it, RabbitMQ acks it, Service Bus completes it, Redis deletes the
-entry, SQS deletes the message, Pub/Sub acks it; Kafka keeps it: a topic
-cannot drop one record; MQTT acks it in the dead-letter session, in
+entry, SQS deletes the message, Pub/Sub acks it; Kafka and Event Hubs
+keep it: a topic cannot drop one record, nor a hub one event; MQTT acks it in the dead-letter session, in
 order: a dead letter behind one not replayed is refused). Name them by id (as list prints them,
 space- or comma-separated), or take every one of a --reason, or --all.
 It lists the selection and asks before replaying (--yes does not ask).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +19,8 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
 	amqpidem "github.com/idemgo/idem/broker/amqp"
+	"github.com/idemgo/idem/broker/eventhubs"
+	"github.com/idemgo/idem/broker/eventhubs/eventhubstest"
 	"github.com/idemgo/idem/broker/kafka"
 	natsidem "github.com/idemgo/idem/broker/nats"
 	"github.com/idemgo/idem/broker/servicebus"
@@ -41,6 +44,7 @@ var dlqBrokers = []struct {
 	{"amqp", func(t *testing.T) dlqBroker { return newAMQPDLQ(t) }},
 	{"kafka", func(t *testing.T) dlqBroker { return newKafkaDLQ(t) }},
 	{"servicebus", func(t *testing.T) dlqBroker { return newServiceBusDLQ(t) }},
+	{"eventhubs", func(t *testing.T) dlqBroker { return newEventHubsDLQ(t) }},
 	{"redisstream", func(t *testing.T) dlqBroker { return newRedisDLQ(t) }},
 	{"mqtt", func(t *testing.T) dlqBroker { return newMQTTDLQ(t) }},
 	{"sqs", func(t *testing.T) dlqBroker { return newSQSDLQ(t) }},
@@ -295,4 +299,72 @@ func (b *sbDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h f
 	return servicebus.Consume(ctx, r, g, servicebus.Handle(func(_ context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		return nil, h(servicebus.MessageOf(m).ID, string(m.Body))
 	}), servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*azservicebus.ReceivedMessage](ev)}})
+}
+
+// ehDLQ: eventhubstest in-process, a hub "orders" of one partition and a
+// dead-letter hub "orders-dlq" of two; the consumer is a Processor on the
+// in-memory eventhubstest.CheckpointStore.
+type ehDLQ struct {
+	srv      *eventhubstest.Server
+	producer *azeventhubs.ProducerClient
+}
+
+func newEventHubsDLQ(t *testing.T) *ehDLQ {
+	srv, err := eventhubstest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	for hub, n := range map[string]int{"orders": 1, "orders-dlq": 2} {
+		if err := srv.CreateHub(hub, eventhubstest.HubOptions{Partitions: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := azeventhubs.NewProducerClientFromConnectionString(srv.ConnectionString(), "orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return &ehDLQ{srv: srv, producer: p}
+}
+
+func (b *ehDLQ) url() string {
+	return "eventhubs:" + b.srv.ConnectionString() + ";EntityPath=orders-dlq"
+}
+func (b *ehDLQ) keepsReplayed() bool { return true }
+
+// publish sends with eventhubs.Send: the key is the MessageID, copied
+// into Idem-Id.
+func (b *ehDLQ) publish(t *testing.T, key, body string) {
+	if err := eventhubs.Send(context.Background(), b.producer, nil, &azeventhubs.EventData{MessageID: &key, Body: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *ehDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h func(key, body string) error, ev *dlqEvents) error {
+	cs := b.srv.ConnectionString()
+	cc, err := azeventhubs.NewConsumerClientFromConnectionString(cs, "orders", azeventhubs.DefaultConsumerGroup, nil)
+	if err != nil {
+		return err
+	}
+	defer cc.Close(context.Background())
+	dlq, err := azeventhubs.NewProducerClientFromConnectionString(cs, "orders-dlq", nil)
+	if err != nil {
+		return err
+	}
+	defer dlq.Close(context.Background())
+	yes := true
+	p, err := azeventhubs.NewProcessor(cc, eventhubstest.NewCheckpointStore(), &azeventhubs.ProcessorOptions{
+		StartPositions: azeventhubs.StartPositions{Default: azeventhubs.StartPosition{Earliest: &yes}}, UpdateInterval: 200 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	g, err := eventhubs.NewGuard(store, "orders", azeventhubs.DefaultConsumerGroup, idem.Options{KeepPayload: 1024})
+	if err != nil {
+		return err
+	}
+	return eventhubs.Consume(ctx, p, g, eventhubs.Handle(func(_ context.Context, e *azeventhubs.ReceivedEventData) ([]byte, error) {
+		return nil, h(eventhubs.MessageOf(e).ID, string(e.Body))
+	}), eventhubs.Options{EventHub: "orders", DeadLetter: dlq, Backoff: fast, ReceiveWait: 100 * time.Millisecond,
+		Hooks: dlqHooks[*azeventhubs.ReceivedEventData](ev)})
 }

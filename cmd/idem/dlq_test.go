@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/cmd/idem/internal/dlq"
 	"github.com/idemgo/idem/cmd/idem/internal/dsn"
 )
 
@@ -253,10 +254,28 @@ func TestDLQUsage(t *testing.T) {
 		{[]string{"dlq", "replay", "--broker", "nats://127.0.0.1:1?dlq=D"}, "exactly one"},
 		{[]string{"dlq", "replay", "1", "--all", "--broker", "nats://127.0.0.1:1?dlq=D"}, "exactly one"},
 		{[]string{"dlq", "list", "--broker", "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=secret"}, "EntityPath"},
+		{[]string{"dlq", "list", "--broker", "eventhubs:Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=secret"}, "EntityPath=HUB"},
+		{[]string{"dlq", "list", "--broker", "EventHubs:Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=secret"}, "EntityPath=HUB"},
 	} {
 		code, _, errs := runCmd(t, tc.args...)
 		if code != exitUsage || !strings.Contains(errs, tc.want) || strings.Contains(errs, "secret") {
 			t.Errorf("%v: exit %d, want %d and %q\n%s", tc.args, code, exitUsage, tc.want, errs)
+		}
+	}
+}
+
+// A Service Bus connection string and an Event Hubs one have one shape:
+// the bare string is Service Bus's, the one after eventhubs: Event Hubs',
+// in any case; both have their key redacted.
+func TestDriverConnectionStrings(t *testing.T) {
+	cs := "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s3cr+t/=;EntityPath=orders"
+	for raw, kind := range map[string]string{cs: "servicebus", "eventhubs:" + cs: "eventhubs", "EVENTHUBS:" + cs: "eventhubs", " eventhubs:" + cs: "eventhubs"} {
+		d, _, err := driverOf(raw)
+		if err != nil || d.kind != kind {
+			t.Errorf("driverOf(%q) = %v, %v; want %s", raw, d, err, kind)
+		}
+		if r := dlq.Redact(strings.TrimSpace(raw)); strings.Contains(r, "s3cr") || !strings.Contains(r, "SharedAccessKey=xxxxx") {
+			t.Errorf("Redact(%q) = %q", raw, r)
 		}
 	}
 }

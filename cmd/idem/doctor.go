@@ -72,8 +72,9 @@ func newDoctorCmd() *cobra.Command {
              deadline and message retention; Redis Streams and MQTT set no
              age limit (a warning). Settings a client cannot read (RabbitMQ
              queue arguments over AMQP; Service Bus without that API; an
-             MQTT broker's queue limits) are named: pass them as
-             --redelivery-horizon.
+             MQTT broker's queue limits; an event hub's retention, which
+             the Event Hubs protocol does not give) are named: pass them
+             as --redelivery-horizon.
   clock      this host's clock against the store server's (PostgreSQL,
              MySQL, Redis), the fleet's shared reference: off by more than
              --lease/6, two hosts can see a live lease as ended.

@@ -251,6 +251,7 @@ func TestDoctorBrokers(t *testing.T) {
 		"amqp":        {levelNote, "not readable over AMQP"},
 		"kafka":       {levelTrap, "dead-letter topic orders.dlq: retention.ms"},
 		"servicebus":  {levelWarning, "$DeadLetterQueue: dead letters never expire"},
+		"eventhubs":   {levelNote, "event hub orders-dlq: its retention (how long it keeps a dead letter for a replay) is not in the properties"},
 		"redisstream": {levelWarning, "Redis keeps entries until trimmed"},
 		"mqtt":        {levelWarning, "never expires"},
 		"sqs":         {levelNote, "MessageRetentionPeriod"},

@@ -38,8 +38,14 @@ type driver struct {
 }
 
 // connStringScheme stands for a Service Bus connection string
-// (Endpoint=sb://...), which has no URL scheme.
-const connStringScheme = "endpoint"
+// (Endpoint=sb://...), which has no URL scheme. An Event Hubs connection
+// string has the same shape, so it is given after a prefix of its own,
+// dlq.EventHubsPrefix (eventhubs:Endpoint=sb://...), whose scheme is
+// eventHubsScheme: a bare connection string is always Service Bus's.
+const (
+	connStringScheme = "endpoint"
+	eventHubsScheme  = "eventhubs"
+)
 
 // drivers is the table of brokers, in the order --help lists them.
 var drivers = []driver{
@@ -53,8 +59,19 @@ var drivers = []driver{
 		form:  "kafka://HOST:PORT[,HOST:PORT]?dlq=TOPIC[&topic=T]",
 		about: "the consumers' DeadLetterTopic; topic is the consumed one"},
 	{name: "Azure Service Bus", kind: "servicebus", schemes: []string{connStringScheme}, dlq: dlq.OpenServiceBus, demo: demo.ServiceBus, chaos: true,
-		form:  "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
-		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\nis read"},
+		form: "Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=ENTITY",
+		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\n" +
+			"is read (an Event Hubs connection string has this shape: prefix it with\n" +
+			"eventhubs:, below)"},
+	{name: "Azure Event Hubs", kind: "eventhubs", schemes: []string{eventHubsScheme}, dlq: dlq.OpenEventHubs, chaos: true,
+		form: "eventhubs:Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=DLQHUB[;ConsumerGroup=G]",
+		about: "an Event Hubs connection string after eventhubs: (without it, the same\n" +
+			"string is Service Bus's); DLQHUB is the consumers' dead-letter hub\n" +
+			"(Options.DeadLetter), read from every partition's earliest event through\n" +
+			"consumer group G (default $Default), nothing checkpointed. A replay sends\n" +
+			"the original to its hub; the dead letter stays (a hub cannot delete an\n" +
+			"event). Retention is not readable over the Event Hubs protocol: idem\n" +
+			"doctor says so; pass it as --redelivery-horizon"},
 	{name: "Redis Streams", kind: "redisstream", schemes: []string{"redis", "rediss"}, dlq: dlq.OpenRedisStreams, demo: demo.RedisStreams, chaos: true, chaosURL: true,
 		form:  "redis://[USER:PASS@]HOST:PORT[/DB]?dlq=STREAM[&stream=S&group=G]   (also rediss://)",
 		about: "the consumers' DeadLetterStream; stream and group name the consumed\nstream and its consumer group (idem doctor)"},
@@ -79,10 +96,14 @@ var drivers = []driver{
 }
 
 // schemeOf is the scheme that picks raw's driver: the URL's, in lower
-// case, or connStringScheme for a Service Bus connection string.
+// case, connStringScheme for a Service Bus connection string, or
+// eventHubsScheme for an Event Hubs one after dlq.EventHubsPrefix.
 func schemeOf(raw string) (scheme string, u *url.URL, err error) {
-	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
+	switch lower := strings.ToLower(raw); {
+	case strings.HasPrefix(lower, "endpoint="):
 		return connStringScheme, nil, nil
+	case strings.HasPrefix(lower, dlq.EventHubsPrefix):
+		return eventHubsScheme, nil, nil
 	}
 	u, err = url.Parse(raw)
 	if err != nil || u.Scheme == "" {
@@ -104,7 +125,7 @@ func driverOf(raw string) (*driver, *url.URL, error) {
 			}
 		}
 	}
-	return nil, nil, fmt.Errorf("%w: scheme %q: want %s", dlq.ErrBadURL, u.Scheme, brokerSchemes())
+	return nil, nil, fmt.Errorf("%w: scheme %q: want %s", dlq.ErrBadURL, scheme, brokerSchemes())
 }
 
 // openQueue opens the dead letters a broker URL names.
@@ -122,12 +143,13 @@ func brokerSchemes() string {
 	var s []string
 	for _, d := range drivers {
 		for _, sc := range d.schemes {
-			if sc != connStringScheme {
+			if sc != connStringScheme && sc != eventHubsScheme {
 				s = append(s, sc+"://")
 			}
 		}
 	}
-	return strings.Join(s, ", ") + " or a Service Bus connection string (Endpoint=sb://...;EntityPath=...)"
+	return strings.Join(s, ", ") + ", a Service Bus connection string (Endpoint=sb://...;EntityPath=...)" +
+		" or an Event Hubs one after eventhubs: (eventhubs:Endpoint=sb://...;EntityPath=DLQHUB)"
 }
 
 // brokerForms is the reference of broker URLs, as --help prints it.
@@ -228,7 +250,7 @@ func chaosBroker(cfg *chaos.Config, arg string) error {
 	case !d.chaos:
 		return usagef("--broker %s: the chaos harness has no %s transport yet; want %s", dlq.Redact(arg), d.name, want)
 	case !d.chaosURL:
-		return usagef("--broker %s: %s runs on the harness's own in-process server (kfake, sqstest, pstest, servicebustest): pass --broker %s", dlq.Redact(arg), d.name, d.kind)
+		return usagef("--broker %s: %s runs on the harness's own in-process server (kfake, sqstest, pstest, servicebustest, eventhubstest): pass --broker %s", dlq.Redact(arg), d.name, d.kind)
 	}
 	cfg.Broker, cfg.BrokerURL = d.kind, arg
 	return nil

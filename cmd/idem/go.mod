@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/data/azcosmos v1.4.1
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2 v2.0.2
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
@@ -13,6 +14,8 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/amqp v0.1.0
+	github.com/idemgo/idem/broker/eventhubs v0.1.0
+	github.com/idemgo/idem/broker/eventhubs/checkpointstore v0.1.0
 	github.com/idemgo/idem/broker/kafka v0.1.0
 	github.com/idemgo/idem/broker/mqtt v0.1.0
 	github.com/idemgo/idem/broker/nats v0.1.0

@@ -108,6 +108,8 @@ func openBus(ctx context.Context, cfg Config, e *env, naive bool) (bus, error) {
 		return openPubSub(ctx, e, cfg.MaxDeliver, naive) // no dead-letter policy: the consumers' limit only
 	case "servicebus":
 		return openServiceBus(ctx, e, cfg.brokerLimit(), naive) // MaxDeliveryCount, the consumers' MaxDeliveries to match
+	case "eventhubs":
+		return openEventHubs(ctx, e, cfg.MaxDeliver, naive) // no broker limit: the consumers' only
 	}
 	return openNATS(ctx, e, cfg.brokerLimit(), naive)
 }

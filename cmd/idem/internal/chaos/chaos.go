@@ -3,8 +3,8 @@
 // PostgreSQL, MariaDB or SQLite, or two-phase on Redis with the charge an
 // HTTP call to a bank process that dedups by the derived key), over NATS
 // JetStream, RabbitMQ, Kafka (kfake), Redis Streams, MQTT (Mosquitto),
-// Amazon SQS (sqstest), Google Cloud Pub/Sub (pstest) or Azure Service Bus
-// (servicebustest),
+// Amazon SQS (sqstest), Google Cloud Pub/Sub (pstest), Azure Service Bus
+// (servicebustest) or Azure Event Hubs (eventhubstest),
 // and a supervisor that SIGKILLs consumers at random and at the worst
 // moments (through the library's BeforeSettle hook: after the commit,
 // before the ack; and in the handler:
@@ -35,8 +35,10 @@ type Config struct {
 	// Broker is "nats" (JetStream), "amqp" (RabbitMQ), "kafka" (kfake,
 	// hosted by the harness), "redisstream" (Redis Streams), "mqtt"
 	// (MQTT v5), "sqs" (sqstest, hosted by the harness), "pubsub"
-	// (pstest, hosted by the harness) or "servicebus" (servicebustest,
-	// hosted by the harness).
+	// (pstest, hosted by the harness), "servicebus" (servicebustest,
+	// hosted by the harness) or "eventhubs" (eventhubstest, hosted by the
+	// harness; its Processors' checkpoints on PostgreSQL, so Store
+	// "postgres" only).
 	Broker string
 	// BrokerURL is the user's NATS JetStream, RabbitMQ, Redis or MQTT
 	// broker; "": a private nats-server, redis-server or mosquitto, or the
@@ -58,7 +60,7 @@ type Config struct {
 	// dead-lettering what it drops to the dead-letter queue, as the amqp
 	// package doc says), the queue's MaxDeliveryCount on Service Bus (the
 	// consumer's MaxDeliveries set to match), the consumer's MaxDeliveries
-	// alone on Kafka, Redis Streams, MQTT, SQS and Pub/Sub, which have no
+	// alone on Kafka, Redis Streams, MQTT, SQS, Pub/Sub and Event Hubs, which have no
 	// broker limit here. 0: 100 on NATS, RabbitMQ and Service Bus, none on
 	// the others. With a limit the plan also has orders the handler fails
 	// every time, which must end dead-lettered (max_deliver).
@@ -91,14 +93,17 @@ func (c *Config) defaults() error {
 	}
 	switch c.Broker {
 	case "nats", "amqp", "redisstream", "mqtt":
-	case "kafka", "sqs", "pubsub", "servicebus":
+	case "kafka", "sqs", "pubsub", "servicebus", "eventhubs":
 		if c.BrokerURL != "" {
 			return fmt.Errorf("chaos: %s runs on the harness's own in-process server: no broker URL", brokerNames[c.Broker])
+		}
+		if c.Broker == "eventhubs" && c.Store != "postgres" {
+			return fmt.Errorf("chaos: %s keeps its Processors' ownership and checkpoints in broker/eventhubs/checkpointstore, on PostgreSQL: --store postgres", brokerNames[c.Broker])
 		}
 	case "":
 		c.Broker = "nats"
 	default:
-		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream, mqtt, sqs, pubsub or servicebus)", c.Broker)
+		return fmt.Errorf("chaos: unknown broker %q (nats, amqp, kafka, redisstream, mqtt, sqs, pubsub, servicebus or eventhubs)", c.Broker)
 	}
 	// Nothing to restart: SQLite has no server, and a RabbitMQ node or a
 	// broker at the user's URL is never the harness's (only the user's
@@ -109,9 +114,9 @@ func (c *Config) defaults() error {
 	if (c.Broker == "amqp" || c.BrokerURL != "") && c.RestartBroker == "" {
 		c.BrokerRestarts = -1
 	}
-	// sqstest, pstest and servicebustest keep what they hold in memory: a
-	// restart would lose it, which neither SQS, Pub/Sub nor Service Bus
-	// does.
+	// sqstest, pstest, servicebustest and eventhubstest keep what they
+	// hold in memory: a restart would lose it, which neither SQS, Pub/Sub,
+	// Service Bus nor Event Hubs does.
 	if inMemory(c.Broker) {
 		c.BrokerRestarts = -1
 	}
@@ -282,13 +287,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 var (
 	storeNames  = map[string]string{"postgres": "PostgreSQL", "mysql": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
 	brokerNames = map[string]string{"nats": "NATS JetStream", "amqp": "RabbitMQ", "kafka": "Kafka (kfake)", "redisstream": "Redis Streams", "mqtt": "MQTT (Mosquitto)",
-		"sqs": "Amazon SQS (sqstest)", "pubsub": "Google Cloud Pub/Sub (pstest)", "servicebus": "Azure Service Bus (servicebustest)"}
+		"sqs": "Amazon SQS (sqstest)", "pubsub": "Google Cloud Pub/Sub (pstest)", "servicebus": "Azure Service Bus (servicebustest)",
+		"eventhubs": "Azure Event Hubs (eventhubstest)"}
 )
 
 // inMemory says the broker is one the harness hosts in memory, never
 // restarted.
 func inMemory(broker string) bool {
-	return broker == "sqs" || broker == "pubsub" || broker == "servicebus"
+	return broker == "sqs" || broker == "pubsub" || broker == "servicebus" || broker == "eventhubs"
 }
 
 // brokerLimit is the delivery limit the broker is given: MaxDeliver, else
@@ -350,6 +356,8 @@ func startEnv(ctx context.Context, cfg Config) (e *env, err error) {
 		e.broker, err = StartPubSub(ctx)
 	case cfg.Broker == "servicebus":
 		e.broker, err = StartServiceBus(ctx)
+	case cfg.Broker == "eventhubs":
+		e.broker, err = StartEventHubs(ctx)
 	default:
 		e.broker, err = StartNATS(ctx)
 	}

@@ -281,3 +281,19 @@ func TestStaleCheckSeesAnOrphan(t *testing.T) {
 		})
 	}
 }
+
+// TestShortFormPostgresEventHubs is the short form on Azure Event Hubs:
+// eventhubstest hosted by the harness, the consumer processes on the real
+// azeventhubs client by its connection string, each a Processor
+// balancing the hub's partitions through checkpointstore on PostgreSQL,
+// SIGKILLed between an event's commit and its batch's checkpoint (and at
+// random), PostgreSQL restarted under them (eventhubstest is in memory
+// and never is), the consumers' MaxDeliveries at 4: the orders the
+// handler fails every time end dead-lettered by the consumer.
+func TestShortFormPostgresEventHubs(t *testing.T) {
+	res := runShort(t, Config{Store: "postgres", Broker: "eventhubs", Orders: shortOrders(400), RandomKills: 2, MaxDeliver: 4})
+	if res.Idem.BrokerRestrt != 0 || res.Idem.StoreRestart == 0 || res.Deliveries < res.Orders || res.Idem.PointKills == 0 {
+		t.Errorf("%d broker and %d store restarts, %d point kills, %d deliveries of %d orders: want PostgreSQL restarted, eventhubstest never, kills at the hooks, every order delivered",
+			res.Idem.BrokerRestrt, res.Idem.StoreRestart, res.Idem.PointKills, res.Deliveries, res.Orders)
+	}
+}

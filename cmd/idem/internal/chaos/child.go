@@ -27,7 +27,7 @@ const (
 type childConfig struct {
 	Role      string // "consumer" or "bank"
 	Store     string // "postgres", "mysql", "sqlite", "redis"
-	Broker    string // "nats", "amqp", "kafka", "redisstream", "mqtt", "sqs", "pubsub", "servicebus"
+	Broker    string // "nats", "amqp", "kafka", "redisstream", "mqtt", "sqs", "pubsub", "servicebus", "eventhubs"
 	Naive     bool   // no idem: charge, commit, ack
 	StoreURL  string
 	BrokerURL string

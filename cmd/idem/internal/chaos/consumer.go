@@ -21,7 +21,7 @@ import (
 )
 
 // The consumers are written as a user would write them from the package
-// docs: a NATS JetStream, RabbitMQ, Kafka, Redis Streams, MQTT, SQS, Pub/Sub or Service Bus consumer charging orders, with
+// docs: a NATS JetStream, RabbitMQ, Kafka, Redis Streams, MQTT, SQS, Pub/Sub, Service Bus or Event Hubs consumer charging orders, with
 // the dedup marker in the charge's transaction (PostgreSQL, MariaDB,
 // SQLite), or two-phase on Redis with the charge a call to the bank
 // carrying the derived key (ledger.go holds the store side).
@@ -96,6 +96,8 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		return runPubSub(ctx, cfg, l)
 	case "servicebus":
 		return runServiceBus(ctx, cfg, l)
+	case "eventhubs":
+		return runEventHubs(ctx, cfg, l)
 	}
 	return runNATS(ctx, cfg, l)
 }

@@ -34,6 +34,24 @@ type Server interface {
 	Stop()
 }
 
+// memServer is a broker the harness hosts in its own process
+// (servicebustest, eventhubstest), reached at url: it keeps what it holds
+// in memory, so it is never restarted.
+type memServer[S any] struct {
+	srv   S
+	name  string
+	url   string
+	close func() error
+}
+
+func (s *memServer[S]) URL() string { return s.url }
+
+func (s *memServer[S]) Restart(context.Context) error {
+	return fmt.Errorf("chaos: %s keeps what it holds in memory: it is never restarted", s.name)
+}
+
+func (s *memServer[S]) Stop() { s.close() }
+
 // freePort asks the kernel for a free loopback port.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

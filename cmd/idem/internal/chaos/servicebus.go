@@ -32,27 +32,16 @@ import (
 // the lock while they handle a message.
 const sbLock = 2 * time.Second
 
-// sbServer is the harness's servicebustest.
-type sbServer struct{ srv *servicebustest.Server }
-
-// StartServiceBus starts the harness's in-process Service Bus.
+// StartServiceBus starts the harness's in-process Service Bus; its URL is
+// the namespace's connection string, what the consumer processes connect
+// with.
 func StartServiceBus(context.Context) (Server, error) {
 	srv, err := servicebustest.NewServer()
 	if err != nil {
 		return nil, fmt.Errorf("chaos: servicebustest: %w", err)
 	}
-	return &sbServer{srv: srv}, nil
+	return &memServer[*servicebustest.Server]{srv: srv, name: "servicebustest", url: srv.ConnectionString(), close: srv.Close}, nil
 }
-
-// URL is the namespace's connection string: what the consumer processes
-// connect with.
-func (s *sbServer) URL() string { return s.srv.ConnectionString() }
-
-func (s *sbServer) Restart(context.Context) error {
-	return errors.New("chaos: servicebustest keeps its entities in memory: it is never restarted")
-}
-
-func (s *sbServer) Stop() { s.srv.Close() }
 
 type sbBus struct {
 	srv           *servicebustest.Server
@@ -63,7 +52,7 @@ type sbBus struct {
 }
 
 func openServiceBus(_ context.Context, e *env, limit int, naive bool) (bus, error) {
-	srv, ok := e.broker.(*sbServer)
+	srv, ok := e.broker.(*memServer[*servicebustest.Server])
 	if !ok {
 		return nil, errors.New("chaos: Service Bus runs on the harness's own servicebustest only")
 	}

@@ -14,8 +14,9 @@
 // acks it, Service Bus completes it, Redis Streams deletes the entry (in
 // the adapter's MULTI), SQS deletes the message, Pub/Sub acks it and MQTT
 // acks it in the dead-letter session. A Kafka topic cannot drop one
-// record, so a replayed Kafka dead letter stays, and replaying it again is
-// a duplicate to the consumer's record while the record lives.
+// record, nor an event hub one event, so a replayed Kafka or Event Hubs
+// dead letter stays, and replaying it again is a duplicate to the
+// consumer's record while the record lives.
 package dlq
 
 import (
@@ -23,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,7 +47,8 @@ var (
 // DeadLetter is one dead letter as its broker holds it.
 type DeadLetter struct {
 	// ID names the dead letter for Replay: the NATS stream sequence, the
-	// Kafka "partition/offset", the Service Bus sequence number, or, on
+	// Kafka "partition/offset", the Event Hubs "partition/sequence
+	// number" in the dead-letter hub, the Service Bus sequence number, or, on
 	// RabbitMQ (which numbers no message), the dead-lettering consumer's
 	// "consumer-tag/delivery-tag".
 	ID string `json:"id"`
@@ -132,12 +135,16 @@ type Horizoner interface {
 }
 
 // Opener opens one broker's dead letters from its URL (raw, as given;
-// u, raw parsed, nil for a Service Bus connection string). A bad URL is
+// u, raw parsed, nil for a Service Bus or Event Hubs connection string). A bad URL is
 // an error wrapping ErrBadURL.
 type Opener func(ctx context.Context, u *url.URL, raw string) (Queue, error)
 
-// Redact hides a URL's password and a connection string's key.
+// Redact hides a URL's password and a connection string's key (Service
+// Bus's, or Event Hubs' after EventHubsPrefix).
 func Redact(raw string) string {
+	if len(raw) >= len(EventHubsPrefix) && strings.EqualFold(raw[:len(EventHubsPrefix)], EventHubsPrefix) {
+		return raw[:len(EventHubsPrefix)] + Redact(raw[len(EventHubsPrefix):])
+	}
 	if strings.HasPrefix(strings.ToLower(raw), "endpoint=") {
 		parts := strings.Split(raw, ";")
 		for i, p := range parts {
@@ -152,6 +159,22 @@ func Redact(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// cutKeys takes the named keys (in lower case; matched in any case) out
+// of a connection string: their values, and the string without them.
+func cutKeys(conn string, keys ...string) (map[string]string, string) {
+	vals := map[string]string{}
+	var kept []string
+	for _, p := range strings.Split(conn, ";") {
+		k, v, _ := strings.Cut(p, "=")
+		if k = strings.ToLower(strings.TrimSpace(k)); slices.Contains(keys, k) {
+			vals[k] = strings.TrimSpace(v)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return vals, strings.Join(kept, ";")
 }
 
 // param is the URL's query parameter name, required or not.

@@ -32,18 +32,11 @@ type sbQueue struct {
 // $DeadLetterQueue. u is not read.
 func OpenServiceBus(_ context.Context, _ *url.URL, raw string) (Queue, error) {
 	q := &sbQueue{name: Redact(raw)}
-	var kept []string
-	for _, p := range strings.Split(raw, ";") {
-		if k, v, ok := strings.Cut(p, "="); ok && strings.EqualFold(strings.TrimSpace(k), "EntityPath") {
-			q.entity = strings.TrimSpace(v)
-			continue
-		}
-		kept = append(kept, p)
-	}
-	if q.entity == "" {
+	vals, conn := cutKeys(raw, "entitypath")
+	if q.entity = vals["entitypath"]; q.entity == "" {
 		return nil, fmt.Errorf("%w: %s needs EntityPath=QUEUE (or TOPIC/Subscriptions/SUB): the entity whose $DeadLetterQueue to read", ErrBadURL, q.name)
 	}
-	q.conn = strings.Join(kept, ";")
+	q.conn = conn
 	c, err := azservicebus.NewClientFromConnectionString(q.conn, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadURL, q.name, err)
