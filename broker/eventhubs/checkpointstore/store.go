@@ -4,7 +4,7 @@
 // checkpoints, which eventhubs.HandleCheckpoint writes in the transaction
 // of each event's effects.
 //
-//	cps, _ := checkpointstore.New(pgStore, checkpointstore.Options{}) // store/postgres
+//	cps, _ := checkpointstore.New(store, checkpointstore.Options{}) // store/postgres, store/sqlite, store/mysql
 //	_ = cps.Migrate(ctx)
 //	p, _ := azeventhubs.NewProcessor(consumerClient, cps, nil)
 //	err := eventhubs.Consume(ctx, p, g, eventhubs.HandleCheckpoint(apply), opts)
@@ -12,17 +12,23 @@
 // Processors on one Store balance a hub's partitions between them as on
 // Blob Storage. A checkpoint only ever moves forward: SetCheckpoint
 // behind the stored one changes nothing (delete the row to start a
-// partition over). It is a module of its own so that the database driver
-// stays out of the module graph of users of broker/eventhubs on Blob
-// Storage.
+// partition over).
+//
+// On PostgreSQL (store/postgres) the tables are written through pgx.Tx;
+// on SQLite (store/sqlite) and MySQL/MariaDB (store/mysql) through
+// *sql.Tx, in SQL both take, with the store's own driver (this package
+// imports none). It is a module of its own so that pgx stays out of the
+// module graph of users of broker/eventhubs on Blob Storage.
 package checkpointstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -76,9 +82,11 @@ var ErrInvalidTable = errors.New("checkpointstore: invalid table name")
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
-// New returns the Store on st's database: st is store/postgres (pgx.Tx).
-// A store without pgx.Tx transactions is refused with idem.ErrNoTx; a table
-// name that is not an identifier, with ErrInvalidTable.
+// New returns the Store on st's database: st is store/postgres (pgx.Tx),
+// store/sqlite or store/mysql (*sql.Tx). A store without pgx.Tx or
+// *sql.Tx transactions is refused with idem.ErrNoTx; a table name that is
+// not an identifier (or, on *sql.Tx, starts with SQLite's reserved
+// "sqlite_"), with ErrInvalidTable.
 func New(st idem.Store, opts Options) (*Store, error) {
 	if opts.OwnershipTable == "" {
 		opts.OwnershipTable = DefaultOwnershipTable
@@ -94,8 +102,15 @@ func New(st idem.Store, opts Options) (*Store, error) {
 	switch ts := st.(type) {
 	case idem.TxStore[pgx.Tx]:
 		return &Store{d: newPgx(ts, opts)}, nil
+	case idem.TxStore[*sql.Tx]:
+		for _, n := range []string{opts.OwnershipTable, opts.CheckpointTable} {
+			if strings.HasPrefix(strings.ToLower(n[strings.LastIndex(n, ".")+1:]), "sqlite_") {
+				return nil, fmt.Errorf("%w: %w %q: names starting with sqlite_ are reserved by SQLite", idem.ErrInvalidOptions, ErrInvalidTable, n)
+			}
+		}
+		return &Store{d: newSQL(ts, opts)}, nil
 	}
-	return nil, fmt.Errorf("%w: checkpointstore: %T has no pgx.Tx transactions", idem.ErrNoTx, st)
+	return nil, fmt.Errorf("%w: checkpointstore: %T has no pgx.Tx or *sql.Tx transactions", idem.ErrNoTx, st)
 }
 
 // Migrate creates the tables if they do not exist. Run it once before the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemgo/idem"
@@ -48,9 +47,7 @@ func openPG(t testing.TB) *pgBackend {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var sfx [5]byte
-	rand.Read(sfx[:])
-	b := &pgBackend{pool: pool, schema: "idem_eh_" + hex.EncodeToString(sfx[:])}
+	b := &pgBackend{pool: pool, schema: "idem_eh_" + suffix(t)}
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+b.schema); err != nil {
 		t.Fatal(err)
 	}
@@ -80,30 +77,6 @@ func openPG(t testing.TB) *pgBackend {
 	return b
 }
 
-// handler is HandleCheckpoint inserting the event's effect row, after
-// each (when not nil).
-func (b *pgBackend) handler(each func()) eventhubs.Handler {
-	return eventhubs.HandleCheckpoint(func(ctx context.Context, tx pgx.Tx, ev *azeventhubs.ReceivedEventData) error {
-		if each != nil {
-			each()
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+b.effects+` (id) VALUES ($1)`, eventhubs.MessageOf(ev).ID)
-		return err
-	})
-}
-
-// checkOnce fails t unless n distinct ids have one effect row each.
-func (b *pgBackend) checkOnce(t *testing.T, n int) {
-	t.Helper()
-	var rows, distinct int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT id) FROM `+b.effects).Scan(&rows, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if rows != n || distinct != n {
-		t.Fatalf("%d effect rows of %d ids, want %d of %d", rows, distinct, n, n)
-	}
-}
-
 func (b *pgBackend) count(t testing.TB, q string) int {
 	t.Helper()
 	var n int
@@ -113,12 +86,21 @@ func (b *pgBackend) count(t testing.TB, q string) int {
 	return n
 }
 
+func suffix(t testing.TB) string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
 // TestCheckpointStoreClaims: ownership claims as the Processor makes
 // them. A partition never owned goes to the first claim without an ETag;
 // a claim goes through only on the stored ETag, which it changes, so
-// that of two claims on one ETag one wins.
-func TestCheckpointStoreClaims(t *testing.T) {
-	b := openPG(t)
+// that of two claims on one ETag one wins. On each database.
+func TestCheckpointStoreClaims(t *testing.T) { eachBackend(t, testClaims) }
+
+func testClaims(t *testing.T, b *cpBackend) {
 	ctx := context.Background()
 	own := func(owner string, etag *azcore.ETag) azeventhubs.Ownership {
 		return azeventhubs.Ownership{FullyQualifiedNamespace: "ns", EventHubName: "h", ConsumerGroup: "$Default",
@@ -165,10 +147,11 @@ func TestCheckpointStoreClaims(t *testing.T) {
 // the first, which is then killed (its transactions in flight roll back or
 // commit, nothing else it does lands); then every checkpoint is lost and a
 // third consumer reads the hub from the start. Each event's effect is one
-// row: nothing applied twice, nothing skipped.
-func TestCheckpointModeTwoProcessors(t *testing.T) {
+// row: nothing applied twice, nothing skipped. On each database.
+func TestCheckpointModeTwoProcessors(t *testing.T) { eachBackend(t, testTwoProcessors) }
+
+func testTwoProcessors(t *testing.T, pg *cpBackend) {
 	const n = 400
-	pg := openPG(t)
 	b := newSuiteBroker(t)
 	b.cps = pg.cps
 	g, err := eventhubs.NewGuard(pg.store, b.hub, azeventhubs.DefaultConsumerGroup, idem.Options{})
@@ -189,20 +172,20 @@ func TestCheckpointModeTwoProcessors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owners := `SELECT count(DISTINCT owner_id) FROM ` + pg.schema + `.ownership WHERE owner_id <> ''`
+	owners := `SELECT count(DISTINCT owner_id) FROM ` + pg.ownership + ` WHERE length(owner_id) > 0`
 	waitFor(t, "the first consumer owning every partition", func() bool {
-		return pg.count(t, `SELECT count(*) FROM `+pg.schema+`.ownership WHERE owner_id <> ''`) == suitePartitions
+		return pg.count(t, `SELECT count(*) FROM `+pg.ownership+` WHERE length(owner_id) > 0`) == suitePartitions
 	})
 	second, err := b.start(c, h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the partitions balanced between the two", func() bool { return pg.count(t, owners) == 2 })
-	if pg.count(t, `SELECT count(*) FROM `+pg.effects) == n {
+	if pg.count(t, `SELECT count(*) FROM `+pg.effect) == n {
 		t.Fatal("the stream ended before ownership moved")
 	}
 	first.Kill()
-	waitFor(t, "every event applied", func() bool { return pg.count(t, `SELECT count(DISTINCT id) FROM `+pg.effects) == n })
+	waitFor(t, "every event applied", func() bool { return pg.count(t, `SELECT count(DISTINCT id) FROM `+pg.effect) == n })
 	if err := second.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +194,7 @@ func TestCheckpointModeTwoProcessors(t *testing.T) {
 
 	// Every checkpoint lost: the hub is read again from the start, and the
 	// keys' markers make every event a duplicate.
-	if _, err := pg.pool.Exec(context.Background(), `DELETE FROM `+pg.schema+`.checkpoints`); err != nil {
+	if err := pg.exec(context.Background(), `DELETE FROM `+pg.checkpoints); err != nil {
 		t.Fatal(err)
 	}
 	settled.Store(0)
@@ -228,7 +211,7 @@ func TestCheckpointModeTwoProcessors(t *testing.T) {
 	if d := dups.Load(); d != n {
 		t.Fatalf("%d duplicates after the checkpoints were lost, want %d", d, n)
 	}
-	if cps := pg.count(t, `SELECT count(*) FROM `+pg.schema+`.checkpoints`); cps != suitePartitions {
+	if cps := pg.count(t, `SELECT count(*) FROM `+pg.checkpoints); cps != suitePartitions {
 		t.Fatalf("%d checkpoint rows, want %d", cps, suitePartitions)
 	}
 }

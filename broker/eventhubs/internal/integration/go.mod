@@ -6,20 +6,23 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2 v2.0.2
 	github.com/Azure/go-amqp v1.7.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemgo/idem v0.1.0
 	github.com/idemgo/idem/broker/brokertest v0.1.0
 	github.com/idemgo/idem/broker/eventhubs v0.1.0
 	github.com/idemgo/idem/broker/eventhubs/checkpointstore v0.1.0
+	github.com/idemgo/idem/store/mysql v0.1.0
 	github.com/idemgo/idem/store/postgres v0.1.0
+	github.com/idemgo/idem/store/sqlite v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 )
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/idemgo/idem/internal/pgxtx v0.1.0 // indirect
-	github.com/idemgo/idem/store/sqlite v0.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
