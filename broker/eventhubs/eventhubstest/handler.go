@@ -2,7 +2,6 @@ package eventhubstest
 
 import (
 	"strings"
-	"time"
 
 	"github.com/idemgo/idem/internal/amqptest"
 )
@@ -127,7 +126,7 @@ func (h handler) Receive(l *amqptest.Link, format uint32, body []byte) amqptest.
 		key, hasKey := env.Ann.Get("x-opt-partition-key")
 		p = hb.partitionFor(amqptest.AsString(key), hasKey)
 	}
-	now := time.Now().UTC()
+	now := hb.now()
 	for _, m := range msgs {
 		p.append(m, now)
 	}
@@ -174,13 +173,13 @@ func (h handler) Request(l *amqptest.Link, req *amqptest.Message) amqptest.Reply
 	if p == nil {
 		return amqptest.Reply{Code: 404, Condition: "amqp:not-found", Description: "no partition " + get("partition") + " in " + hb.name}
 	}
+	p.expire(hb.now())
 	last, lastOffset, lastTime := int64(-1), "-1", hb.created
-	if n := len(p.events); n > 0 {
-		ev := p.events[n-1]
+	if ev := p.last; ev != nil {
 		last, lastOffset, lastTime = ev.seq, itoa(ev.offset), ev.enqueued
 	}
 	return amqptest.OK(amqptest.Pairs("name", hb.name, "type", typ, "partition", p.id,
-		"begin_sequence_number", int64(0), "last_enqueued_sequence_number", last,
+		"begin_sequence_number", p.begin, "last_enqueued_sequence_number", last,
 		"last_enqueued_offset", lastOffset, "last_enqueued_time_utc", lastTime,
 		"is_partition_empty", len(p.events) == 0))
 }

@@ -10,13 +10,16 @@ import (
 	"github.com/idemgo/idem/internal/amqptest"
 )
 
-// partition is one partition of a hub: its events in sequence order and
-// the receivers reading it. Guarded by the server's lock.
+// partition is one partition of a hub: its events in sequence order,
+// those the hub's retention has not removed, and the receivers reading
+// it. Guarded by the server's lock.
 type partition struct {
 	h         *hub
 	id        string
-	events    []*event
-	size      int64 // the offset of the next event
+	events    []*event // retained: the first has sequence number begin
+	begin     int64    // the sequence number of the first retained event, or of the next when none is
+	last      *event   // the last event appended, retained or not; nil: none yet
+	size      int64    // the offset of the next event
 	receivers []*receiver
 }
 
@@ -41,10 +44,29 @@ func (ev *event) encode() []byte {
 // append stores m as the partition's next event and hands it to the
 // receivers with credit.
 func (p *partition) append(m *amqptest.Message, now time.Time) {
-	ev := &event{Message: *m, seq: int64(len(p.events)), offset: p.size, enqueued: now}
+	p.expire(now)
+	ev := &event{Message: *m, seq: p.begin + int64(len(p.events)), offset: p.size, enqueued: now}
 	p.size += int64(len(m.Body)) + 64 // a byte position, as Event Hubs' offsets are
 	p.events = append(p.events, ev)
+	p.last = ev
 	p.pump()
+}
+
+// expire removes the events enqueued longer than the hub's retention
+// before now, from the reads and from the earliest position.
+func (p *partition) expire(now time.Time) {
+	if p.h.retention <= 0 {
+		return
+	}
+	cut := now.Add(-p.h.retention)
+	n := 0
+	for n < len(p.events) && p.events[n].enqueued.Before(cut) {
+		n++
+	}
+	if n > 0 {
+		p.events = slices.Delete(p.events, 0, n)
+		p.begin += int64(n)
+	}
 }
 
 // receiver is a partition receive link of one consumer group.
@@ -53,25 +75,29 @@ type receiver struct {
 	p     *partition
 	group string // lower-case
 	epoch *int64 // the owner level; nil: none
-	next  int    // index of the next event to deliver
+	next  int64  // the sequence number of the next event to deliver
 }
 
-// pump sends every receiver of p the events it has credit for, in order.
+// pump sends every receiver of p the events it has credit for, in order;
+// a receiver whose next event expired goes on from the earliest retained.
 func (p *partition) pump() {
+	p.expire(p.h.now())
 	for _, r := range p.receivers {
-		for r.Credit() > 0 && r.next < len(p.events) {
-			r.Transfer(nil, true, p.events[r.next].encode())
+		r.next = max(r.next, p.begin)
+		for r.Credit() > 0 && r.next < p.begin+int64(len(p.events)) {
+			r.Transfer(nil, true, p.events[r.next-p.begin].encode())
 			r.next++
 		}
 	}
 }
 
-// start is the index of the first event a receiver with filter reads:
+// start is the sequence number of the first event a receiver with filter
+// reads, among the retained events:
 // the start positions the client expresses as selector filters on the
 // x-opt-offset, x-opt-sequence-number or x-opt-enqueued-time annotation
 // (">" or ">=" a quoted value; offset '-1' is the earliest, '@latest'
 // after the last event).
-func (p *partition) start(filter string) (int, error) {
+func (p *partition) start(filter string) (int64, error) {
 	expr, ok := strings.CutPrefix(strings.TrimSpace(filter), "amqp.annotation.")
 	fields := strings.Fields(expr)
 	if !ok || len(fields) != 3 || (fields[1] != ">" && fields[1] != ">=") ||
@@ -80,8 +106,10 @@ func (p *partition) start(filter string) (int, error) {
 	}
 	inclusive := fields[1] == ">="
 	value := fields[2][1 : len(fields[2])-1]
+	p.expire(p.h.now())
+	end := p.begin + int64(len(p.events))
 	if fields[0] == "x-opt-offset" && value == "@latest" {
-		return len(p.events), nil
+		return end, nil
 	}
 	n, err := strconv.ParseInt(value, 10, 64)
 	if err != nil {
@@ -98,12 +126,12 @@ func (p *partition) start(filter string) (int, error) {
 	default:
 		return 0, fmt.Errorf("eventhubstest does not model the filter %q", filter)
 	}
-	for i, ev := range p.events {
+	for _, ev := range p.events {
 		if v := of(ev); v > n || (inclusive && v == n) {
-			return i, nil
+			return ev.seq, nil
 		}
 	}
-	return len(p.events), nil
+	return end, nil
 }
 
 const stolen = "amqp:link:stolen"

@@ -41,6 +41,11 @@
 //	  ErrorCodeOwnershipLost); a lower one, or one without an owner
 //	  level while an owner holds it, is detached at once with the same
 //	  error
+//	retention, per hub (HubOptions.Retention): an event older than   TestRetention
+//	  it is gone from reads, from the earliest position and from a
+//	  sequence number before it, the partition's begin sequence
+//	  number moves past it (empty when every event expired, the last
+//	  enqueued one still reported); a hub without it keeps all
 //	operations it does not model: refused at once                   TestUnmodelledRefusedAtOnce
 //
 // # What it refuses
@@ -49,8 +54,10 @@
 // management operation other than reading hub and partition properties
 // (status 404, amqp:not-implemented), a receive filter other than the
 // start positions above (amqp:not-implemented), an unknown hub, consumer
-// group or partition (amqp:not-found). Not modelled at all: retention
-// (events are kept until Close), the real partition-key hash (a key's
+// group or partition (amqp:not-found). Retention is any duration, not
+// Event Hubs' whole hours, and removes events one by one as they age, not
+// by storage segment as Event Hubs does (which may keep an event somewhat
+// longer). Not modelled at all: the real partition-key hash (a key's
 // partition is stable but not Azure's), the limit of five readers per
 // partition and consumer group, receiver runtime metrics
 // (TrackLastEnqueuedEventProperties), idempotent publishing,
@@ -81,6 +88,13 @@ const (
 type HubOptions struct {
 	Partitions     int      // default DefaultPartitions; ids "0", "1", ...
 	ConsumerGroups []string // besides $Default
+	// Retention is how long the hub keeps an event after it was
+	// enqueued: an older one is gone from reads and from the earliest
+	// position, and the partition's BeginningSequenceNumber moves past
+	// it. Zero keeps events until Close. Event Hubs counts it in hours
+	// (at least one); any duration is taken here, and Options.Now can
+	// move the clock instead of the test waiting.
+	Retention time.Duration
 }
 
 // Options configure a server.
@@ -90,6 +104,9 @@ type Options struct {
 	// and the server refuses a larger message. Default
 	// DefaultMaxMessageSize.
 	MaxMessageSize uint64
+	// Now is the server's clock: events' enqueued times, and retention.
+	// Default time.Now.
+	Now func() time.Time
 }
 
 // Server is an in-process Event Hubs namespace listening on a loopback
@@ -97,6 +114,7 @@ type Options struct {
 type Server struct {
 	core    *amqptest.Server // its lock guards the hubs too
 	maxSize uint64
+	clock   func() time.Time
 	hubs    map[string]*hub // by lower-case name
 }
 
@@ -110,7 +128,10 @@ func NewServer(opts ...Options) (*Server, error) {
 	if o.MaxMessageSize == 0 {
 		o.MaxMessageSize = DefaultMaxMessageSize
 	}
-	s := &Server{maxSize: o.MaxMessageSize, hubs: map[string]*hub{}}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Server{maxSize: o.MaxMessageSize, clock: o.Now, hubs: map[string]*hub{}}
 	core, err := amqptest.NewServer("eventhubstest", handler{s}, o.MaxMessageSize)
 	if err != nil {
 		return nil, err
@@ -153,7 +174,8 @@ func (s *Server) CreateHub(name string, opts HubOptions) error {
 	if s.hubs[key] != nil {
 		return fmt.Errorf("%w: hub %s", ErrExists, name)
 	}
-	h := &hub{name: name, created: time.Now().UTC(), groups: map[string]bool{strings.ToLower(DefaultConsumerGroup): true}}
+	h := &hub{name: name, created: s.clock().UTC(), clock: s.clock, retention: opts.Retention,
+		groups: map[string]bool{strings.ToLower(DefaultConsumerGroup): true}}
 	for i := range opts.Partitions {
 		h.partitions = append(h.partitions, &partition{h: h, id: strconv.Itoa(i)})
 	}
@@ -179,7 +201,8 @@ func (s *Server) CreateConsumerGroup(hubName, group string) error {
 	return nil
 }
 
-// Count returns how many events a partition of a hub holds.
+// Count returns how many events a partition of a hub holds: those its
+// retention keeps.
 func (s *Server) Count(hubName, partitionID string) (int, error) {
 	s.core.Lock()
 	defer s.core.Unlock()
@@ -191,16 +214,21 @@ func (s *Server) Count(hubName, partitionID string) (int, error) {
 	if p == nil {
 		return 0, fmt.Errorf("eventhubstest: no partition %s of %s", partitionID, hubName)
 	}
+	p.expire(h.now())
 	return len(p.events), nil
 }
 
 type hub struct {
 	name       string
 	created    time.Time
+	clock      func() time.Time
+	retention  time.Duration // 0: kept until Close
 	partitions []*partition
 	groups     map[string]bool // lower-case names
 	next       int             // round robin of sends to the hub
 }
+
+func (h *hub) now() time.Time { return h.clock().UTC() }
 
 func (h *hub) partition(id string) *partition {
 	for _, p := range h.partitions {

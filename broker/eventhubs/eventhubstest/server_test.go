@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,5 +355,83 @@ func TestUnmodelledRefusedAtOnce(t *testing.T) {
 	_, err = producer(t, srv, "h").NewEventDataBatch(ctxT(t), &azeventhubs.EventDataBatchOptions{PartitionID: &pid})
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("a sender to an unknown partition: %v after %v", err, time.Since(start))
+	}
+}
+
+// clock is a test's clock for Options.Now, moved by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestRetention: an event older than its hub's retention is gone from
+// reads and from the earliest position, and the partition's
+// BeginningSequenceNumber moves past it; a hub without retention keeps
+// everything.
+func TestRetention(t *testing.T) {
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	srv := newServer(t, "h", eventhubstest.HubOptions{Partitions: 1, Retention: time.Hour}, eventhubstest.Options{Now: clk.Now})
+	if err := srv.CreateHub("keep", eventhubstest.HubOptions{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p, keep := producer(t, srv, "h"), producer(t, srv, "keep")
+	c, kc := consumer(t, srv, "h", azeventhubs.DefaultConsumerGroup), consumer(t, srv, "keep", azeventhubs.DefaultConsumerGroup)
+	ctx := ctxT(t)
+	pid := "0"
+	props := func(p *azeventhubs.ProducerClient) azeventhubs.PartitionProperties {
+		t.Helper()
+		pp, err := p.GetPartitionProperties(ctx, pid, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pp
+	}
+	send(t, p, &azeventhubs.EventDataBatchOptions{PartitionID: &pid}, "a", "b")
+	send(t, keep, &azeventhubs.EventDataBatchOptions{PartitionID: &pid}, "a", "b")
+	clk.advance(40 * time.Minute)
+	send(t, p, &azeventhubs.EventDataBatchOptions{PartitionID: &pid}, "c")
+	clk.advance(30 * time.Minute) // a and b are 70 minutes old, c 30
+
+	if pp := props(p); pp.IsEmpty || pp.BeginningSequenceNumber != 2 || pp.LastEnqueuedSequenceNumber != 2 {
+		t.Fatalf("properties after a and b expired: %+v", pp)
+	}
+	if n, _ := srv.Count("h", pid); n != 1 {
+		t.Fatalf("Count %d after a and b expired, want 1", n)
+	}
+	if got := bodies(receive(t, partitionClient(t, c, pid, earliest()), 1)); got != "c" {
+		t.Fatalf("earliest after a and b expired: %s, want c", got)
+	}
+	zero := int64(0)
+	from0 := &azeventhubs.PartitionClientOptions{StartPosition: azeventhubs.StartPosition{SequenceNumber: &zero, Inclusive: true}}
+	if got := bodies(receive(t, partitionClient(t, c, pid, from0), 1)); got != "c" {
+		t.Fatalf("from sequence number 0 after a and b expired: %s, want c", got)
+	}
+	if pp := props(keep); pp.BeginningSequenceNumber != 0 {
+		t.Fatalf("the hub without retention: %+v", pp)
+	}
+	if got := bodies(receive(t, partitionClient(t, kc, pid, earliest()), 2)); got != "a,b" {
+		t.Fatalf("the hub without retention: %s, want a,b", got)
+	}
+
+	clk.advance(time.Hour) // c expired too: the partition is empty
+	if pp := props(p); !pp.IsEmpty || pp.BeginningSequenceNumber != 3 || pp.LastEnqueuedSequenceNumber != 2 {
+		t.Fatalf("properties after every event expired: %+v", pp)
+	}
+	send(t, p, &azeventhubs.EventDataBatchOptions{PartitionID: &pid}, "d")
+	evs := receive(t, partitionClient(t, c, pid, earliest()), 1)
+	if got := bodies(evs); got != "d" || evs[0].SequenceNumber != 3 || !evs[0].EnqueuedTime.Equal(clk.Now()) {
+		t.Fatalf("earliest after every event expired and d sent: %s (sequence number %d, enqueued %v)", got, evs[0].SequenceNumber, evs[0].EnqueuedTime)
 	}
 }
