@@ -379,4 +379,26 @@ func guideEventHubsCheckpoint(ctx context.Context, pgStore *postgres.Store, cons
 	return err
 }
 
-var _ = []any{guideEventHubsCheckpoint, guideEventHubs, helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}
+func guideEventHubsCheckpointSQL(ctx context.Context, store *sqlite.Store, consumerClient *azeventhubs.ConsumerClient) (eventhubs.Handler, error) {
+	// block: eventhubs-checkpoint-sql
+	cps, err := checkpointstore.New(store, checkpointstore.Options{}) // store/sqlite or store/mysql: *sql.Tx
+	if err != nil {
+		return eventhubs.Handler{}, err
+	}
+	if err := cps.Migrate(ctx); err != nil { // the ownership and checkpoint tables, once
+		return eventhubs.Handler{}, err
+	}
+	p, err := azeventhubs.NewProcessor(consumerClient, cps, nil)
+	if err != nil {
+		return eventhubs.Handler{}, err
+	}
+	h := eventhubs.HandleCheckpoint(func(ctx context.Context, tx *sql.Tx, ev *azeventhubs.ReceivedEventData) error {
+		_, err := tx.ExecContext(ctx, `insert into charges(order_id, body) values (?, ?)`, *ev.MessageID, ev.Body)
+		return err
+	})
+	// block end
+	_ = p
+	return h, nil
+}
+
+var _ = []any{guideEventHubsCheckpointSQL, guideEventHubsCheckpoint, guideEventHubs, helloWorld, guideNATS, guideAMQP, guideKafka, guideServiceBus, guideSQS, guidePubSub, guideRedisStream, guideMQTT, guideWatermill}
