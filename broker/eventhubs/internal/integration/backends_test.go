@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -181,5 +182,23 @@ func sqlBackend(t testing.TB, st migrator, db *sql.DB, effectsDDL string) *cpBac
 			_, err := db.ExecContext(ctx, q)
 			return err
 		},
+	}
+}
+
+// TestCheckpointStoreSQLiteReservedNames: on *sql.Tx, a table named like
+// SQLite's own (sqlite_…) is refused, as a name that is not an identifier.
+func TestCheckpointStoreSQLiteReservedNames(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "business.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, o := range []checkpointstore.Options{{OwnershipTable: "sqlite_owners"}, {CheckpointTable: "main.SQLITE_cp"}, {CheckpointTable: "1x"}} {
+		if _, err := checkpointstore.New(st, o); !errors.Is(err, checkpointstore.ErrInvalidTable) || !errors.Is(err, idem.ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidTable", o, err)
+		}
+	}
+	if _, err := checkpointstore.New(st, checkpointstore.Options{OwnershipTable: "main.owners"}); err != nil {
+		t.Errorf("a qualified name: %v", err)
 	}
 }
