@@ -72,17 +72,15 @@ func txOf(tx any) (pgx.Tx, error) {
 	return t, nil
 }
 
-func (q *pgxSQL) migrate(ctx context.Context, tx any) error {
+func (q *pgxSQL) ddl() []string { return q.create }
+
+func (q *pgxSQL) exec(ctx context.Context, tx any, stmt string) error {
 	t, err := txOf(tx)
 	if err != nil {
 		return err
 	}
-	for _, stmt := range q.create {
-		if _, err := t.Exec(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = t.Exec(ctx, stmt)
+	return err
 }
 
 func (q *pgxSQL) claim(ctx context.Context, tx any, o azeventhubs.Ownership) (string, time.Time, bool, error) {

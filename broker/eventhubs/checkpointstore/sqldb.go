@@ -93,17 +93,15 @@ func keyArgs(ns, hub, group string, partition ...string) []any {
 	return out
 }
 
-func (q *sqlDB) migrate(ctx context.Context, tx any) error {
+func (q *sqlDB) ddl() []string { return q.create }
+
+func (q *sqlDB) exec(ctx context.Context, tx any, stmt string) error {
 	t, err := sqlTxOf(tx)
 	if err != nil {
 		return err
 	}
-	for _, stmt := range q.create {
-		if _, err := t.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = t.ExecContext(ctx, stmt)
+	return err
 }
 
 func (q *sqlDB) claim(ctx context.Context, tx any, o azeventhubs.Ownership) (string, time.Time, bool, error) {

@@ -64,7 +64,9 @@ var _ azeventhubs.CheckpointStore = (*Store)(nil)
 // dialect is the SQL of one kind of transaction.
 type dialect interface {
 	inTx(ctx context.Context, fn func(ctx context.Context, tx any) error) error
-	migrate(ctx context.Context, tx any) error
+	// ddl is the statements creating the tables; exec runs one.
+	ddl() []string
+	exec(ctx context.Context, tx any, stmt string) error
 	// claim takes o if its ETag is the row's (nil: no row yet), returning
 	// the new ETag and time; ok false when another claim came first.
 	claim(ctx context.Context, tx any, o azeventhubs.Ownership) (etag string, at time.Time, ok bool, err error)
@@ -116,7 +118,15 @@ func New(st idem.Store, opts Options) (*Store, error) {
 // Migrate creates the tables if they do not exist. Run it once before the
 // Processors start, as the idem store's own Migrate.
 func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.d.inTx(ctx, s.d.migrate); err != nil {
+	err := s.d.inTx(ctx, func(ctx context.Context, tx any) error {
+		for _, stmt := range s.d.ddl() {
+			if err := s.d.exec(ctx, tx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("checkpointstore: create tables: %w", err)
 	}
 	return nil
