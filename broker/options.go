@@ -8,7 +8,10 @@ import (
 )
 
 // Options are the engine's settings, the same vocabulary in every adapter:
-// each adapter's Options embeds them. The zero value of each field is a
+// each adapter's Options declares these fields, flat, with these names and
+// types (a literal reads natsidem.Options{Concurrency: 8, ...}; Watermill's
+// middleware leaves Concurrency and ShutdownTimeout to its router), and
+// builds its engine's Options from them. The zero value of each field is a
 // sensible default.
 type Options[M any] struct {
 	// Concurrency is how many deliveries are handled at once. Default 1.

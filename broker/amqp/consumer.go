@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -17,21 +18,30 @@ import (
 // are the guard's (idem.Options.Scope, filled by NewGuard, and
 // idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
-	// Options are the engine's, the same in every adapter (see
-	// broker.Options): Concurrency (deliveries handled at once, default 1);
-	// Backoff (how long a retried delivery is held, unacked, before it is
-	// requeued, from its attempt: x-delivery-count + 1 on quorum queues, 1
-	// or, when redelivered, 2 on classic queues; and the pace of a held
-	// delivery's claims); MaxHold (how long a delivery whose key is in
-	// progress elsewhere is held, unacked, so that it adds nothing to a
-	// quorum queue's x-delivery-count, before it is requeued after the
-	// holder's lease); MaxDeliveries (handler failures before a
-	// max_deliver dead letter; on a quorum queue, set it to the queue's
-	// delivery-limit: see the package doc); ShutdownTimeout and Hooks.
-	// Every hold keeps the delivery unacked: keep MaxHold and the back-off
-	// well under the broker's consumer_timeout (30 minutes by default),
-	// past which RabbitMQ closes the channel.
-	broker.Options[amqp.Delivery]
+	// Concurrency is how many deliveries are handled at once (broker.Options).
+	// Default 1.
+	Concurrency int
+	// Backoff is how long a retried delivery is held, unacked, before it is
+	// requeued, from its attempt (x-delivery-count + 1 on quorum queues, 1 or,
+	// when redelivered, 2 on classic ones), and a held delivery's claim pace
+	// (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a delivery whose key is in progress elsewhere is
+	// held, unacked (adding nothing to x-delivery-count), before it is
+	// requeued (broker.Options). Keep it and the back-off well under the
+	// broker's consumer_timeout (30 minutes by default): past it RabbitMQ
+	// closes the channel.
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures before a max_deliver dead letter;
+	// on a quorum queue, its delivery-limit (see the package doc)
+	// (broker.Options).
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each delivery's flow (broker.Options).
+	Hooks broker.Hooks[amqp.Delivery]
+
 	// Queue is the queue to consume.
 	Queue string
 	// ConsumerTag names the AMQP consumer. Default: generated, unique.
@@ -56,9 +66,21 @@ type Options struct {
 	Publisher *amqp.Channel
 }
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// amqpidem.Options{Queue: "orders", Options: amqpidem.ConsumerOptions{Concurrency: 8}}.
-type ConsumerOptions = broker.Options[amqp.Delivery]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[amqp.Delivery], error) {
+	e := broker.Options[amqp.Delivery]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
 
 // Default back-off bounds and hold (broker.Options).
 const (
@@ -116,7 +138,8 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	case opts.Prefetch < 0:
 		return nil, fmt.Errorf("%w: amqpidem: negative Prefetch", idem.ErrInvalidOptions)
 	}
-	if err := opts.Options.Fill(); err != nil {
+	eo, err := opts.engine()
+	if err != nil {
 		return nil, err
 	}
 	if opts.Prefetch == 0 {
@@ -132,7 +155,7 @@ func NewConsumer(ch *amqp.Channel, g *idem.Guard, h Handler, opts Options) (*Con
 	t := &transport{ch: ch, pub: pub, queue: opts.Queue, tag: opts.ConsumerTag,
 		dlx: opts.DeadLetterExchange, dlKey: opts.DeadLetterRoutingKey,
 		maxDeliveries: opts.MaxDeliveries}
-	eng, err := broker.NewConsumer(t, g, h, opts.Options)
+	eng, err := broker.NewConsumer(t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@
 // [NewConsumer] and [Consumer.Run] (or [Consume]), [MessageOf], one
 // [broker.Report] per delivery passed to the Hooks, [DeadLetterOf] and
 // [Replay] for dead letters, and [Publish] on the producer side. [Options]
-// embeds [broker.Options] (Concurrency, Backoff,
-// MaxHold, MaxDeliveries, ShutdownTimeout, Hooks) and adds the queue, the
-// prefetch and the dead-letter destination.
+// has the fields of [broker.Options] (Concurrency, Backoff, MaxHold,
+// MaxDeliveries, ShutdownTimeout, Hooks) and adds the queue, the prefetch
+// and the dead-letter destination.
 //
 //   - processed or duplicate: Ack, only after the record is durable;
 //   - in progress elsewhere (a producer retry during a long handler, a

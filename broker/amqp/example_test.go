@@ -48,12 +48,10 @@ func Example() {
 		Queue:                "orders",
 		DeadLetterRoutingKey: "orders.dlq", // through the default exchange
 		Publisher:            dlq,
-		Options: amqpidem.ConsumerOptions{
-			Concurrency: 8,
-			Hooks: broker.Hooks[amqp.Delivery]{
-				OnDeadLetter: func(_ context.Context, d amqp.Delivery, r broker.Report) {
-					log.Printf("dead letter %s: %s (%v)", d.MessageId, r.Reason, r.Err)
-				},
+		Concurrency:          8,
+		Hooks: broker.Hooks[amqp.Delivery]{
+			OnDeadLetter: func(_ context.Context, d amqp.Delivery, r broker.Report) {
+				log.Printf("dead letter %s: %s (%v)", d.MessageId, r.Reason, r.Err)
 			},
 		},
 	})

@@ -78,13 +78,14 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 			return nil, err
 		}
 	}
-	if err := opts.fill(); err != nil {
+	eo, err := opts.fill()
+	if err != nil {
 		return nil, err
 	}
 	if opts.Producer == nil {
 		opts.Producer = cl
 	}
-	eng, err := broker.NewEngine(g, h.engine(), opts.Options)
+	eng, err := broker.NewEngine(g, h.engine(), eo)
 	if err != nil {
 		return nil, err
 	}

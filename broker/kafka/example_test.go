@@ -43,11 +43,11 @@ func Example() {
 	h := kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		return nil, sendWelcomeMail(ctx, idem.DeriveKey(ctx, "welcome-mail"), rec.Value)
 	})
-	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Options: kafka.ConsumerOptions{Hooks: broker.Hooks[*kgo.Record]{
+	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Hooks: broker.Hooks[*kgo.Record]{
 		OnDeadLetter: func(ctx context.Context, rec *kgo.Record, r broker.Report) {
 			slog.Error("signup dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
 		},
-	}}, DeadLetterTopic: "signups.dlq",
+	}, DeadLetterTopic: "signups.dlq",
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -26,51 +26,38 @@ const (
 	DefaultMaxBuffered    = 1000
 )
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// kafka.Options{DeadLetterTopic: "orders.dlq", Options: kafka.ConsumerOptions{Concurrency: 4}}.
-type ConsumerOptions = broker.Options[*kgo.Record]
-
 // Options configure a Consumer. The zero value works except DeadLetterTopic,
 // which is required: conflicts and permanent failures go there, because idem
 // never drops a record silently.
 type Options struct {
-	// Options are the engine's, the same in every adapter (see
-	// broker.Options):
-	//   - Concurrency: records handled at once. Records of one partition
-	//     are always handled one at a time, in offset order, so this is
-	//     also how many partitions are processed at once. Default 8.
-	//   - Backoff: the pause before a record is tried again after a
-	//     transient handler error or a failed dead-letter produce, and the
-	//     pace of the claims of a record held in progress elsewhere or
-	//     during a store outage. Default idem.ExponentialBackoff(100ms, 10s).
-	//     The partition is held meanwhile: the record is never skipped and
-	//     no later offset of its partition is committed.
-	//   - MaxHold: how long a record whose key is in progress elsewhere is
-	//     held, claimed again at most a second apart and at the latest when
-	//     the holder's lease ends, before it waits out the rest of that
-	//     lease (the partition held either way).
-	//   - MaxDeliveries: the record is dead-lettered (reason
-	//     broker.ReasonMaxDeliver) after its handler failed this many
-	//     times, counted by the record's attempts in two-phase mode and by
-	//     this process's tries in the transactional inbox: Kafka counts no
-	//     deliveries, so this is the consumer's delivery limit. Zero retries
-	//     forever. Keys in progress elsewhere and store outages are not
-	//     failures: they resolve without the record's fault.
-	//   - ShutdownTimeout: how long an in-flight handler may run after its
-	//     partition was revoked or Run's context ended; then its context is
-	//     cancelled (the claim is released and the record redelivered
-	//     later). Keep it under the group's rebalance timeout (60s by
-	//     default). Default 30s.
-	//   - Hooks: BeforeSettle once the outcome is known and before the
-	//     record counts as done (before its offset can be committed, before
-	//     its dead letter is produced, before the partition is held for a
-	//     retry); AfterSettle after that; OnDeadLetter once a dead letter is
-	//     acknowledged (alert on conflicts there); OnError for the errors the
-	//     consumer handles by itself: failed commits (*CommitError, retried
-	//     at the next commit), failed dead-letter produces, failed batch
-	//     claims and releases, store outages (*broker.OutageError) and fetch
-	//     errors.
-	broker.Options[*kgo.Record]
+	// Concurrency is how many records are handled at once (broker.Options):
+	// records of one partition are handled one at a time, in offset order,
+	// so it is also how many partitions are processed at once. Default 8.
+	Concurrency int
+	// Backoff is the pause before a record is tried again after a transient
+	// handler error or a failed dead-letter produce, and the pace of a held
+	// record's claims (broker.Options), its partition held meanwhile.
+	// Default idem.ExponentialBackoff(100ms, 10s).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a record whose key is in progress elsewhere is
+	// held, claimed again at most a second apart, before it waits out the
+	// rest of the holder's lease, its partition held either way
+	// (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures before a max_deliver dead letter,
+	// counted by the record's attempts in two-phase mode and by this
+	// process's tries in the transactional inbox: Kafka counts no deliveries
+	// (broker.Options). Zero retries forever.
+	MaxDeliveries int
+	// ShutdownTimeout bounds an in-flight handler once its partition is
+	// revoked or Run's context ends (broker.Options); keep it under the
+	// group's rebalance timeout (60s by default). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each record's flow (broker.Options).
+	// The errors the consumer handles by itself (failed commits as
+	// *CommitError, dead-letter produces, batch claims and releases, fetch
+	// errors) and store outages go to the guard's observer.
+	Hooks broker.Hooks[*kgo.Record]
 
 	// DeadLetterTopic receives records that retrying cannot fix: key
 	// conflicts, permanent handler errors, missing or invalid keys, parked
@@ -123,12 +110,29 @@ type Options struct {
 	MaxClaimBatch int
 }
 
-func (o *Options) fill() error {
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*kgo.Record], error) {
+	e := broker.Options[*kgo.Record]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
+
+// fill checks o and fills its defaults, and returns the engine's options.
+func (o *Options) fill() (eo broker.Options[*kgo.Record], err error) {
 	if o.DeadLetterTopic == "" {
-		return fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
+		return eo, fmt.Errorf("%w: DeadLetterTopic is required (conflicts and permanent failures are dead-lettered, never dropped)", idem.ErrInvalidOptions)
 	}
 	if o.CommitInterval < 0 || o.DeadLetterTimeout < 0 || o.MaxPollRecords < 0 || o.MaxBuffered < 0 || o.MaxClaimBatch < 0 {
-		return fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
+		return eo, fmt.Errorf("%w: negative kafka option", idem.ErrInvalidOptions)
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
@@ -136,8 +140,8 @@ func (o *Options) fill() error {
 	if o.Backoff == nil {
 		o.Backoff = idem.ExponentialBackoff(DefaultMinBackoff, DefaultMaxBackoff)
 	}
-	if err := o.Options.Fill(); err != nil {
-		return err
+	if eo, err = o.engine(); err != nil {
+		return eo, err
 	}
 	if o.CommitInterval == 0 {
 		o.CommitInterval = DefaultCommitInterval
@@ -154,5 +158,5 @@ func (o *Options) fill() error {
 	if o.MaxBuffered == 0 {
 		o.MaxBuffered = DefaultMaxBuffered
 	}
-	return nil
+	return eo, nil
 }

@@ -57,7 +57,7 @@ func TestNewConsumerValidates(t *testing.T) {
 		{"autocommit", build(kgo.ConsumerGroup("g1"), kgo.ConsumeTopics(topic)), g, noop, dlq, kafka.ErrClientConfig},
 		{"no hooks", build(kgo.ConsumerGroup("g2"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()), g, noop, dlq, kafka.ErrClientConfig},
 		{"no dead-letter topic", good("g3"), g, noop, kafka.Options{}, idem.ErrInvalidOptions},
-		{"negative max deliveries", good("g4"), g, noop, kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: -1}, DeadLetterTopic: dlqTopic}, idem.ErrInvalidOptions},
+		{"negative max deliveries", good("g4"), g, noop, kafka.Options{MaxDeliveries: -1, DeadLetterTopic: dlqTopic}, idem.ErrInvalidOptions},
 		{"negative claim batch", good("g6"), g, noop, kafka.Options{DeadLetterTopic: dlqTopic, MaxClaimBatch: -1}, idem.ErrInvalidOptions},
 		{"nil guard", good("g7"), nil, noop, dlq, idem.ErrInvalidOptions},
 		{"no handler", good("g8"), g, kafka.Handle(nil), dlq, broker.ErrNoHandler},

@@ -61,13 +61,25 @@ func MessageOf(m *Message) idem.Message {
 // Options configure a Consumer. Server, ClientID, Topic and
 // DeadLetterTopic are required.
 type Options struct {
-	// Options are the engine's, the same in every adapter: Concurrency (at
-	// most ReceiveMaximum), Backoff (the delay of a retry, waited out in
-	// this process), MaxHold, MaxDeliveries (handler failures before a
-	// max_deliver dead letter, counted in the record in two-phase mode;
-	// MQTT keeps no delivery count), ShutdownTimeout and Hooks. See
-	// broker.Options.
-	broker.Options[*Message]
+	// Concurrency is how many messages are handled at once, at most
+	// ReceiveMaximum (broker.Options). Default 1.
+	Concurrency int
+	// Backoff is a retry's delay, waited out in this process, and a held
+	// message's claim pace (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere is
+	// held (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures before a max_deliver dead letter,
+	// counted in the record in two-phase mode: MQTT keeps no delivery count
+	// (broker.Options).
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[*Message]
+
 	Server   string // the broker's URL: mqtt://host:1883, mqtts://host:8883, ws://...
 	ClientID string // the persistent session's id: the same on every restart, unique per process
 	// Topic is the topic filter subscribed at QoS 1, "$share/group/filter"
@@ -92,6 +104,22 @@ type Options struct {
 	Config func(*autopaho.ClientConfig)
 }
 
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*Message], error) {
+	e := broker.Options[*Message]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
+
 // Defaults of Options.
 const (
 	DefaultSessionExpiry  = 24 * time.Hour
@@ -101,9 +129,6 @@ const (
 // ackFlush is how often paho sends the PUBACKs Ack has released, in the
 // order of their PUBLISHes.
 const ackFlush = 20 * time.Millisecond
-
-// ConsumerOptions are the engine's options of a Consumer, for literals.
-type ConsumerOptions = broker.Options[*Message]
 
 // Handler is the work a Consumer runs for each message: Handle
 // (two-phase) or HandleTx (transactional inbox).
@@ -177,7 +202,11 @@ func NewConsumer(g *idem.Guard, h Handler, opts Options) (*Consumer, error) {
 	if opts.Config != nil {
 		opts.Config(&c.cfg)
 	}
-	c.eng, err = broker.NewConsumer[*Message](t, g, h, opts.Options)
+	eo, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	c.eng, err = broker.NewConsumer[*Message](t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}

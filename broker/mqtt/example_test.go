@@ -20,7 +20,7 @@ func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	opts := mqttidem.Options{
-		Options:         mqttidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
+		Concurrency: 8, MaxDeliveries: 10,
 		Server:          "mqtt://127.0.0.1:1883",
 		ClientID:        "ingest-1",
 		Topic:           "$share/ingest/sensors/+/readings",

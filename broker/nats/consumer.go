@@ -17,16 +17,25 @@ import (
 // scope and the key are the guard's (idem.Options.Scope, filled by
 // NewGuard, and idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
-	// Options are the engine's, the same in every adapter: Concurrency
-	// (messages handled at once, default 1), Backoff (the NakWithDelay
-	// delay of a retried message from its delivery count, and the pace of
-	// a held message's claims), MaxHold (how long a message whose key is in
-	// progress elsewhere is held, telling the server it is in progress,
-	// before it is nak'ed with the delay until the holder's lease ends),
-	// MaxDeliveries (handler failures before a max_deliver dead letter;
-	// default: the consumer's MaxDeliver), ShutdownTimeout and Hooks. See
-	// broker.Options.
-	broker.Options[jetstream.Msg]
+	// Concurrency is how many messages are handled at once (broker.Options).
+	// Default 1.
+	Concurrency int
+	// Backoff is a retry's NakWithDelay delay, from the delivery count, and a
+	// held message's claim pace (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds a hold on a key in progress elsewhere, the server told
+	// the message is in progress, before the nak with the holder's lease
+	// (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures before a max_deliver dead letter
+	// (broker.Options). Default: the consumer's MaxDeliver.
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[jetstream.Msg]
+
 	// JetStream publishes dead letters (and waits for the stream's ack, so a
 	// dead letter is durable before the original is terminated).
 	JetStream jetstream.JetStream
@@ -61,9 +70,21 @@ type Options struct {
 	DoubleAck bool
 }
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8}, ...}.
-type ConsumerOptions = broker.Options[jetstream.Msg]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[jetstream.Msg], error) {
+	e := broker.Options[jetstream.Msg]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
 
 // Default back-off bounds and hold (broker.Options).
 const (
@@ -125,7 +146,8 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 	case opts.Prefetch < 0:
 		return nil, fmt.Errorf("%w: natsidem: negative Prefetch", idem.ErrInvalidOptions)
 	}
-	if err := opts.Options.Fill(); err != nil {
+	eo, err := opts.engine()
+	if err != nil {
 		return nil, err
 	}
 	if opts.Prefetch == 0 {
@@ -152,10 +174,10 @@ func NewConsumer(cons jetstream.Consumer, g *idem.Guard, h Handler, opts Options
 		c.t.maxDeliver = info.Config.MaxDeliver
 		c.t.name = info.Stream + "/" + info.Name
 	}
-	if c.opts.MaxDeliveries == 0 && c.t.maxDeliver > 0 {
-		c.opts.MaxDeliveries = c.t.maxDeliver
+	if eo.MaxDeliveries == 0 && c.t.maxDeliver > 0 {
+		eo.MaxDeliveries = c.t.maxDeliver
 	}
-	eng, err := broker.NewConsumer[jetstream.Msg](&c.t, g, h, c.opts.Options)
+	eng, err := broker.NewConsumer[jetstream.Msg](&c.t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +248,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	t := &transport{cons: c.t.cons, js: c.t.js, dlq: c.t.dlq, doubleAck: c.t.doubleAck,
 		ackWait: c.t.ackWait, maxDeliver: c.t.maxDeliver, name: c.t.name}
 	t.iter.Store(&iterator{iter})
-	eng, err := broker.NewConsumer[jetstream.Msg](t, c.g, c.h, c.opts.Options)
+	eng, err := broker.NewConsumer[jetstream.Msg](t, c.g, c.h, c.eng.Options())
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@
 //	h := natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 //		return nil, charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 //	})
-//	c, _ := natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Options: natsidem.ConsumerOptions{Concurrency: 8}})
+//	c, _ := natsidem.NewConsumer(cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq", Concurrency: 8})
 //	err := c.Run(ctx)
 //
 // With a store that has a transactional inbox (store/sqlite, store/postgres,

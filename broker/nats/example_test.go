@@ -49,11 +49,11 @@ func Example() {
 		receipt, err := charge(ctx, idem.DeriveKey(ctx, "charge"), msg.Data())
 		return []byte(receipt), err
 	})
-	err = natsidem.Consume(ctx, cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 8, Hooks: broker.Hooks[jetstream.Msg]{
+	err = natsidem.Consume(ctx, cons, g, h, natsidem.Options{Concurrency: 8, Hooks: broker.Hooks[jetstream.Msg]{
 		OnDeadLetter: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
 			log.Printf("dead letter %s: %s (%v)", natsidem.MessageOf(msg).ID, r.Reason, r.Err)
 		},
-	}}, JetStream: js, DeadLetterSubject: "orders.dlq",
+	}, JetStream: js, DeadLetterSubject: "orders.dlq",
 	}) // or NewConsumer + Run
 	if err != nil {
 		log.Fatal(err) // a misconfiguration, found before any message is taken, or the stream's error

@@ -17,19 +17,28 @@ import (
 // key are the guard's (idem.Options.Scope, filled by NewGuard, and
 // idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
-	// Options are the engine's, the same in every adapter (see
-	// broker.Options): Concurrency; Backoff (how long a transiently failed
-	// message waits in the consumer, its ack deadline extended, before it
-	// is nacked: a nack cannot be delayed; and the pace of a held
-	// message's claims); MaxHold; MaxDeliveries (set it to the
-	// subscription's dead-letter policy's MaxDeliveryAttempts: the
-	// delivery whose DeliveryAttempt reaches it is the last, and a retry
-	// on it is dead-lettered by the consumer with reason max_deliver and
-	// idem's attributes rather than forwarded by Pub/Sub without them;
-	// without a dead-letter policy Pub/Sub counts no attempts and
-	// MaxDeliveries counts the handler's failures in the record, two-phase
-	// mode only); ShutdownTimeout and Hooks.
-	broker.Options[*Message]
+	// Concurrency is how many messages are handled at once (broker.Options).
+	// Default 1.
+	Concurrency int
+	// Backoff is how long a transiently failed message waits in the consumer,
+	// its ack deadline extended, before it is nacked (a nack cannot be
+	// delayed), and a held message's claim pace (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere is
+	// held (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the dead-letter policy's MaxDeliveryAttempts: a retry
+	// on the delivery whose DeliveryAttempt reaches it is dead-lettered by the
+	// consumer with idem's attributes, not forwarded by Pub/Sub; without a
+	// policy it counts the handler's failures in the record, two-phase mode
+	// only (broker.Options).
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[*Message]
+
 	// DeadLetter publishes to the dead-letter topic: conflicts, permanent
 	// failures, messages without a usable key, parked records and
 	// messages that failed MaxDeliveries times, each with its data, its
@@ -38,9 +47,21 @@ type Options struct {
 	DeadLetter *pubsub.Publisher
 }
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// pubsubidem.Options{Options: pubsubidem.ConsumerOptions{Concurrency: 8}}.
-type ConsumerOptions = broker.Options[*Message]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*Message], error) {
+	e := broker.Options[*Message]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
 
 // Handler is the work a Consumer runs for each message: Handle
 // (two-phase) or HandleTx (transactional inbox).
@@ -89,7 +110,11 @@ func NewConsumer(sub *pubsub.Subscriber, g *idem.Guard, h Handler, opts Options)
 		maxExt = pubsub.DefaultReceiveSettings.MaxExtension
 	}
 	t := &transport{sub: sub, dl: opts.DeadLetter, maxDeliveries: opts.MaxDeliveries, maxExt: maxExt}
-	eng, err := broker.NewConsumer[*Message](t, g, h, opts.Options)
+	eo, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	eng, err := broker.NewConsumer[*Message](t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,9 @@
 //	sub := client.Subscriber("orders-billing")
 //	g, err := pubsubidem.NewGuard(store, sub, idem.Options{})   // scope: the subscription
 //	c, err := pubsubidem.NewConsumer(sub, g, pubsubidem.Handle(fn), pubsubidem.Options{
-//		DeadLetter: client.Publisher("orders-dlq"),
-//		Options:    pubsubidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10}, // the dead-letter policy's
+//		DeadLetter:    client.Publisher("orders-dlq"),
+//		Concurrency:   8,
+//		MaxDeliveries: 10, // the dead-letter policy's
 //	})
 //	err = c.Run(ctx)
 //

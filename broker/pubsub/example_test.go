@@ -43,7 +43,7 @@ func Example() {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), m.Data)
 	})
 	err = pubsubidem.Consume(ctx, sub, g, h, pubsubidem.Options{ // or NewConsumer + Run
-		Options:    pubsubidem.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
+		Concurrency: 8, MaxDeliveries: 10,
 		DeadLetter: dlq,
 	})
 	if err != nil {

@@ -81,7 +81,7 @@ func TestNewConsumerRefuses(t *testing.T) {
 		"nil subscriber":        {nil, Options{DeadLetter: dl}},
 		"no dead letter":        {cl.Subscriber("s"), Options{}},
 		"no deadline extension": {noExt, Options{DeadLetter: dl}},
-		"negative option":       {cl.Subscriber("s"), Options{DeadLetter: dl, Options: ConsumerOptions{Concurrency: -1}}},
+		"negative option":       {cl.Subscriber("s"), Options{DeadLetter: dl, Concurrency: -1}},
 	} {
 		if _, err := NewConsumer(c.sub, g, h, c.opts); !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)

@@ -60,13 +60,25 @@ func MessageOf(m *Message) idem.Message {
 // Options configure a Consumer. Stream, Group, Consumer and
 // DeadLetterStream are required.
 type Options struct {
-	// Options are the engine's, the same in every adapter: Concurrency,
-	// Backoff (the delay of a retried entry and the pace of a held one's
-	// claims), MaxHold, MaxDeliveries (handler failures before a
-	// max_deliver dead letter: the record's attempts in two-phase mode, the
-	// group's delivery count in the inbox; zero: no limit, Redis never
-	// drops an entry), ShutdownTimeout and Hooks. See broker.Options.
-	broker.Options[*Message]
+	// Concurrency is how many entries are handled at once (broker.Options).
+	// Default 1.
+	Concurrency int
+	// Backoff is a retried entry's delay and a held entry's claim pace
+	// (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long an entry whose key is in progress elsewhere is
+	// held (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures before a max_deliver dead letter:
+	// the record's attempts in two-phase mode, the group's delivery count in
+	// the inbox (broker.Options). Zero: no limit (Redis never drops an entry).
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each entry's flow (broker.Options).
+	Hooks broker.Hooks[*Message]
+
 	Stream   string // the stream consumed
 	Group    string // the consumer group, created at the stream's start ("0") when missing
 	Consumer string // this consumer's name in the group: unique per process
@@ -84,14 +96,27 @@ type Options struct {
 	Block time.Duration
 }
 
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*Message], error) {
+	e := broker.Options[*Message]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
+
 // Defaults of Options.
 const (
 	DefaultMinIdle = 30 * time.Second
 	DefaultBlock   = time.Second
 )
-
-// ConsumerOptions are the engine's options of a Consumer, for literals.
-type ConsumerOptions = broker.Options[*Message]
 
 // Consumer runs a Handler for the entries of a Redis stream read by a
 // consumer group, on idem's consumer engine (broker.Consumer).
@@ -127,7 +152,11 @@ func NewConsumer(rdb redis.UniversalClient, g *idem.Guard, h Handler, opts Optio
 		opts.Block = DefaultBlock
 	}
 	t := &transport{rdb: rdb, opts: opts, cursor: "0-0"}
-	eng, err := broker.NewConsumer[*Message](t, g, h, opts.Options)
+	eo, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	eng, err := broker.NewConsumer[*Message](t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}

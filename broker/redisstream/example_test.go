@@ -35,7 +35,7 @@ func Example() {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), redisstream.MessageOf(m).Payload)
 	})
 	err = redisstream.Consume(ctx, rdb, g, h, redisstream.Options{ // or NewConsumer + Run
-		Options:          redisstream.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10},
+		Concurrency: 8, MaxDeliveries: 10,
 		Stream:           "orders",
 		Group:            "billing",
 		Consumer:         host,

@@ -16,20 +16,28 @@ import (
 // (idem.Options.Scope, filled by NewGuard, and idem.Options.Key over
 // MessageOf), never the consumer's.
 type Options struct {
-	// Options are the engine's, the same in every adapter (see
-	// broker.Options): Concurrency (messages handled at once, default 1);
-	// Backoff (how long a transiently failed message waits, its lock
-	// renewed, before it is abandoned, from its DeliveryCount: Service Bus
-	// redelivers an abandoned message at once; and the pace of a held
-	// message's claims); MaxHold (how long a message whose key is in
-	// progress elsewhere is held, its lock renewed, before it is
-	// abandoned); MaxDeliveries (set it to the entity's MaxDeliveryCount:
-	// the delivery with DeliveryCount >= MaxDeliveries is the last, and a
-	// retry on it is dead-lettered by the consumer with reason
-	// max_deliver and idem's properties, rather than by Service Bus with
-	// MaxDeliveryCountExceeded and none; 0: unknown); ShutdownTimeout and
-	// Hooks.
-	broker.Options[*azservicebus.ReceivedMessage]
+	// Concurrency is how many messages are handled at once (broker.Options).
+	// Default 1.
+	Concurrency int
+	// Backoff is how long a transiently failed message waits, its lock
+	// renewed, before it is abandoned (Service Bus redelivers it at once),
+	// from its DeliveryCount, and a held message's claim pace
+	// (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere is
+	// held, its lock renewed, before it is abandoned (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the entity's MaxDeliveryCount: a retry on the delivery
+	// with DeliveryCount >= MaxDeliveries is dead-lettered by the consumer
+	// (reason max_deliver, idem's properties), not by Service Bus
+	// (broker.Options). 0: unknown.
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[*azservicebus.ReceivedMessage]
+
 	// EntityPath names the queue or subscription in the dead letters'
 	// Idem-Entity property (see EntityPath).
 	EntityPath string
@@ -49,9 +57,21 @@ type Options struct {
 	SessionIdleTimeout time.Duration
 }
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// servicebus.Options{Options: servicebus.ConsumerOptions{Concurrency: 8}}.
-type ConsumerOptions = broker.Options[*azservicebus.ReceivedMessage]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*azservicebus.ReceivedMessage], error) {
+	e := broker.Options[*azservicebus.ReceivedMessage]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
 
 // Default back-off bounds and hold (broker.Options).
 const (
@@ -93,7 +113,11 @@ func NewConsumer(r *azservicebus.Receiver, g *idem.Guard, h Handler, opts Option
 		return nil, fmt.Errorf("%w: servicebus: negative LockRenewal", idem.ErrInvalidOptions)
 	}
 	t := &transport{r: r, entity: opts.EntityPath, maxDeliveries: opts.MaxDeliveries, lockRenewal: opts.LockRenewal}
-	eng, err := broker.NewConsumer[*azservicebus.ReceivedMessage](t, g, h, opts.Options)
+	eo, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	eng, err := broker.NewConsumer[*azservicebus.ReceivedMessage](t, g, h, eo)
 	if err != nil {
 		return nil, err
 	}

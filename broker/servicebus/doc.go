@@ -9,11 +9,9 @@
 //	g, err := servicebus.NewGuard(store, servicebus.EntityPath("orders"), idem.Options{})
 //	r, err := client.NewReceiverForQueue("orders", nil)   // PeekLock, the default
 //	c, err := servicebus.NewConsumer(r, g, servicebus.HandleTx(fn), servicebus.Options{
-//		EntityPath: "orders",
-//		Options: servicebus.ConsumerOptions{
-//			MaxDeliveries: 10,                         // the queue's MaxDeliveryCount
-//			Hooks:         broker.Hooks[*azservicebus.ReceivedMessage]{OnDeadLetter: alert},
-//		},
+//		EntityPath:    "orders",
+//		MaxDeliveries: 10, // the queue's MaxDeliveryCount
+//		Hooks:         broker.Hooks[*azservicebus.ReceivedMessage]{OnDeadLetter: alert},
 //	})
 //	err = c.Run(ctx)
 //
@@ -91,8 +89,8 @@
 // per customer) is consumed by a SessionConsumer, in the same shape:
 //
 //	c, err := servicebus.NewSessionConsumer(client, "orders", g, servicebus.Handle(fn), servicebus.Options{
-//		Sessions: 8,                                 // sessions held at once (default Concurrency)
-//		Options:  servicebus.ConsumerOptions{MaxDeliveries: 10},
+//		Sessions:      8, // sessions held at once (default Concurrency)
+//		MaxDeliveries: 10,
 //	})
 //	err = c.Run(ctx)
 //

@@ -41,8 +41,8 @@ func Example() {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), m.Body)
 	})
 	err = servicebus.Consume(ctx, r, g, h, servicebus.Options{ // or NewConsumer + Run
-		EntityPath: "orders",
-		Options:    servicebus.ConsumerOptions{Concurrency: 8, MaxDeliveries: 10}, // the queue's MaxDeliveryCount
+		EntityPath:  "orders",
+		Concurrency: 8, MaxDeliveries: 10, // the queue's MaxDeliveryCount
 	})
 	if err != nil {
 		log.Fatal(err) // a misconfiguration, found before any message is received, or the receiver's error

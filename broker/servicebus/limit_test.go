@@ -131,8 +131,7 @@ func TestDeliveryLimit(t *testing.T) {
 				applied <- m.DeliveryCount
 				return nil, nil
 			})
-			stop := runConsumer(t, client, g, h, servicebus.Options{Options: servicebus.ConsumerOptions{
-				MaxDeliveries: tc.maxDeliveries, Backoff: fixed(10 * time.Millisecond)}})
+			stop := runConsumer(t, client, g, h, servicebus.Options{MaxDeliveries: tc.maxDeliveries, Backoff: fixed(10 * time.Millisecond)})
 			defer func() { _ = stop() }()
 
 			dl := deadLetter(t, dlq)
@@ -226,8 +225,7 @@ func TestStoreOutageSpendsNoDelivery(t *testing.T) {
 	})
 	outages := make(chan error, 16)
 	reports := make(chan broker.Report, 4)
-	stop := runConsumer(t, client, g, h, servicebus.Options{Options: servicebus.ConsumerOptions{
-		MaxDeliveries: 2, Backoff: fixed(25 * time.Millisecond), // 60 claims: 5 locks
+	stop := runConsumer(t, client, g, h, servicebus.Options{MaxDeliveries: 2, Backoff: fixed(25 * time.Millisecond), // 60 claims: 5 locks
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 			OnError: func(err error) {
 				t.Log("consumer:", err)
@@ -237,7 +235,7 @@ func TestStoreOutageSpendsNoDelivery(t *testing.T) {
 				}
 			},
 			AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, r broker.Report) { reports <- r },
-		}}})
+		}})
 	defer func() { _ = stop() }()
 
 	<-store.enough
@@ -284,7 +282,7 @@ func TestLastDeliveryCrash(t *testing.T) {
 		applied <- struct{}{}
 		return nil, nil
 	})
-	opts := servicebus.Options{Options: servicebus.ConsumerOptions{MaxDeliveries: 1, ShutdownTimeout: time.Millisecond}}
+	opts := servicebus.Options{MaxDeliveries: 1, ShutdownTimeout: time.Millisecond}
 	dying := newClient(t, srv)
 	stop := runConsumer(t, dying, g, h, opts)
 	<-started

@@ -36,11 +36,9 @@ func lockConsumer(t *testing.T, lock, renew time.Duration, handle func(ctx conte
 	}
 	settled := make(chan broker.Report, 8)
 	stopRun := runConsumer(t, client, g, servicebus.Handle(handle), servicebus.Options{
-		LockRenewal: renew, Options: servicebus.ConsumerOptions{
-			Backoff: fixed(time.Hour),
-			Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
-				AfterSettle: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
-			},
+		LockRenewal: renew, Backoff: fixed(time.Hour),
+		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+			AfterSettle: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
 		}})
 	return srv, g, settled, func() {
 		if err := stopRun(); err != nil {

@@ -44,9 +44,9 @@ func TestSendDuplicateDetection(t *testing.T) {
 	c, err := servicebus.NewConsumer(r, g, servicebus.Handle(func(ctx context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		applied <- servicebus.MessageOf(m).ID
 		return nil, nil
-	}), servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+	}), servicebus.Options{EntityPath: "orders", Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 		OnDeadLetter: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { dead <- r },
-	}}})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

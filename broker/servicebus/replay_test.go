@@ -77,9 +77,9 @@ func TestReplayInsideDuplicateDetection(t *testing.T) {
 					return nil, idem.Permanent(errors.New("account frozen"))
 				}
 				return nil, nil
-			}), servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+			}), servicebus.Options{EntityPath: "orders", Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 				AfterSettle: func(_ context.Context, _ *azservicebus.ReceivedMessage, r broker.Report) { reports <- r },
-			}}})
+			}})
 			if err != nil {
 				t.Fatal(err)
 			}

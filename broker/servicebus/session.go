@@ -67,11 +67,14 @@ func NewSessionConsumer(client *azservicebus.Client, entity string, g *idem.Guar
 		return nil, fmt.Errorf("%w: servicebus: negative LockRenewal, Sessions or SessionIdleTimeout", idem.ErrInvalidOptions)
 	}
 	// The engine checks the handler and the options once, here.
-	eng, err := broker.NewEngine(g, h, opts.Options)
+	eo, err := opts.engine()
 	if err != nil {
 		return nil, err
 	}
-	opts.Options = eng.Options()
+	eng, err := broker.NewEngine(g, h, eo)
+	if err != nil {
+		return nil, err
+	}
 	if opts.EntityPath == "" {
 		opts.EntityPath = entity
 	}

@@ -112,7 +112,7 @@ func TestSessionHolderCrash(t *testing.T) {
 		defer mu.Unlock()
 		applied = append(applied, m.MessageID)
 	}
-	opts := servicebus.Options{Options: servicebus.ConsumerOptions{Backoff: fixed(20 * time.Millisecond), ShutdownTimeout: 100 * time.Millisecond}}
+	opts := servicebus.Options{Backoff: fixed(20 * time.Millisecond), ShutdownTimeout: 100 * time.Millisecond}
 
 	crashed := &crashedStore{Store: store}
 	gA, err := servicebus.NewGuard(crashed, "orders", idem.Options{Lease: lease})
@@ -272,9 +272,9 @@ func TestSessionLockRenewedUnderLongHandler(t *testing.T) {
 		}
 		got <- seen{m.MessageID, m.DeliveryCount, context.Cause(ctx)}
 		return nil, ctx.Err()
-	}), servicebus.Options{Options: servicebus.ConsumerOptions{Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
+	}), servicebus.Options{Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
 		AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, r broker.Report) { settled <- r },
-	}}})
+	}})
 	for _, want := range []string{"a1", "a2"} {
 		s := <-got
 		if s.id != want || s.count != 1 || s.cause != nil {

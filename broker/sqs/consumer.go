@@ -33,16 +33,26 @@ var _ Client = (*sqs.Client)(nil)
 // The scope and the key are the guard's (idem.Options.Scope, filled by
 // NewGuard, and idem.Options.Key over MessageOf), never the consumer's.
 type Options struct {
-	// Options are the engine's, the same in every adapter (see
-	// broker.Options): Concurrency (messages handled at once; on a FIFO
-	// queue, message groups), Backoff (a retried message's visibility
-	// timeout, rounded up to whole seconds, and the pace of a held one's
-	// claims), MaxHold, MaxDeliveries (set it to the redrive policy's
-	// maxReceiveCount, or leave it 0 and Run reads it from the queue: the
-	// delivery whose ApproximateReceiveCount reaches it is the last, and a
-	// retry on it is dead-lettered by the consumer with idem's headers
-	// rather than moved by SQS without them), ShutdownTimeout and Hooks.
-	broker.Options[*types.Message]
+	// Concurrency is how many messages (on a FIFO queue, message groups) are
+	// handled at once (broker.Options). Default 1.
+	Concurrency int
+	// Backoff is a retried message's visibility timeout, rounded up to whole
+	// seconds, and a held message's claim pace (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere is
+	// held (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the redrive policy's maxReceiveCount (0: Run reads it
+	// from the queue): a retry on the delivery whose ApproximateReceiveCount
+	// reaches it is dead-lettered by the consumer with idem's headers, not
+	// moved by SQS (broker.Options).
+	MaxDeliveries int
+	// ShutdownTimeout bounds Run's wait for in-flight handlers
+	// (broker.Options). Default 30s.
+	ShutdownTimeout time.Duration
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[*types.Message]
+
 	// QueueURL is the queue consumed. A URL ending in ".fifo" is a FIFO
 	// queue: its message groups are handled one message at a time, in
 	// order (see the package doc).
@@ -61,9 +71,21 @@ type Options struct {
 	WaitTime time.Duration
 }
 
-// ConsumerOptions are the engine's options of a Consumer, for literals:
-// sqsidem.Options{Options: sqsidem.ConsumerOptions{Concurrency: 8}}.
-type ConsumerOptions = broker.Options[*types.Message]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*types.Message], error) {
+	e := broker.Options[*types.Message]{
+		Concurrency:     o.Concurrency,
+		Backoff:         o.Backoff,
+		MaxHold:         o.MaxHold,
+		MaxDeliveries:   o.MaxDeliveries,
+		ShutdownTimeout: o.ShutdownTimeout,
+		Hooks:           o.Hooks,
+	}
+	err := e.Fill()
+	o.Concurrency, o.Backoff, o.MaxHold, o.ShutdownTimeout = e.Concurrency, e.Backoff, e.MaxHold, e.ShutdownTimeout
+	return e, err
+}
 
 // Defaults of Options.
 const (
@@ -144,12 +166,13 @@ func NewConsumer(client Client, g *idem.Guard, h Handler, opts Options) (*Consum
 	if opts.WaitTime == 0 {
 		opts.WaitTime = DefaultWaitTime
 	}
-	if err := opts.Options.Fill(); err != nil {
+	eo, err := opts.engine()
+	if err != nil {
 		return nil, err
 	}
 	t := &transport{c: client, opts: opts, visibility: int32((opts.VisibilityTimeout + time.Second - 1) / time.Second),
 		maxDeliveries: opts.MaxDeliveries}
-	eng, err := broker.NewEngine(g, h, opts.Options)
+	eng, err := broker.NewEngine(g, h, eo)
 	if err != nil {
 		return nil, err
 	}

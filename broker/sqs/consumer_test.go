@@ -25,7 +25,7 @@ func TestNewConsumerRefuses(t *testing.T) {
 		"types differ":        {QueueURL: "q.fifo", DeadLetterQueueURL: "d"},
 		"visibility":          {QueueURL: "q", DeadLetterQueueURL: "d", VisibilityTimeout: time.Millisecond},
 		"wait":                {QueueURL: "q", DeadLetterQueueURL: "d", WaitTime: time.Minute},
-		"negative":            {QueueURL: "q", DeadLetterQueueURL: "d", Options: sqsidem.ConsumerOptions{MaxDeliveries: -1}},
+		"negative":            {QueueURL: "q", DeadLetterQueueURL: "d", MaxDeliveries: -1},
 	} {
 		if _, err := sqsidem.NewConsumer(c, g, h, o); !errors.Is(err, idem.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", name, err)

@@ -9,7 +9,7 @@
 //	c, err := sqsidem.NewConsumer(client, g, sqsidem.Handle(fn), sqsidem.Options{
 //		QueueURL:           queueURL,
 //		DeadLetterQueueURL: dlqURL,
-//		Options:            sqsidem.ConsumerOptions{Concurrency: 8},
+//		Concurrency:        8,
 //	})
 //	err = c.Run(ctx)
 //

@@ -36,7 +36,7 @@ func Example() {
 		return charge(ctx, idem.DeriveKey(ctx, "charge"), sqsidem.MessageOf(m).Payload)
 	})
 	err = sqsidem.Consume(ctx, client, g, h, sqsidem.Options{ // or NewConsumer + Run
-		Options:            sqsidem.ConsumerOptions{Concurrency: 8},
+		Concurrency:        8,
 		QueueURL:           queue,
 		DeadLetterQueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq",
 	})

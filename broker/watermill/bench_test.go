@@ -58,7 +58,7 @@ func BenchmarkDedup(b *testing.B) {
 				b.Fatal(err)
 			}
 			mw, err := watermillidem.New(g, watermillidem.Options{Publisher: ch, PoisonTopic: "poison",
-				Options: watermillidem.ConsumerOptions{Backoff: func(int) time.Duration { return 0 }}})
+				Backoff: func(int) time.Duration { return 0 }})
 			if err != nil {
 				b.Fatal(err)
 			}

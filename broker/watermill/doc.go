@@ -19,7 +19,10 @@
 // UUID derived from the key and the content. There is no NewConsumer and
 // no Consume, because Watermill's router is the consumer: it subscribes,
 // schedules the handler calls and acks or nacks what they return, so New
-// builds the middleware and router.Run runs it.
+// builds the middleware and router.Run runs it. For the same reason
+// Options has the engine's Backoff, MaxHold, MaxDeliveries and Hooks but
+// no Concurrency and no ShutdownTimeout: the router owns how many
+// messages run at once and how long its shutdown waits (CloseTimeout).
 //
 // Unlike Watermill's Deduplicator, which records a message before its
 // handler runs and only in memory, a key is recorded as done only once

@@ -30,11 +30,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	mw, err := watermillidem.New(g, watermillidem.Options{
-		Options: watermillidem.ConsumerOptions{Hooks: broker.Hooks[*message.Message]{
+		Hooks: broker.Hooks[*message.Message]{
 			OnDeadLetter: func(_ context.Context, msg *message.Message, r broker.Report) {
 				log.Printf("dead letter %s: %s (%v)", msg.UUID, r.Reason, r.Err)
 			},
-		}},
+		},
 		Publisher:   pubSub,
 		PoisonTopic: "orders.poison",
 	})

@@ -47,14 +47,19 @@ func MessageOf(msg *message.Message) idem.Message {
 
 // Options configure a Middleware. Publisher and PoisonTopic are required.
 type Options struct {
-	// Options are the engine's (see broker.Options): Backoff (how long a
-	// failed message waits before it is nacked for a redelivery, from its
-	// attempt, and the pace of a held message's claims), MaxHold (how long
-	// a message whose key is in progress elsewhere is held before it is
-	// nacked), MaxDeliveries (handler failures, counted in the record,
-	// before a max_deliver dead letter; zero: none) and Hooks. Concurrency
-	// and ShutdownTimeout are the router's: they are not used.
-	broker.Options[*message.Message]
+	// Backoff is how long a failed message waits before it is nacked for a
+	// redelivery, from its attempt, and a held message's claim pace
+	// (broker.Options).
+	Backoff func(attempt int) time.Duration
+	// MaxHold bounds how long a message whose key is in progress elsewhere is
+	// held before it is nacked (broker.Options).
+	MaxHold time.Duration
+	// MaxDeliveries is the handler failures, counted in the record, before a
+	// max_deliver dead letter (broker.Options). Zero: none.
+	MaxDeliveries int
+	// Hooks are the user's places in each message's flow (broker.Options).
+	Hooks broker.Hooks[*message.Message]
+
 	// Publisher publishes the dead letters to PoisonTopic, and the
 	// messages the handler produces to the handler's publish topic: they
 	// are published before the record is completed, so a duplicate, which
@@ -73,9 +78,19 @@ type Options struct {
 	Result func(produced []*message.Message) []byte
 }
 
-// ConsumerOptions are the engine's options of a Middleware, for literals:
-// watermillidem.Options{Options: watermillidem.ConsumerOptions{MaxDeliveries: 5}, ...}.
-type ConsumerOptions = broker.Options[*message.Message]
+// engine fills the defaults of o's engine options and returns them as the
+// engine's (broker.Options.Fill: its checks, its errors).
+func (o *Options) engine() (broker.Options[*message.Message], error) {
+	e := broker.Options[*message.Message]{
+		Backoff:       o.Backoff,
+		MaxHold:       o.MaxHold,
+		MaxDeliveries: o.MaxDeliveries,
+		Hooks:         o.Hooks,
+	}
+	err := e.Fill()
+	o.Backoff, o.MaxHold = e.Backoff, e.MaxHold
+	return e, err
+}
 
 // Middleware makes Watermill router handlers idempotent on an idem store:
 // for each message it claims the key, runs the handler and publishes what
@@ -89,6 +104,7 @@ type ConsumerOptions = broker.Options[*message.Message]
 type Middleware struct {
 	g    *idem.Guard
 	opts Options
+	eng  broker.Options[*message.Message] // opts' engine options, filled
 
 	mu       sync.Mutex
 	handlers map[string]string // topic -> the handler consuming it
@@ -112,13 +128,14 @@ func New(g *idem.Guard, opts Options) (*Middleware, error) {
 	case opts.PoisonTopic == "":
 		return nil, fmt.Errorf("%w: watermillidem: Options.PoisonTopic is required (conflicts are never dropped silently)", idem.ErrInvalidOptions)
 	}
-	if err := opts.Options.Fill(); err != nil {
+	eo, err := opts.engine()
+	if err != nil {
 		return nil, err
 	}
 	if opts.Result == nil {
 		opts.Result = producedUUIDs
 	}
-	return &Middleware{g: g, opts: opts}, nil
+	return &Middleware{g: g, opts: opts, eng: eo}, nil
 }
 
 // Close does nothing: the middleware keeps no goroutines of its own (earlier
@@ -261,7 +278,7 @@ func (m *Middleware) wrap(h broker.Handler[*message.Message]) message.HandlerFun
 		growStack()
 		once.Do(func() {
 			if err = m.register(msg.Context()); err == nil {
-				proc, err = broker.NewProcessor[*message.Message](transport{m}, m.g, h, m.opts.Options)
+				proc, err = broker.NewProcessor[*message.Message](transport{m}, m.g, h, m.eng)
 			}
 		})
 		if err != nil {

@@ -25,7 +25,7 @@ func newMiddleware(t *testing.T, pub message.Publisher, hooks broker.Hooks[*mess
 		t.Fatal(err)
 	}
 	mw, err := watermillidem.New(g, watermillidem.Options{Publisher: pub, PoisonTopic: "poison",
-		Options: watermillidem.ConsumerOptions{Backoff: func(int) time.Duration { return time.Millisecond }, Hooks: hooks}})
+		Backoff: func(int) time.Duration { return time.Millisecond }, Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func (b *natsDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h
 	}
 	return natsidem.Consume(ctx, cons, g, natsidem.Handle(func(_ context.Context, msg jetstream.Msg) ([]byte, error) {
 		return nil, h(natsidem.MessageOf(msg).ID, string(msg.Data()))
-	}), natsidem.Options{JetStream: b.js, DeadLetterSubject: b.dlqSubject, Options: natsidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[jetstream.Msg](ev)}})
+	}), natsidem.Options{JetStream: b.js, DeadLetterSubject: b.dlqSubject, Backoff: fast, Hooks: dlqHooks[jetstream.Msg](ev)})
 }
 
 // amqpDLQ: a queue and its dead-letter queue, fed through the default
@@ -197,7 +197,7 @@ func (b *amqpDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h
 	}
 	return amqpidem.Consume(ctx, ch, g, amqpidem.Handle(func(_ context.Context, d amqp.Delivery) ([]byte, error) {
 		return nil, h(d.MessageId, string(d.Body))
-	}), amqpidem.Options{Queue: b.queue, DeadLetterRoutingKey: b.queue + ".dlq", Options: amqpidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[amqp.Delivery](ev)}})
+	}), amqpidem.Options{Queue: b.queue, DeadLetterRoutingKey: b.queue + ".dlq", Backoff: fast, Hooks: dlqHooks[amqp.Delivery](ev)})
 }
 
 // kafkaDLQ: kfake in-process, a topic and its dead-letter topic.
@@ -244,7 +244,7 @@ func (b *kafkaDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, 
 	}
 	return kafka.Consume(ctx, cl, g, kafka.Handle(func(_ context.Context, rec *kgo.Record) ([]byte, error) {
 		return nil, h(kafka.MessageOf(rec).ID, string(rec.Value))
-	}), kafka.Options{DeadLetterTopic: "orders.dlq", Options: kafka.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*kgo.Record](ev)}})
+	}), kafka.Options{DeadLetterTopic: "orders.dlq", Backoff: fast, Hooks: dlqHooks[*kgo.Record](ev)})
 }
 
 // sbDLQ: servicebustest in-process, one queue.
@@ -298,7 +298,7 @@ func (b *sbDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h f
 	}
 	return servicebus.Consume(ctx, r, g, servicebus.Handle(func(_ context.Context, m *azservicebus.ReceivedMessage) ([]byte, error) {
 		return nil, h(servicebus.MessageOf(m).ID, string(m.Body))
-	}), servicebus.Options{EntityPath: "orders", Options: servicebus.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*azservicebus.ReceivedMessage](ev)}})
+	}), servicebus.Options{EntityPath: "orders", Backoff: fast, Hooks: dlqHooks[*azservicebus.ReceivedMessage](ev)})
 }
 
 // ehDLQ: eventhubstest in-process, a hub "orders" of one partition and a

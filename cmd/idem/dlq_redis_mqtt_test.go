@@ -59,7 +59,7 @@ func (b *redisDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, 
 		im := redisstream.MessageOf(m)
 		return nil, h(im.ID, string(im.Payload))
 	}), redisstream.Options{Stream: b.stream, Group: "billing", Consumer: "c1", DeadLetterStream: b.stream + ".dlq",
-		Options: redisstream.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*redisstream.Message](ev)}})
+		Backoff: fast, Hooks: dlqHooks[*redisstream.Message](ev)})
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (b *mqttDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h
 		im := mqttidem.MessageOf(m)
 		return nil, h(im.ID, string(im.Payload))
 	}), mqttidem.Options{Server: "mqtt://" + b.addr, ClientID: b.id + "-c1", Topic: b.topic(), DeadLetterTopic: "idemdlq/" + b.id + "/dlq",
-		SessionExpiry: time.Minute, Options: mqttidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*mqttidem.Message](ev)}})
+		SessionExpiry: time.Minute, Backoff: fast, Hooks: dlqHooks[*mqttidem.Message](ev)})
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func (b *sqsDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h 
 		im := sqsidem.MessageOf(m)
 		return nil, h(im.ID, string(im.Payload))
 	}), sqsidem.Options{QueueURL: b.queue, DeadLetterQueueURL: b.dlq, WaitTime: time.Second,
-		Options: sqsidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*types.Message](ev)}})
+		Backoff: fast, Hooks: dlqHooks[*types.Message](ev)})
 }
 
 // psDLQ: pstest in-process, reached as an emulator through
@@ -129,5 +129,5 @@ func (b *psDLQ) consume(ctx context.Context, t *testing.T, store idem.Store, h f
 	return pubsubidem.Consume(ctx, sub, g, broker.Handle(func(_ context.Context, m *pubsubidem.Message) ([]byte, error) {
 		im := pubsubidem.MessageOf(m)
 		return nil, h(im.ID, string(im.Payload))
-	}), pubsubidem.Options{DeadLetter: dead, Options: pubsubidem.ConsumerOptions{Backoff: fast, Hooks: dlqHooks[*pubsubidem.Message](ev)}})
+	}), pubsubidem.Options{DeadLetter: dead, Backoff: fast, Hooks: dlqHooks[*pubsubidem.Message](ev)})
 }

@@ -111,7 +111,7 @@ func run(ctx context.Context, cfg config, handled func(id string) error) error {
 		}
 		return nil, nil
 	})
-	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 4}, JetStream: js, DeadLetterSubject: cfg.DLQ})
+	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{Concurrency: 4, JetStream: js, DeadLetterSubject: cfg.DLQ})
 }
 
 // requestHash is the hash of the order as sent, stored beside it.

@@ -130,12 +130,10 @@ func run(ctx context.Context, cfg config) error {
 	})
 	return kafka.Consume(ctx, cl, g, charge, kafka.Options{
 		DeadLetterTopic: cfg.DeadLetter,
-		Options: kafka.ConsumerOptions{
-			Hooks: broker.Hooks[*kgo.Record]{
-				OnDeadLetter: func(_ context.Context, rec *kgo.Record, r broker.Report) {
-					// The place to alert: a conflict is an order id reused with other content.
-					cfg.Logger.Error("order dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
-				},
+		Hooks: broker.Hooks[*kgo.Record]{
+			OnDeadLetter: func(_ context.Context, rec *kgo.Record, r broker.Report) {
+				// The place to alert: a conflict is an order id reused with other content.
+				cfg.Logger.Error("order dead-lettered", "reason", r.Reason, "err", r.Err, "offset", rec.Offset)
 			},
 		},
 	})

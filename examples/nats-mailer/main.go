@@ -114,7 +114,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		id, err := api.send(ctx, s.Email, "Welcome, "+s.Name)
 		return []byte(id), err // the mail id is recorded and replayed to duplicates
-	}), natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 4}, JetStream: js, DeadLetterSubject: deadLetter})
+	}), natsidem.Options{Concurrency: 4, JetStream: js, DeadLetterSubject: deadLetter})
 }
 
 // setupJetStream declares the signup stream, a stream keeping dead letters,

@@ -242,7 +242,7 @@ func runBilling(ctx context.Context, cfg config) error {
 		})
 	})
 	return together(ctx, relay.Run, func(ctx context.Context) error {
-		return natsidem.Consume(ctx, cons, g, handle, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 4, Hooks: cfg.billingHooks}, JetStream: js, DeadLetterSubject: cfg.subject("orders.dlq")})
+		return natsidem.Consume(ctx, cons, g, handle, natsidem.Options{Concurrency: 4, Hooks: cfg.billingHooks, JetStream: js, DeadLetterSubject: cfg.subject("orders.dlq")})
 	})
 }
 
@@ -281,7 +281,7 @@ func runShipping(ctx context.Context, cfg config) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO shipments (order_id, amount_cents) VALUES (?, ?)`, c.OrderID, c.AmountCents)
 		return nil, err
 	})
-	return natsidem.Consume(ctx, cons, g, handle, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 4, Hooks: cfg.shippingHooks}, JetStream: js, DeadLetterSubject: cfg.subject("billing.dlq")})
+	return natsidem.Consume(ctx, cons, g, handle, natsidem.Options{Concurrency: 4, Hooks: cfg.shippingHooks, JetStream: js, DeadLetterSubject: cfg.subject("billing.dlq")})
 }
 
 // placeOrder is the shop: it publishes an order with its id as the stable

@@ -212,7 +212,7 @@ func TestSevenSteps(t *testing.T) {
 	go func() {
 		// No lock renewal: the held order's lock expires under its handler.
 		done <- app.Consume(runCtx, client, "orders", servicebus.Options{LockRenewal: time.Hour,
-			Options: servicebus.ConsumerOptions{Concurrency: 4, Backoff: func(int) time.Duration { return 20 * time.Millisecond }}})
+			Concurrency: 4, Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
 	}()
 	for {
 		mu.Lock()

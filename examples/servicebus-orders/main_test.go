@@ -209,8 +209,8 @@ func TestOrders(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// No lock renewal: the held order's lock expires under its handler.
-		done <- app.Consume(runCtx, client, "orders", servicebus.Options{LockRenewal: time.Hour, Options: servicebus.ConsumerOptions{Concurrency: 4,
-			Backoff: func(int) time.Duration { return 20 * time.Millisecond }}})
+		done <- app.Consume(runCtx, client, "orders", servicebus.Options{LockRenewal: time.Hour, Concurrency: 4,
+			Backoff: func(int) time.Duration { return 20 * time.Millisecond }})
 	}()
 	var r broker.Report
 	select {

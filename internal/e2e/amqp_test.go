@@ -150,5 +150,5 @@ func (e *amqpEnv) idem(ctx context.Context, r *run, store *postgres.Store, h amq
 		return err
 	}
 	return amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Prefetch: amqpPrefetch,
-		Options: amqpidem.ConsumerOptions{Concurrency: workers, Hooks: hooks[amqp.Delivery](r)}})
+		Concurrency: workers, Hooks: hooks[amqp.Delivery](r)})
 }

@@ -212,5 +212,5 @@ func (e *kafkaEnv) idem(ctx context.Context, r *run, store *postgres.Store, h ka
 	if err != nil {
 		return err
 	}
-	return kafka.Consume(ctx, cl, g, h, kafka.Options{Options: kafka.ConsumerOptions{Concurrency: workers, Hooks: hooks[*kgo.Record](r)}, DeadLetterTopic: e.dlq})
+	return kafka.Consume(ctx, cl, g, h, kafka.Options{Concurrency: workers, Hooks: hooks[*kgo.Record](r), DeadLetterTopic: e.dlq})
 }

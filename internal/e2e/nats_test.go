@@ -170,5 +170,5 @@ func (e *natsEnv) idem(ctx context.Context, r *run, store *postgres.Store, h nat
 	if err != nil {
 		return err
 	}
-	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: workers, Hooks: hooks[jetstream.Msg](r)}, JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: natsPrefetch})
+	return natsidem.Consume(ctx, cons, g, h, natsidem.Options{Concurrency: workers, Hooks: hooks[jetstream.Msg](r), JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: natsPrefetch})
 }

@@ -58,12 +58,12 @@ func TestActions(t *testing.T) {
 			return nil, errors.New("timeout")
 		}
 		return nil, nil
-	}), amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq", Options: amqpidem.ConsumerOptions{Backoff: func(attempt int) time.Duration {
+	}), amqpidem.Options{Queue: "q", DeadLetterRoutingKey: "q.dlq", Backoff: func(attempt int) time.Duration {
 		mu.Lock()
 		attempts = append(attempts, attempt)
 		mu.Unlock()
 		return time.Millisecond
-	}}})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func BenchmarkConsume(b *testing.B) {
 				err = amqpidem.Consume(ctx, ch, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
 					return nil, nil
 				}), amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq,
-					Options: amqpidem.ConsumerOptions{Hooks: consumetest.CountAcks[amqp.Delivery](b, b.N, cancel)}})
+					Hooks: consumetest.CountAcks[amqp.Delivery](b, b.N, cancel)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -192,12 +192,10 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 		Queue:                b.queue,
 		DeadLetterRoutingKey: b.e.dlq,
 		Publisher:            pub,
-		Options: amqpidem.ConsumerOptions{
-			Concurrency:   sc.Concurrency,
-			MaxDeliveries: sc.MaxDeliveries,
-			Backoff:       consumetest.Backoff(sc),
-			Hooks:         consumetest.Hooks(sc.Hooks, amqpidem.MessageOf),
-		},
+		Concurrency:          sc.Concurrency,
+		MaxDeliveries:        sc.MaxDeliveries,
+		Backoff:              consumetest.Backoff(sc),
+		Hooks:                consumetest.Hooks(sc.Hooks, amqpidem.MessageOf),
 	})
 	if err != nil {
 		conn.Close()

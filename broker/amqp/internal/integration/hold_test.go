@@ -67,7 +67,7 @@ var fastBackoff = func(int) time.Duration { return time.Millisecond }
 // after the holder's lease (the engine holds it unacked for that delay,
 // RabbitMQ having none of its own), or at once when ctx ends first.
 func TestHoldBounded(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: 50 * time.Millisecond, Backoff: fastBackoff}}, nil)
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: 50 * time.Millisecond, Backoff: fastBackoff}, nil)
 	defer hc.finish(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, done := hc.duplicate(ctx, nil)
@@ -87,7 +87,7 @@ func TestHoldBounded(t *testing.T) {
 // the attempt's back-off.
 func TestNeverHeld(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: -1, Backoff: fastBackoff}}, func() time.Time { return now })
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: -1, Backoff: fastBackoff}, func() time.Time { return now })
 	defer hc.finish(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, done := hc.duplicate(ctx, nil)
@@ -105,7 +105,7 @@ func TestNeverHeld(t *testing.T) {
 // MaxHold, for as long as the holder runs, and never dead-lettered as
 // max_deliver.
 func TestHoldLastDelivery(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: time.Millisecond, MaxDeliveries: 3, Backoff: fastBackoff}}, nil)
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: time.Millisecond, MaxDeliveries: 3, Backoff: fastBackoff}, nil)
 	a, done := hc.duplicate(context.Background(), amqp.Table{"x-delivery-count": int64(2)})
 	consumetest.AwaitHeld(t, hc.seen, 5, done)
 	hc.finish(t)
@@ -119,7 +119,7 @@ func TestHoldLastDelivery(t *testing.T) {
 // delivery limit, so with MaxDeliveries 2 it is not the last: past MaxHold
 // it is requeued, not held on nor dead-lettered.
 func TestClassicRedeliveryNotLast(t *testing.T) {
-	hc := newHoldCase(t, amqpidem.Options{Options: amqpidem.ConsumerOptions{MaxHold: time.Millisecond, MaxDeliveries: 2, Backoff: fastBackoff}}, nil)
+	hc := newHoldCase(t, amqpidem.Options{MaxHold: time.Millisecond, MaxDeliveries: 2, Backoff: fastBackoff}, nil)
 	defer hc.finish(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, done := hc.duplicate(ctx, amqp.Table{}) // redelivered, uncounted
@@ -236,8 +236,8 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := consumetest.NewBlocker()
-	results, stop := e.consume(t, g, consumetest.Handler[amqp.Delivery](b), amqpidem.Options{Queue: q, Prefetch: 4, Options: amqpidem.ConsumerOptions{Concurrency: 2, MaxDeliveries: 2,
-		Backoff: func(int) time.Duration { return 10 * time.Millisecond }}})
+	results, stop := e.consume(t, g, consumetest.Handler[amqp.Delivery](b), amqpidem.Options{Queue: q, Prefetch: 4, Concurrency: 2, MaxDeliveries: 2,
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
 	order := amqp.Publishing{MessageId: "o-1", Body: []byte(`{"amount":5}`)}
 	e.publishTo(t, q, order)
 	<-b.Started
@@ -297,7 +297,7 @@ func TestShutdownWhileHeld(t *testing.T) {
 	consumetest.HoldElsewhere(t, g, idem.Message{ID: "o-3", Payload: body}) // another instance, with a live lease
 	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) {
 		return nil, errors.New("the holder is alive: never called")
-	}), amqpidem.Options{Queue: q, Options: amqpidem.ConsumerOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }}})
+	}), amqpidem.Options{Queue: q, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
 	e.publishTo(t, q, amqp.Publishing{MessageId: "o-3", Body: body})
 	consumetest.AwaitHeld(t, seen, 2, results)
 	stop()

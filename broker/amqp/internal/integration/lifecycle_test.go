@@ -43,7 +43,7 @@ func TestGracefulShutdown(t *testing.T) {
 			}
 			return nil, ctx.Err()
 		}), amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq, Prefetch: 5,
-			Options: amqpidem.ConsumerOptions{Hooks: consumetest.ReportTo[amqp.Delivery](reports)}})
+			Hooks: consumetest.ReportTo[amqp.Delivery](reports)})
 	}()
 	<-started
 	consumetest.ShutdownWaits(t, cancel, runDone, release)
@@ -106,7 +106,7 @@ func TestPublishCloudEvent(t *testing.T) {
 			k, _ := idem.KeyFromContext(ctx)
 			return []byte(k.ID), nil
 		}), amqpidem.Options{Queue: e.queue, DeadLetterRoutingKey: e.dlq,
-			Options: amqpidem.ConsumerOptions{Hooks: consumetest.ReportTo[amqp.Delivery](reports)}})
+			Hooks: consumetest.ReportTo[amqp.Delivery](reports)})
 	}()
 	r1, r2 := <-reports, <-reports
 	cancel()

@@ -62,8 +62,8 @@ func TestQuorumLastDelivery(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- amqpidem.Consume(ctx, ch, g, h, amqpidem.Options{Queue: q, DeadLetterRoutingKey: e.dlq,
-				Options: amqpidem.ConsumerOptions{MaxDeliveries: 2, Backoff: fastBackoff,
-					Hooks: broker.Hooks[amqp.Delivery]{AfterSettle: func(_ context.Context, _ amqp.Delivery, r broker.Report) { reports <- r }}}})
+				MaxDeliveries: 2, Backoff: fastBackoff,
+				Hooks: broker.Hooks[amqp.Delivery]{AfterSettle: func(_ context.Context, _ amqp.Delivery, r broker.Report) { reports <- r }}})
 		}()
 		return done
 	}
@@ -151,8 +151,8 @@ func TestStoreOutageSpendsNoDelivery(t *testing.T) {
 	}
 	outages := make(chan error, 100)
 	results, stop := e.consume(t, g, amqpidem.Handle(func(context.Context, amqp.Delivery) ([]byte, error) { return nil, nil }),
-		amqpidem.Options{Queue: q, Options: amqpidem.ConsumerOptions{MaxDeliveries: 1, Backoff: fastBackoff,
-			Hooks: broker.Hooks[amqp.Delivery]{OnError: func(err error) { outages <- err }}}})
+		amqpidem.Options{Queue: q, MaxDeliveries: 1, Backoff: fastBackoff,
+			Hooks: broker.Hooks[amqp.Delivery]{OnError: func(err error) { outages <- err }}})
 	e.publishTo(t, q, amqp.Publishing{MessageId: "o-9", Body: []byte(`{"amount":1}`)})
 	for range 5 {
 		<-store.refused

@@ -46,8 +46,8 @@ func TestReplay(t *testing.T) {
 		defer mu.Unlock()
 		applied[d.MessageId]++
 		return nil, nil
-	}), amqpidem.Options{Queue: q, Options: amqpidem.ConsumerOptions{MaxDeliveries: 2, Backoff: fastBackoff,
-		Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(context.Context, amqp.Delivery, broker.Report) { dead <- struct{}{} }}}})
+	}), amqpidem.Options{Queue: q, MaxDeliveries: 2, Backoff: fastBackoff,
+		Hooks: broker.Hooks[amqp.Delivery]{OnDeadLetter: func(context.Context, amqp.Delivery, broker.Report) { dead <- struct{}{} }}})
 	pub := e.channel(t)
 	if err := pub.Confirm(false); err != nil {
 		t.Fatal(err)

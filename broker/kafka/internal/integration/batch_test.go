@@ -94,7 +94,7 @@ func batchRun(t *testing.T, e *env, w *workload, eff *effects) (*countingStore, 
 	counter := &idem.Counter{}
 	g, st := newCountingGuard(t, e, counter, 0, 2*time.Second)
 	e.commit.setCheck(doneBefore(st.Store, e.group, w.offsetIDs()))
-	r := startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond)}, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	r := startConsumer(t, e, g, kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
 	r.stop(nil)
 	eff.check(t, w.ids)
@@ -225,7 +225,7 @@ func TestShutdownReleasesBatch(t *testing.T) {
 	}
 	g, st := newCountingGuard(t, e, nil, 0, time.Minute)
 	entered := make(chan struct{})
-	r := startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{ShutdownTimeout: 10 * time.Millisecond}}, kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
+	r := startConsumer(t, e, g, kafka.Options{ShutdownTimeout: 10 * time.Millisecond}, kafka.Handle(func(ctx context.Context, rec *kgo.Record) ([]byte, error) {
 		if idOf(rec) == "p0-5" {
 			close(entered)
 			<-ctx.Done() // the drain timed out; the record succeeds anyway

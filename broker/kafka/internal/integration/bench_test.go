@@ -77,7 +77,7 @@ func BenchmarkConsume(b *testing.B) {
 				var g *idem.Guard
 				g, st = newCountingGuard(b, e, nil, bc.store, 0) // default lease
 				h := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) { work(); return nil, nil })
-				c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Options: kafka.ConsumerOptions{Concurrency: bc.conc}, DeadLetterTopic: e.dlq, CommitInterval: 20 * time.Millisecond, MaxClaimBatch: bc.batch, MaxBuffered: maxBuffered(bc.unpaused, b.N)})
+				c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Concurrency: bc.conc, DeadLetterTopic: e.dlq, CommitInterval: 20 * time.Millisecond, MaxClaimBatch: bc.batch, MaxBuffered: maxBuffered(bc.unpaused, b.N)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -190,7 +190,7 @@ func BenchmarkConsumeCheckpoint(b *testing.B) {
 				}
 				cl := e.consumerClient()
 				defer cl.Close()
-				c, err := kafka.NewConsumer(cl, g, m.h(bk), kafka.Options{Options: kafka.ConsumerOptions{Concurrency: 8}, DeadLetterTopic: e.dlq, CommitInterval: 20 * time.Millisecond})
+				c, err := kafka.NewConsumer(cl, g, m.h(bk), kafka.Options{Concurrency: 8, DeadLetterTopic: e.dlq, CommitInterval: 20 * time.Millisecond})
 				if err != nil {
 					b.Fatal(err)
 				}

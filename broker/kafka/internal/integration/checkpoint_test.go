@@ -69,7 +69,7 @@ func TestCheckpointCrashBeforeOffsetCommit(t *testing.T) {
 		second := records(e.topic, "b", 3, 10)
 		e.produce(second...)
 		var seen settled
-		c := startCP(t, e, "", g, b.handler(cp, nil), kafka.Options{Options: kafka.ConsumerOptions{Hooks: seen.hooks()}})
+		c := startCP(t, e, "", g, b.handler(cp, nil), kafka.Options{Hooks: seen.hooks()})
 		waitPositions(t, e, b, e.group)
 		e.waitCommitted(t)
 		c.stop(nil)
@@ -148,9 +148,9 @@ func TestCheckpointTwoWriters(t *testing.T) {
 		cp.NoKeys = true // the position alone
 		const scope = "shared"
 		var seenA, seenB settled
-		a := startCP(t, e, e.group, newCPGuard(t, b.store, scope), b.handler(cp, nil), kafka.Options{Options: kafka.ConsumerOptions{Hooks: seenA.hooks()}})
+		a := startCP(t, e, e.group, newCPGuard(t, b.store, scope), b.handler(cp, nil), kafka.Options{Hooks: seenA.hooks()})
 		other := e.group + "-b"
-		bb := startCP(t, e, other, newCPGuard(t, b.store, scope), b.handler(cp, nil), kafka.Options{Options: kafka.ConsumerOptions{Hooks: seenB.hooks()}})
+		bb := startCP(t, e, other, newCPGuard(t, b.store, scope), b.handler(cp, nil), kafka.Options{Hooks: seenB.hooks()})
 		recs := records(e.topic, "x", 2, 60)
 		e.produce(recs...)
 		ends := e.endOffsets()
@@ -204,7 +204,7 @@ func TestCheckpointDeadLetter(t *testing.T) {
 		more := records(e.topic, "e", 1, 1)
 		e.produce(more...)
 		var seen settled
-		c := startCP(t, e, "", g, failing, kafka.Options{Options: kafka.ConsumerOptions{Hooks: seen.hooks()}})
+		c := startCP(t, e, "", g, failing, kafka.Options{Hooks: seen.hooks()})
 		waitPositions(t, e, b, e.group)
 		e.waitCommitted(t)
 		c.stop(nil)
@@ -232,7 +232,7 @@ func TestCheckpointKeys(t *testing.T) {
 		resend := kafka.Record(e.topic, "", idOf(recs[3]), recs[3].Value)
 		e.produce(resend)
 		var seen settled
-		c := startCP(t, e, "", newCPGuard(t, b.store, e.group), b.handler(cp, nil), kafka.Options{Options: kafka.ConsumerOptions{Hooks: seen.hooks()}})
+		c := startCP(t, e, "", newCPGuard(t, b.store, e.group), b.handler(cp, nil), kafka.Options{Hooks: seen.hooks()})
 		waitPositions(t, e, b, e.group)
 		c.stop(nil)
 		perID := make(map[string]int)
@@ -388,7 +388,7 @@ func TestCheckpointResumeBeforeConsumer(t *testing.T) {
 	second := records(e.topic, "b", 2, 5)
 	e.produce(second...)
 	var seen settled
-	c, err := kafka.NewConsumer(cl, g, b.handler(cp, nil), kafka.Options{Options: kafka.ConsumerOptions{Hooks: seen.hooks()}, DeadLetterTopic: e.dlq})
+	c, err := kafka.NewConsumer(cl, g, b.handler(cp, nil), kafka.Options{Hooks: seen.hooks(), DeadLetterTopic: e.dlq})
 	if err != nil {
 		t.Fatal(err)
 	}

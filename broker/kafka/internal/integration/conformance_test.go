@@ -190,7 +190,7 @@ func (b *suiteBroker) Start(_ context.Context, sc brokertest.Consumer) (brokerte
 			return sc.HandleTx(ctx, tx, kafka.MessageOf(rec))
 		})
 	}
-	opts := kafka.Options{Options: kafka.ConsumerOptions{Concurrency: sc.Concurrency, MaxDeliveries: sc.MaxDeliveries, Hooks: recordHooks(sc.Hooks)}, DeadLetterTopic: b.dlq, CommitInterval: 50 * time.Millisecond}
+	opts := kafka.Options{Concurrency: sc.Concurrency, MaxDeliveries: sc.MaxDeliveries, Hooks: recordHooks(sc.Hooks), DeadLetterTopic: b.dlq, CommitInterval: 50 * time.Millisecond}
 	if sc.RetryBackoff > 0 {
 		opts.Backoff = idem.ExponentialBackoff(sc.RetryBackoff, sc.RetryBackoff)
 	}

@@ -165,7 +165,7 @@ func TestCompetingConsumers(t *testing.T) {
 	e.commit.setCheck(doneBefore(st, e.group, w.offsetIDs()))
 	eff := newEffects(everyNth(13))
 	h := orderHandler(t, eff)
-	opts := kafka.Options{Options: kafka.ConsumerOptions{Concurrency: 3, Backoff: idem.ExponentialBackoff(5e6, 50e6)}, CommitInterval: 50e6}
+	opts := kafka.Options{Concurrency: 3, Backoff: idem.ExponentialBackoff(5e6, 50e6), CommitInterval: 50e6}
 
 	c1 := startConsumer(t, e, g, opts, h)
 	eventually(t, "the first consumer to make progress", func() bool { return eff.unique() >= 300 })
@@ -229,7 +229,7 @@ func TestRedeliveryAfterCrash(t *testing.T) {
 	e.produce(w.recs...)
 	eff := newEffects(everyNth(11))
 	h := orderHandler(t, eff)
-	opts := kafka.Options{Options: kafka.ConsumerOptions{Concurrency: 3, Backoff: idem.ExponentialBackoff(5e6, 50e6)}, CommitInterval: 50e6}
+	opts := kafka.Options{Concurrency: 3, Backoff: idem.ExponentialBackoff(5e6, 50e6), CommitInterval: 50e6}
 
 	e.commit.setFail(true)
 	g1, st := newGuard(t, e, nil)

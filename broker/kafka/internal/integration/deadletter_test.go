@@ -95,7 +95,7 @@ func TestDeadLetterCarriesRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond)}, CommitInterval: 20 * time.Millisecond},
+	startConsumer(t, e, g, kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), CommitInterval: 20 * time.Millisecond},
 		kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) {
 			t.Error("the handler ran: both records must be dead-lettered")
 			return nil, nil

@@ -31,12 +31,12 @@ func TestDeadLetterProduceBounded(t *testing.T) {
 	h := kafka.Handle(func(context.Context, *kgo.Record) ([]byte, error) {
 		return nil, idem.Permanent(errors.New("refused"))
 	})
-	r := runOn(t, e.consumerClient(), g, h, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(10*time.Millisecond, 10*time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
+	r := runOn(t, e.consumerClient(), g, h, kafka.Options{Backoff: idem.ExponentialBackoff(10*time.Millisecond, 10*time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
 		var dle *kafka.DeadLetterError
 		if errors.As(err, &dle) {
 			dlErrs.Add(1)
 		}
-	}}}, DeadLetterTopic: e.dlq, Producer: dead, DeadLetterTimeout: 100 * time.Millisecond,
+	}}, DeadLetterTopic: e.dlq, Producer: dead, DeadLetterTimeout: 100 * time.Millisecond,
 	})
 	e.produce(&kgo.Record{Topic: e.topic, Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte("k1")}}})
 	eventually(t, "two failed dead-letter produces reported", func() bool { return dlErrs.Load() >= 2 })

@@ -85,7 +85,7 @@ func Example_streamCheckpoints() {
 		}
 		ctx, stop := context.WithCancel(ctx)
 		settled := make(chan broker.Report, n)
-		c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Options: kafka.ConsumerOptions{Hooks: broker.Hooks[*kgo.Record]{AfterSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settled <- r }}}, DeadLetterTopic: "ledger.dlq"})
+		c, err := kafka.NewConsumer(cl, g, h, kafka.Options{Hooks: broker.Hooks[*kgo.Record]{AfterSettle: func(_ context.Context, _ *kgo.Record, r broker.Report) { settled <- r }}, DeadLetterTopic: "ledger.dlq"})
 		if err != nil {
 			log.Fatal(err)
 		}

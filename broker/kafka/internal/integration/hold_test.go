@@ -201,7 +201,7 @@ func testInProgressWaitsForLease(t *testing.T, batch bool) {
 		t.Fatal(err)
 	}
 	eff := newEffects(nil)
-	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), MaxDeliveries: 1}, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	startConsumer(t, e, g, kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), MaxDeliveries: 1, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 
 	eventually(t, "three in-progress answers for b", func() bool { return log.inProgress("b") >= 3 })
 	if got := e.committed()[0]; got > 1 {
@@ -265,7 +265,7 @@ func testOrphanedClaimRetaken(t *testing.T, batch bool) {
 		t.Fatal(err)
 	}
 	eff := newEffects(nil)
-	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond)}, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	startConsumer(t, e, g, kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
 
 	claims := log.of("b")

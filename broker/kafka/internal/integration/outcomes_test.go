@@ -47,7 +47,7 @@ func TestInProgressHoldsPartition(t *testing.T) {
 		t.Fatal(held, err)
 	}
 	eff := newEffects(nil)
-	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond)}, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	startConsumer(t, e, g, kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 
 	eventually(t, "an in-progress answer for b", func() bool { return counter.Count(idem.OutcomeInProgress) >= 1 })
 	eventually(t, "a committed", func() bool { return e.committed()[0] >= 1 })
@@ -143,7 +143,7 @@ func TestDeadLetterReasons(t *testing.T) {
 	})
 	log := &hookLog{}
 	e.commit.setCheck(log.commitCheck)
-	opts := kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: 3, Backoff: idem.ExponentialBackoff(time.Millisecond, 2*time.Millisecond), Hooks: log.hooks()}, CommitInterval: 20 * time.Millisecond}
+	opts := kafka.Options{MaxDeliveries: 3, Backoff: idem.ExponentialBackoff(time.Millisecond, 2*time.Millisecond), Hooks: log.hooks(), CommitInterval: 20 * time.Millisecond}
 	r := startConsumer(t, e, g, opts, h)
 	e.waitCommitted(t)
 	r.stop(nil)
@@ -266,7 +266,7 @@ func TestShutdownReleasesStuck(t *testing.T) {
 	e.produce(kafka.Record(e.topic, "", "stuck", []byte("x")))
 	g, st := newGuard(t, e, nil)
 	entered := make(chan struct{})
-	r := startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{ShutdownTimeout: 10 * time.Millisecond}}, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
+	r := startConsumer(t, e, g, kafka.Options{ShutdownTimeout: 10 * time.Millisecond}, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		close(entered)
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -290,7 +290,7 @@ func TestBackpressure(t *testing.T) {
 	e.produce(w.recs...)
 	g, _ := newGuard(t, e, nil)
 	eff := newEffects(nil)
-	startConsumer(t, e, g, kafka.Options{Options: kafka.ConsumerOptions{Concurrency: 1}, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
 	e.waitCommitted(t)
 	eff.check(t, w.ids)
 }
@@ -308,7 +308,7 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 	var cancelled atomic.Bool
 	// An hour of drain time: only the loss path, which does not drain,
 	// can cancel the handler within the test.
-	opts := kafka.Options{Options: kafka.ConsumerOptions{ShutdownTimeout: time.Hour}, CommitInterval: 20 * time.Millisecond}
+	opts := kafka.Options{ShutdownTimeout: time.Hour, CommitInterval: 20 * time.Millisecond}
 	startConsumer(t, e, g, opts, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		if calls.Add(1) > 1 {
 			return []byte("ok"), nil
@@ -373,11 +373,11 @@ func TestDeadLetterProduceFailureHolds(t *testing.T) {
 	})
 	g, _ := newGuard(t, e, nil)
 	var dlErrs atomic.Int32
-	opts := kafka.Options{Options: kafka.ConsumerOptions{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
+	opts := kafka.Options{Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
 		if errors.As(err, new(*kafka.DeadLetterError)) {
 			dlErrs.Add(1)
 		}
-	}}}, CommitInterval: 20 * time.Millisecond}
+	}}, CommitInterval: 20 * time.Millisecond}
 	startConsumer(t, e, g, opts, kafka.Handle(func(_ context.Context, rec *kgo.Record) ([]byte, error) {
 		if idOf(rec) == "perm" {
 			return nil, idem.Permanent(errors.New("rejected"))

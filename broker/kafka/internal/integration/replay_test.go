@@ -45,12 +45,12 @@ func TestReplay(t *testing.T) {
 		applied[idOf(rec)]++
 		return nil, nil
 	})
-	opts := kafka.Options{Options: kafka.ConsumerOptions{MaxDeliveries: 2, Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{BeforeSettle: func(_ context.Context, rec *kgo.Record, r broker.Report) {
+	opts := kafka.Options{MaxDeliveries: 2, Backoff: idem.ExponentialBackoff(time.Millisecond, time.Millisecond), Hooks: broker.Hooks[*kgo.Record]{BeforeSettle: func(_ context.Context, rec *kgo.Record, r broker.Report) {
 		mu.Lock()
 		defer mu.Unlock()
 		outcomes[rec.Offset] = r.Result.Outcome
 		seen[rec.Offset] = rec.Headers
-	}}}, CommitInterval: 20 * time.Millisecond}
+	}}, CommitInterval: 20 * time.Millisecond}
 	startConsumer(t, e, g, opts, h)
 
 	a := kafka.Record(e.topic, "cust-1", "a", []byte(`{"n":1}`),

@@ -182,8 +182,8 @@ func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (broker
 		killed bool
 	)
 	c, err := mqttidem.NewConsumer(sc.Guard, consumetest.SuiteHandler(sc, mqttidem.MessageOf), mqttidem.Options{
-		Options: mqttidem.ConsumerOptions{Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
-			Hooks: consumetest.Hooks(sc.Hooks, mqttidem.MessageOf)},
+		Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
+		Hooks:  consumetest.Hooks(sc.Hooks, mqttidem.MessageOf),
 		Server: b.server, ClientID: fmt.Sprintf("%s-c%d", b.prefix, n),
 		Topic: "$share/suite/" + b.prefix + "/orders", DeadLetterTopic: b.prefix + "/dlq",
 		Config: func(cfg *autopaho.ClientConfig) {

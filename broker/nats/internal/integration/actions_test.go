@@ -157,7 +157,7 @@ func TestActions(t *testing.T) {
 			}
 			js := &recJS{fail: tt.failDLQ}
 			for i, s := range tt.steps {
-				c, err := natsidem.NewConsumer(cons, g, s.h, natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: backoff}, JetStream: js, DeadLetterSubject: "dlq"})
+				c, err := natsidem.NewConsumer(cons, g, s.h, natsidem.Options{Backoff: backoff, JetStream: js, DeadLetterSubject: "dlq"})
 				if err != nil {
 					t.Fatal(err)
 				}

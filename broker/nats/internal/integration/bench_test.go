@@ -55,7 +55,7 @@ func BenchmarkConsume(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				err = natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 					return nil, nil
-				}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.CountAcks[jetstream.Msg](b, b.N, cancel)}, JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: 4})
+				}), natsidem.Options{Hooks: consumetest.CountAcks[jetstream.Msg](b, b.N, cancel), JetStream: e.js, DeadLetterSubject: e.dlq, Prefetch: 4})
 				if err != nil {
 					b.Fatal(err)
 				}

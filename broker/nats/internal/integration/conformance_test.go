@@ -245,7 +245,7 @@ func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (broker
 		nc.Close()
 		return nil, err
 	}
-	c, err := natsidem.NewConsumer(cons, sc.Guard, consumetest.SuiteHandler(sc, natsidem.MessageOf), natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), Hooks: consumetest.Hooks(sc.Hooks, natsidem.MessageOf)}, JetStream: js, DeadLetterSubject: b.e.dlq})
+	c, err := natsidem.NewConsumer(cons, sc.Guard, consumetest.SuiteHandler(sc, natsidem.MessageOf), natsidem.Options{Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), Hooks: consumetest.Hooks(sc.Hooks, natsidem.MessageOf), JetStream: js, DeadLetterSubject: b.e.dlq})
 	if err != nil {
 		nc.Close()
 		return nil, err

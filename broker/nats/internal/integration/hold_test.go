@@ -69,7 +69,7 @@ func (hc *holdCase) finish(t *testing.T) {
 // lease plus at most a second of jitter), not the attempt's back-off.
 func TestHoldBounded(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	hc := newHoldCase(t, 0, natsidem.Options{Options: natsidem.ConsumerOptions{MaxHold: 30 * time.Millisecond, Backoff: func(int) time.Duration { return time.Millisecond }}}, func() time.Time { return now })
+	hc := newHoldCase(t, 0, natsidem.Options{MaxHold: 30 * time.Millisecond, Backoff: func(int) time.Duration { return time.Millisecond }}, func() time.Time { return now })
 	defer hc.finish(t)
 	m, done := hc.duplicate(context.Background(), 2)
 	r := <-done
@@ -83,7 +83,7 @@ func TestHoldBounded(t *testing.T) {
 // held past MaxHold, for as long as the holder runs, and never dead-lettered
 // as max_deliver.
 func TestHoldLastDelivery(t *testing.T) {
-	hc := newHoldCase(t, 3, natsidem.Options{Options: natsidem.ConsumerOptions{MaxHold: time.Millisecond, Backoff: func(int) time.Duration { return time.Millisecond }}}, nil)
+	hc := newHoldCase(t, 3, natsidem.Options{MaxHold: time.Millisecond, Backoff: func(int) time.Duration { return time.Millisecond }}, nil)
 	m, done := hc.duplicate(context.Background(), 3)
 	consumetest.AwaitHeld(t, hc.seen, 5, done) // five claims at least 10ms apart: past MaxHold
 	hc.finish(t)
@@ -100,7 +100,7 @@ func TestHoldShutdown(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, last := range []bool{false, true} {
 		t.Run(fmt.Sprint("last=", last), func(t *testing.T) {
-			hc := newHoldCase(t, 3, natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: func(int) time.Duration { return time.Millisecond }}},
+			hc := newHoldCase(t, 3, natsidem.Options{Backoff: func(int) time.Duration { return time.Millisecond }},
 				func() time.Time { return now })
 			defer hc.finish(t)
 			delivered := uint64(2)
@@ -236,13 +236,13 @@ func TestProducerRetryDuringLongHandler(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() {
-		runDone <- natsidem.Consume(ctx, tickConsumer{cons, tick}, g, consumetest.Handler[jetstream.Msg](b), natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 2, Backoff: func(int) time.Duration { return 10 * time.Millisecond }, Hooks: broker.Hooks[jetstream.Msg]{AfterSettle: func(_ context.Context, m jetstream.Msg, r broker.Report) {
+		runDone <- natsidem.Consume(ctx, tickConsumer{cons, tick}, g, consumetest.Handler[jetstream.Msg](b), natsidem.Options{Concurrency: 2, Backoff: func(int) time.Duration { return 10 * time.Millisecond }, Hooks: broker.Hooks[jetstream.Msg]{AfterSettle: func(_ context.Context, m jetstream.Msg, r broker.Report) {
 			if seqOf(t, m) == 2 {
 				dupReport <- r
 			} else {
 				reports <- r
 			}
-		}}}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
+		}}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 	<-b.Started
 	e.publishOrder(t, "o-1", []byte(`{"amount":5}`)) // the producer's retry
@@ -294,7 +294,7 @@ func TestShutdownWhileHeld(t *testing.T) {
 	go func() {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 			return nil, errors.New("the holder is alive: never called")
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: func(int) time.Duration { return 10 * time.Millisecond }, Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{Backoff: func(int) time.Duration { return 10 * time.Millisecond }, Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	consumetest.AwaitHeld(t, seen, 2, reports)
 	cancel()

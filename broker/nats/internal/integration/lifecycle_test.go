@@ -46,7 +46,7 @@ func TestGracefulShutdown(t *testing.T) {
 			close(started)
 			<-release
 			return nil, ctx.Err() // the handler's context outlives Run's
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
+		}), natsidem.Options{Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 	<-started
 	consumetest.ShutdownWaits(t, cancel, runDone, release)
@@ -82,7 +82,7 @@ func TestShutdownTimeout(t *testing.T) {
 			close(started)
 			<-ctx.Done()
 			return nil, ctx.Err()
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{ShutdownTimeout: 10 * time.Millisecond, Backoff: func(int) time.Duration { return time.Hour }, Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{ShutdownTimeout: 10 * time.Millisecond, Backoff: func(int) time.Duration { return time.Hour }, Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	<-started
 	cancel()
@@ -123,7 +123,7 @@ func TestDeadLetterUnavailable(t *testing.T) {
 	go func() {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 			return nil, nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: func(int) time.Duration { return 20 * time.Millisecond }, Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{Backoff: func(int) time.Duration { return 20 * time.Millisecond }, Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	r := <-reports
 	if r.Action != idem.ActionDeadLetter || r.BrokerErr == nil || r.Reason != "no_key" {
@@ -180,7 +180,7 @@ func TestPublishCloudEvent(t *testing.T) {
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 			k, _ := idem.KeyFromContext(ctx)
 			return []byte(k.ID), nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	r := <-reports
 	cancel()
@@ -220,7 +220,7 @@ func TestKeepAlive(t *testing.T) {
 				<-ticks
 			}
 			return nil, nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: 2, Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
+		}), natsidem.Options{Concurrency: 2, Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 	r := <-reports
 	cancel()
@@ -269,7 +269,7 @@ func TestConnectionClosed(t *testing.T) {
 	go func() {
 		runDone <- natsidem.Consume(context.Background(), cons, g, natsidem.Handle(func(context.Context, jetstream.Msg) ([]byte, error) {
 			return nil, nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: js, DeadLetterSubject: e.dlq})
 	}()
 	<-reports
 	nc.Close()

@@ -103,7 +103,7 @@ func TestNewConsumerValidation(t *testing.T) {
 		{"nil tx handler", cons, g, natsidem.HandleTx[*sql.Tx](nil), ok},
 		{"no JetStream", cons, g, h, natsidem.Options{DeadLetterSubject: "dlq"}},
 		{"no dead-letter subject", cons, g, h, natsidem.Options{JetStream: js}},
-		{"negative concurrency", cons, g, h, natsidem.Options{Options: natsidem.ConsumerOptions{Concurrency: -1}, JetStream: js, DeadLetterSubject: "dlq"}},
+		{"negative concurrency", cons, g, h, natsidem.Options{Concurrency: -1, JetStream: js, DeadLetterSubject: "dlq"}},
 		{"wildcard dead-letter subject", cons, g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "dlq.>"}},
 		{"dead letters into the consumer's own filter", filtered("orders.>"), g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.dlq"}},
 		{"dead letters into one of its filters", filtered("a.b", "orders.*.dlq"), g, h, natsidem.Options{JetStream: js, DeadLetterSubject: "orders.x.dlq"}},

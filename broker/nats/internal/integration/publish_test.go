@@ -47,7 +47,7 @@ func (e *env) run(t *testing.T, cons jetstream.Consumer, g *idem.Guard) <-chan b
 		runDone <- natsidem.Consume(ctx, cons, g, natsidem.Handle(func(ctx context.Context, msg jetstream.Msg) ([]byte, error) {
 			k, _ := idem.KeyFromContext(ctx)
 			return []byte(k.ID), nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
+		}), natsidem.Options{Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 	t.Cleanup(func() {
 		cancel()

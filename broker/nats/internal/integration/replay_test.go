@@ -82,14 +82,14 @@ func TestReplay(t *testing.T) {
 			defer mu.Unlock()
 			applied[natsidem.MessageOf(msg).ID]++
 			return nil, nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Backoff: func(int) time.Duration { return time.Millisecond }, Hooks: broker.Hooks[jetstream.Msg]{
+		}), natsidem.Options{Backoff: func(int) time.Duration { return time.Millisecond }, Hooks: broker.Hooks[jetstream.Msg]{
 			OnDeadLetter: func(context.Context, jetstream.Msg, broker.Report) { dead <- struct{}{} },
 			AfterSettle: func(_ context.Context, msg jetstream.Msg, r broker.Report) {
 				if r.Action == idem.ActionAck {
 					settled <- seen{r.Result.Outcome, msg.Headers()}
 				}
 			},
-		}}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
+		}, JetStream: e.js, DeadLetterSubject: e.dlq, DoubleAck: true})
 	}()
 
 	subject := e.subject + ".orders"
@@ -188,7 +188,7 @@ func TestReplayInsideDuplicateWindow(t *testing.T) {
 				return nil, idem.Permanent(errors.New("rejected"))
 			}
 			return nil, nil
-		}), natsidem.Options{Options: natsidem.ConsumerOptions{Hooks: consumetest.ReportTo[jetstream.Msg](reports)}, JetStream: e.js, DeadLetterSubject: e.dlq})
+		}), natsidem.Options{Hooks: consumetest.ReportTo[jetstream.Msg](reports), JetStream: e.js, DeadLetterSubject: e.dlq})
 	}()
 	report := func(want idem.Action) broker.Report {
 		t.Helper()

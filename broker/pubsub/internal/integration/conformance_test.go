@@ -279,8 +279,8 @@ func (b *psBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertes
 		}
 	}
 	c, err := pubsubidem.NewConsumer(sub, sc.Guard, consumetest.SuiteHandler(sc, pubsubidem.MessageOf), pubsubidem.Options{
-		Options: pubsubidem.ConsumerOptions{Concurrency: concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
-			Hooks: hooks},
+		Concurrency: concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
+		Hooks:      hooks,
 		DeadLetter: dl,
 	})
 	if err != nil {

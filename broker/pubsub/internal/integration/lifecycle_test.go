@@ -46,12 +46,12 @@ func (r *refuseFirstAck) React(req any) (bool, any, error) {
 // returned channel, stopped at the test's end.
 func consumer(t *testing.T, srv *pstest.Server, settings func(*pubsub.ReceiveSettings), h func(ctx context.Context, m *pubsubidem.Message) ([]byte, error)) <-chan broker.Report {
 	t.Helper()
-	return consumerOn(t, srv, memory.New(), pubsubidem.ConsumerOptions{}, settings, h)
+	return consumerOn(t, srv, memory.New(), pubsubidem.Options{}, settings, h)
 }
 
 // consumerOn is consumer with its guard on store, and opts (their Hooks
-// replaced).
-func consumerOn(t *testing.T, srv *pstest.Server, store idem.Store, opts pubsubidem.ConsumerOptions, settings func(*pubsub.ReceiveSettings),
+// replaced, their DeadLetter set).
+func consumerOn(t *testing.T, srv *pstest.Server, store idem.Store, opts pubsubidem.Options, settings func(*pubsub.ReceiveSettings),
 	h func(ctx context.Context, m *pubsubidem.Message) ([]byte, error)) <-chan broker.Report {
 	t.Helper()
 	cl := newClient(t, srv)
@@ -70,7 +70,8 @@ func consumerOn(t *testing.T, srv *pstest.Server, store idem.Store, opts pubsubi
 	opts.Hooks = broker.Hooks[*pubsubidem.Message]{
 		AfterSettle: func(_ context.Context, _ *pubsubidem.Message, r broker.Report) { reports <- r },
 	}
-	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(h), pubsubidem.Options{DeadLetter: dl, Options: opts})
+	opts.DeadLetter = dl
+	c, err := pubsubidem.NewConsumer(sub, g, broker.Handle(h), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestOutageKeepsHeldDeadlines(t *testing.T) {
 	store := &downStore{Store: memory.New(), want: n, seen: make(chan struct{}), refused: map[string]bool{}}
 	store.down.Store(true)
 	var handled atomic.Int32
-	reports := consumerOn(t, srv, store, pubsubidem.ConsumerOptions{Concurrency: n,
+	reports := consumerOn(t, srv, store, pubsubidem.Options{Concurrency: n,
 		Backoff: idem.ExponentialBackoff(100*time.Millisecond, time.Second)}, func(s *pubsub.ReceiveSettings) { s.MaxOutstandingMessages = 2 * n },
 		func(context.Context, *pubsubidem.Message) ([]byte, error) { handled.Add(1); return nil, nil })
 	for i := range n {

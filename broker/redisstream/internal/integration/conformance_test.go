@@ -130,8 +130,8 @@ func (b *suiteBroker) Replay(ctx context.Context) (int, error) {
 func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.Running, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: b.addr})
 	c, err := redisstream.NewConsumer(rdb, sc.Guard, consumetest.SuiteHandler(sc, redisstream.MessageOf), redisstream.Options{
-		Options: redisstream.ConsumerOptions{Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
-			Hooks: consumetest.Hooks(sc.Hooks, redisstream.MessageOf)},
+		Concurrency: sc.Concurrency, Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
+		Hooks:  consumetest.Hooks(sc.Hooks, redisstream.MessageOf),
 		Stream: b.stream, Group: "suite", Consumer: fmt.Sprintf("c%d", b.names.Add(1)), DeadLetterStream: b.dlq,
 		MinIdle: suiteMinIdle, Block: 100 * time.Millisecond,
 	})

@@ -270,8 +270,7 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 	if err != nil {
 		return nil, err
 	}
-	opts := servicebus.Options{EntityPath: b.queue, Options: servicebus.ConsumerOptions{
-		Concurrency:     c.Concurrency,
+	opts := servicebus.Options{EntityPath: b.queue, Concurrency: c.Concurrency,
 		MaxDeliveries:   c.MaxDeliveries,
 		ShutdownTimeout: 10 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
@@ -281,8 +280,7 @@ func (b *sbBroker) Start(ctx context.Context, c brokertest.Consumer) (brokertest
 					c.Hooks.OnError(err)
 				}
 			},
-		},
-	}}
+		}}
 	if c.RetryBackoff > 0 {
 		opts.Backoff = func(int) time.Duration { return c.RetryBackoff }
 	} else {

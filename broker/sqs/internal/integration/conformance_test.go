@@ -356,8 +356,8 @@ func (b *suiteBroker) Start(ctx context.Context, sc brokertest.Consumer) (broker
 		backoff = func(int) time.Duration { return 50 * time.Millisecond }
 	}
 	c, err := sqsidem.NewConsumer(newClient(b.srv, hc), sc.Guard, consumetest.SuiteHandler(sc, sqsidem.MessageOf), sqsidem.Options{
-		Options: sqsidem.ConsumerOptions{Concurrency: sc.Concurrency, Backoff: backoff, MaxDeliveries: sc.MaxDeliveries,
-			ShutdownTimeout: 10 * time.Second, Hooks: consumetest.Hooks(sc.Hooks, sqsidem.MessageOf)},
+		Concurrency: sc.Concurrency, Backoff: backoff, MaxDeliveries: sc.MaxDeliveries,
+		ShutdownTimeout: 10 * time.Second, Hooks: consumetest.Hooks(sc.Hooks, sqsidem.MessageOf),
 		QueueURL: b.url, DeadLetterQueueURL: b.dlq, VisibilityTimeout: suiteVisibility, WaitTime: time.Second,
 	})
 	if err != nil {

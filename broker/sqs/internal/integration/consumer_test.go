@@ -181,7 +181,7 @@ func TestRetryAndKeepAlive(t *testing.T) {
 		}
 		time.Sleep(2500 * time.Millisecond) // past the 1s visibility timeout
 		return nil, nil
-	}), sqsidem.Options{VisibilityTimeout: time.Second, Options: sqsidem.ConsumerOptions{Backoff: func(int) time.Duration { return 1500 * time.Millisecond }}})
+	}), sqsidem.Options{VisibilityTimeout: time.Second, Backoff: func(int) time.Duration { return 1500 * time.Millisecond }})
 	p.send(t, "order-1", "x", nil)
 	waitUntil(t, "emptied", func() bool { v, f := p.counts(t, p.url); return v == "0" && f == "0" && tries.Load() == 2 })
 	if c1, c2 := <-counts, <-counts; c1 != "1" || c2 != "2" {
@@ -201,7 +201,7 @@ func TestMaxDeliveriesAboveRedriveRefused(t *testing.T) {
 	p := newQueuePair(t, "over", 3)
 	g, _ := sqsidem.NewGuard(memory.New(), p.url, idem.Options{})
 	c, err := sqsidem.NewConsumer(p.client, g, sqsidem.Handle(func(context.Context, *types.Message) ([]byte, error) { return nil, nil }),
-		sqsidem.Options{QueueURL: p.url, DeadLetterQueueURL: p.dlq, Options: sqsidem.ConsumerOptions{MaxDeliveries: 5}})
+		sqsidem.Options{QueueURL: p.url, DeadLetterQueueURL: p.dlq, MaxDeliveries: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestRedriveLimitReadFromQueue(t *testing.T) {
 	p := newQueuePair(t, "limit", 2)
 	p.run(t, sqsidem.Handle(func(context.Context, *types.Message) ([]byte, error) {
 		return nil, errors.New("downstream down")
-	}), sqsidem.Options{Options: sqsidem.ConsumerOptions{Backoff: func(int) time.Duration { return 0 }}})
+	}), sqsidem.Options{Backoff: func(int) time.Duration { return 0 }})
 	p.send(t, "order-1", "x", nil)
 	dl := p.deadLetter(t)
 	im, err := sqsidem.DeadLetterOf(&dl)

@@ -310,14 +310,12 @@ func runAMQP(ctx context.Context, cfg childConfig, l *ledger) error {
 	}
 	c, err := amqpidem.NewConsumer(ch, g, h, amqpidem.Options{
 		Queue: cfg.Source, DeadLetterRoutingKey: cfg.DLQ, Publisher: pub,
-		Options: amqpidem.ConsumerOptions{
-			Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, // the queue's delivery-limit
-			Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-			Hooks: broker.Hooks[amqp.Delivery]{
-				BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {
-					count.atLeast(d.DeliveryTag)
-					settleKill(l.kill, r)
-				},
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, // the queue's delivery-limit
+		Backoff: idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		Hooks: broker.Hooks[amqp.Delivery]{
+			BeforeSettle: func(_ context.Context, d amqp.Delivery, r broker.Report) {
+				count.atLeast(d.DeliveryTag)
+				settleKill(l.kill, r)
 			},
 		},
 	})

@@ -142,30 +142,30 @@ func settleKill(kill *killer, r broker.Report) {
 	}
 }
 
-// engineOptions are the consumer engine's options of the Kafka, Redis
-// Streams and MQTT consumers: the run's concurrency and delivery limit, the
-// harness's back-off, and the kill point at BeforeSettle.
-func engineOptions[M any](cfg childConfig, l *ledger) broker.Options[M] {
-	return broker.Options[M]{
-		Concurrency:     cfg.Concurrency,
-		MaxDeliveries:   cfg.MaxDeliveries,
-		Backoff:         idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-		ShutdownTimeout: 2 * time.Second,
-		Hooks: broker.Hooks[M]{
-			BeforeSettle: func(_ context.Context, _ M, r broker.Report) { settleKill(l.kill, r) },
-		},
+// The engine options of the Kafka, Redis Streams, MQTT, SQS, Pub/Sub,
+// Service Bus and Event Hubs consumers, beside the run's concurrency and
+// delivery limit: the harness's back-off and shutdown bound.
+var (
+	engineBackoff  = idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second)
+	engineShutdown = 2 * time.Second
+)
+
+// engineHooks are those consumers' hooks: the kill point at BeforeSettle.
+func engineHooks[M any](l *ledger) broker.Hooks[M] {
+	return broker.Hooks[M]{
+		BeforeSettle: func(_ context.Context, _ M, r broker.Report) { settleKill(l.kill, r) },
 	}
 }
 
 // countSettled counts every delivery the consumer settles at BeforeSettle,
 // before the kill point: for the adapters whose receiving is inside them.
-func countSettled[M any](opts broker.Options[M], count *counter) broker.Options[M] {
-	settle := opts.Hooks.BeforeSettle
-	opts.Hooks.BeforeSettle = func(ctx context.Context, m M, r broker.Report) {
+func countSettled[M any](hooks broker.Hooks[M], count *counter) broker.Hooks[M] {
+	settle := hooks.BeforeSettle
+	hooks.BeforeSettle = func(ctx context.Context, m M, r broker.Report) {
 		count.add(1)
 		settle(ctx, m, r)
 	}
-	return opts
+	return hooks
 }
 
 func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
@@ -190,12 +190,10 @@ func runNATS(ctx context.Context, cfg childConfig, l *ledger) error {
 	}
 	c, err := natsidem.NewConsumer(cons, g, h, natsidem.Options{
 		JetStream: js, DeadLetterSubject: cfg.DLQ,
-		Options: natsidem.ConsumerOptions{
-			Concurrency: cfg.Concurrency,
-			Backoff:     idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
-			Hooks: broker.Hooks[jetstream.Msg]{
-				BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
-			},
+		Concurrency: cfg.Concurrency,
+		Backoff:     idem.ExponentialBackoff(100*time.Millisecond, 2*time.Second),
+		Hooks: broker.Hooks[jetstream.Msg]{
+			BeforeSettle: func(_ context.Context, _ jetstream.Msg, r broker.Report) { settleKill(l.kill, r) },
 		},
 	})
 	if err != nil {

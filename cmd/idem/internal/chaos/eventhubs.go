@@ -279,10 +279,10 @@ func runEventHubs(ctx context.Context, cfg childConfig, l *ledger) error {
 	}
 	body := func(ev *azeventhubs.ReceivedEventData) []byte { return ev.Body }
 	h := handlerFor(l, body, ehidem.Handle, ehidem.HandleTx[pgx.Tx], ehidem.HandleTx[*sql.Tx])
-	eo := countSettled(engineOptions[*azeventhubs.ReceivedEventData](cfg, l), count)
 	c, err := ehidem.NewConsumer(p, g, h, ehidem.Options{
-		Concurrency: eo.Concurrency, Backoff: eo.Backoff, MaxDeliveries: eo.MaxDeliveries, ShutdownTimeout: eo.ShutdownTimeout,
-		Hooks: eo.Hooks, DeadLetter: dead, EventHub: cfg.Source, ReceiveWait: 200 * time.Millisecond,
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: countSettled(engineHooks[*azeventhubs.ReceivedEventData](l), count),
+		DeadLetter: dead, EventHub: cfg.Source, ReceiveWait: 200 * time.Millisecond,
 	})
 	if err != nil {
 		return err

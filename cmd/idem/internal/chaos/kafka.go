@@ -251,7 +251,8 @@ func runKafka(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, func(r *kgo.Record) []byte { return r.Value }, kafka.Handle, kafka.HandleTx[pgx.Tx], kafka.HandleTx[*sql.Tx])
 	c, err := kafka.NewConsumer(cl, g, h, kafka.Options{
 		DeadLetterTopic: cfg.DLQ, CommitInterval: 200 * time.Millisecond,
-		Options: engineOptions[*kgo.Record](cfg, l),
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: engineHooks[*kgo.Record](l),
 	})
 	if err != nil {
 		return err

@@ -251,7 +251,8 @@ func runMQTT(ctx context.Context, cfg childConfig, l *ledger) error {
 		broker.HandleTx[pgx.Tx, *mqttidem.Message], broker.HandleTx[*sql.Tx, *mqttidem.Message])
 	c, err := mqttidem.NewConsumer(g, h, mqttidem.Options{
 		Server: cfg.BrokerURL, ClientID: id, Topic: share, DeadLetterTopic: cfg.DLQ, SessionExpiry: mqttSession,
-		Options: engineOptions[*mqttidem.Message](cfg, l),
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: engineHooks[*mqttidem.Message](l),
 		Config: func(c *autopaho.ClientConfig) {
 			c.ReconnectBackoff = autopaho.NewConstantBackoff(200 * time.Millisecond)
 			c.OnPublishReceived = append([]func(paho.PublishReceived) (bool, error){counted}, c.OnPublishReceived...)

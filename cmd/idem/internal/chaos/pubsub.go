@@ -213,8 +213,10 @@ func runPubSub(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, data, broker.Handle[*pubsubidem.Message], broker.HandleTx[pgx.Tx, *pubsubidem.Message], broker.HandleTx[*sql.Tx, *pubsubidem.Message])
 	// The client's callbacks are inside the adapter: every delivery the
 	// consumer settles is counted.
-	opts := countSettled(engineOptions[*pubsubidem.Message](cfg, l), count)
-	c, err := pubsubidem.NewConsumer(sub, g, h, pubsubidem.Options{DeadLetter: dead, Options: opts})
+	c, err := pubsubidem.NewConsumer(sub, g, h, pubsubidem.Options{DeadLetter: dead,
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: countSettled(engineHooks[*pubsubidem.Message](l), count),
+	})
 	if err != nil {
 		return err
 	}

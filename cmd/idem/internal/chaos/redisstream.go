@@ -209,7 +209,8 @@ func runRedisStream(ctx context.Context, cfg childConfig, l *ledger) error {
 	c, err := redisstream.NewConsumer(rdb, g, h, redisstream.Options{
 		Stream: cfg.Source, Group: cfg.Durable, Consumer: name, DeadLetterStream: cfg.DLQ,
 		MinIdle: redisMinIdle, Block: 200 * time.Millisecond,
-		Options: engineOptions[*redisstream.Message](cfg, l),
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: engineHooks[*redisstream.Message](l),
 	})
 	if err != nil {
 		return err

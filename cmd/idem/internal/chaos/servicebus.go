@@ -184,8 +184,10 @@ func runServiceBus(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, body, sbidem.Handle, sbidem.HandleTx[pgx.Tx], sbidem.HandleTx[*sql.Tx])
 	// The receiver is the adapter's: every delivery the consumer settles
 	// is counted.
-	opts := countSettled(engineOptions[*azservicebus.ReceivedMessage](cfg, l), count)
-	c, err := sbidem.NewConsumer(recv, g, h, sbidem.Options{EntityPath: entity, Options: opts})
+	c, err := sbidem.NewConsumer(recv, g, h, sbidem.Options{EntityPath: entity,
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: countSettled(engineHooks[*azservicebus.ReceivedMessage](l), count),
+	})
 	if err != nil {
 		return err
 	}

@@ -199,7 +199,8 @@ func runSQS(ctx context.Context, cfg childConfig, l *ledger) error {
 	h := handlerFor(l, sqsBody, sqsidem.Handle, sqsidem.HandleTx[pgx.Tx], sqsidem.HandleTx[*sql.Tx])
 	c, err := sqsidem.NewConsumer(client, g, h, sqsidem.Options{
 		QueueURL: cfg.Source, DeadLetterQueueURL: cfg.DLQ, VisibilityTimeout: sqsVisibility, WaitTime: time.Second,
-		Options: engineOptions[*types.Message](cfg, l),
+		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
+		Backoff: engineBackoff, ShutdownTimeout: engineShutdown, Hooks: engineHooks[*types.Message](l),
 	})
 	if err != nil {
 		return err

@@ -148,26 +148,24 @@ func (b *kafkaBroker) consumeIdem(ctx context.Context, r *runner) {
 		sleep(ctx, time.Second)
 		return
 	}
-	c, err := kafka.NewConsumer(cl, r.guard, h, kafka.Options{DeadLetterTopic: b.dlq, CommitInterval: kafkaCommit, DeadLetterTimeout: 2 * time.Second, Options: kafka.ConsumerOptions{
-		Hooks: broker.Hooks[*kgo.Record]{
-			BeforeSettle: func(_ context.Context, rec *kgo.Record, rep broker.Report) {
-				fl := f.of(rec)
-				if rep.Result.Outcome != idem.OutcomeProcessed && (fl == faultCrash || fl == faultAckLost) {
-					// A crash sends every record done since the last
-					// commit back to the group: drawn again on those
-					// duplicates, crashes would breed crashes. It comes
-					// where it matters, after a charge, as in idem chaos.
-					fl = faultNone
-				}
-				r.beforeSettle(rep, fl, crash)
-			},
-			AfterSettle: func(_ context.Context, rec *kgo.Record, rep broker.Report) {
-				f.done(rec)
-				// Crashed (or the run is over), the record's offset is
-				// not committed: the member that takes its partition
-				// settles it.
-				r.afterSettle(kafkaSeq(rec), rep, cctx.Err() != nil)
-			},
+	c, err := kafka.NewConsumer(cl, r.guard, h, kafka.Options{DeadLetterTopic: b.dlq, CommitInterval: kafkaCommit, DeadLetterTimeout: 2 * time.Second, Hooks: broker.Hooks[*kgo.Record]{
+		BeforeSettle: func(_ context.Context, rec *kgo.Record, rep broker.Report) {
+			fl := f.of(rec)
+			if rep.Result.Outcome != idem.OutcomeProcessed && (fl == faultCrash || fl == faultAckLost) {
+				// A crash sends every record done since the last
+				// commit back to the group: drawn again on those
+				// duplicates, crashes would breed crashes. It comes
+				// where it matters, after a charge, as in idem chaos.
+				fl = faultNone
+			}
+			r.beforeSettle(rep, fl, crash)
+		},
+		AfterSettle: func(_ context.Context, rec *kgo.Record, rep broker.Report) {
+			f.done(rec)
+			// Crashed (or the run is over), the record's offset is
+			// not committed: the member that takes its partition
+			// settles it.
+			r.afterSettle(kafkaSeq(rec), rep, cctx.Err() != nil)
 		},
 	}})
 	if err != nil {

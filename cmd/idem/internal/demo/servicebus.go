@@ -155,8 +155,7 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 		sleep(ctx, time.Second)
 		return
 	}
-	c, err := servicebus.NewConsumer(recv, r.guard, h, servicebus.Options{EntityPath: servicebus.EntityPath(b.topic, "idem"), Options: servicebus.ConsumerOptions{
-		Backoff:         func(int) time.Duration { return 20 * time.Millisecond },
+	c, err := servicebus.NewConsumer(recv, r.guard, h, servicebus.Options{EntityPath: servicebus.EntityPath(b.topic, "idem"), Backoff: func(int) time.Duration { return 20 * time.Millisecond },
 		MaxDeliveries:   sbMaxDeliveryCount,
 		ShutdownTimeout: 5 * time.Second,
 		Hooks: broker.Hooks[*azservicebus.ReceivedMessage]{
@@ -166,8 +165,7 @@ func (b *sbBroker) consumeIdem(ctx context.Context, r *runner) {
 			AfterSettle: func(_ context.Context, m *azservicebus.ReceivedMessage, rep broker.Report) {
 				r.afterSettle(sbSeq(m), rep, rep.BrokerErr != nil && cctx.Err() != nil)
 			},
-		},
-	}})
+		}})
 	if err != nil {
 		s.fail(err)
 		sleep(ctx, time.Second)

@@ -141,8 +141,8 @@ func (b *Broker) Replay(ctx context.Context) (int, error) {
 // Pub/Sub whose subscriber dies is closed under it).
 func (b *Broker) Start(ctx context.Context, sc brokertest.Consumer) (brokertest.Running, error) {
 	mw, err := watermillidem.New(sc.Guard, watermillidem.Options{
-		Options: watermillidem.ConsumerOptions{Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
-			Hooks: consumetest.Hooks(sc.Hooks, watermillidem.MessageOf)},
+		Backoff: consumetest.Backoff(sc), MaxDeliveries: sc.MaxDeliveries,
+		Hooks:     consumetest.Hooks(sc.Hooks, watermillidem.MessageOf),
 		Publisher: b.pub, PoisonTopic: b.poisonTopic(),
 	})
 	if err != nil {
