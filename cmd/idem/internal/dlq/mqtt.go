@@ -259,40 +259,78 @@ func (q *mqttQueue) List(ctx context.Context, limit int) ([]DeadLetter, error) {
 // behind one not selected (or whose replay failed) cannot leave the
 // session: it is not replayed, and done gets ErrOutOfOrder for it
 // (replay the ones before it, or --all).
+//
+// paho can lose track of a delivery the broker sent at once on
+// reconnection (its acknowledgement tracker is reset after the session's
+// messages began to arrive), and then refuses its ack with
+// paho.ErrPacketNotFound. Such a dead letter is replayed already: the
+// session is read again and it is acked there, never replayed twice.
 func (q *mqttQueue) Replay(ctx context.Context, ids []string, done func(DeadLetter, error)) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	r, err := q.read(ctx)
-	if err != nil {
-		return err
+	p := mqttReplay{want: idSet(ids), replayed: map[string]bool{}, finished: map[string]bool{}, done: done}
+	for reads := 1; ; reads++ {
+		r, err := q.read(ctx)
+		if err != nil {
+			return err
+		}
+		again := p.run(ctx, q, r, reads < 3)
+		q.disconnect(r)
+		if !again {
+			return nil
+		}
 	}
-	defer q.disconnect(r)
-	want := idSet(ids)
+}
+
+// mqttReplay is one Replay over the reads it takes.
+type mqttReplay struct {
+	want     map[string]bool
+	replayed map[string]bool // replayed: acked on a later read if this one could not, never replayed twice
+	finished map[string]bool // reported to done
+	done     func(DeadLetter, error)
+}
+
+// run replays and acks what r holds; it reports whether the session must
+// be read again (an ack paho refused, when retry allows another read).
+func (p *mqttReplay) run(ctx context.Context, q *mqttQueue, r *mqttRead, retry bool) (again bool) {
 	var blocker string // the first dead letter left in the session
 	for i, dl := range mqttDeadLetters(r.pubs) {
-		if !want[dl.ID] {
+		if p.finished[dl.ID] {
+			continue
+		}
+		if !p.want[dl.ID] {
 			if blocker == "" {
 				blocker = dl.ID
 			}
 			continue
 		}
 		if blocker != "" {
-			done(dl, fmt.Errorf("%w: not replayed: MQTT acks a session's messages in order, so it could not leave the session while %s, before it, stays (replay that one first, or --all)", ErrOutOfOrder, blocker))
+			p.finished[dl.ID] = true
+			p.done(dl, fmt.Errorf("%w: not replayed: MQTT acks a session's messages in order, so it could not leave the session while %s, before it, stays (replay that one first, or --all)", ErrOutOfOrder, blocker))
 			continue
 		}
 		pr := r.pubs[i]
-		err := mqttidem.Replay(ctx, r.cm, pr.Packet)
+		var err error
+		if !p.replayed[dl.ID] {
+			err = mqttidem.Replay(ctx, r.cm, pr.Packet)
+		}
 		if err == nil {
-			if err = pr.Client.Ack(pr.Packet); err != nil {
+			p.replayed[dl.ID] = true
+			err = pr.Client.Ack(pr.Packet)
+			if errors.Is(err, paho.ErrPacketNotFound) && retry {
+				return true
+			}
+			if err != nil {
 				err = fmt.Errorf("replayed, but not acked in session %s (it would be replayed again): %w", q.client, err)
 			}
 		}
 		if err != nil {
 			blocker = dl.ID
 		}
-		done(dl, err)
+		p.finished[dl.ID] = true
+		p.done(dl, err)
 	}
-	return nil
+	return false
 }
 
 // Horizon: the dead-letter session never expires and MQTT has no delivery
