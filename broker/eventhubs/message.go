@@ -3,11 +3,11 @@ package eventhubs
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/amqpprop"
 )
 
 // HeaderID is the property that carries an event's key when it is not
@@ -32,27 +32,13 @@ func MessageOf(ev *azeventhubs.ReceivedEventData) idem.Message {
 	if len(ev.Properties) > 0 {
 		im.Headers = make(map[string]string, len(ev.Properties))
 		for k, v := range ev.Properties {
-			im.Headers[k] = propertyText(v)
+			im.Headers[k] = amqpprop.Text(v)
 		}
 		if id := im.Headers[HeaderID]; id != "" {
 			im.ID = id
 		}
 	}
 	return im
-}
-
-func propertyText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	case time.Time:
-		return v.UTC().Format(time.RFC3339Nano)
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
 }
 
 // ErrNotDeadLetter is returned by DeadLetterOf and Replay for an event

@@ -2,11 +2,11 @@ package servicebus
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/amqpprop"
 )
 
 // HeaderID is the application property that carries the plain message id
@@ -36,27 +36,13 @@ func MessageOf(msg *azservicebus.ReceivedMessage) idem.Message {
 			if k == headerReplayOf && whole {
 				continue // Replay's, not the original's
 			}
-			im.Headers[k] = propertyText(v)
+			im.Headers[k] = amqpprop.Text(v)
 		}
 	}
 	if plain := im.Headers[HeaderID]; plain != "" && idem.IsDedupID(im.ID, plain) {
 		im.ID = plain
 	}
 	return im
-}
-
-func propertyText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	case time.Time:
-		return v.UTC().Format(time.RFC3339Nano)
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
 }
 
 // EntityPath is the default scope of a consumer of a queue

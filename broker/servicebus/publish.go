@@ -8,6 +8,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/amqpprop"
 )
 
 // SendOption configures Send.
@@ -59,7 +60,7 @@ func Send(ctx context.Context, s *azservicebus.Sender, id string, msg *azservice
 	out.ApplicationProperties[HeaderID] = id
 	im := idem.Message{ID: id, Payload: out.Body, Headers: map[string]string{}}
 	for k, v := range out.ApplicationProperties {
-		im.Headers[k] = propertyText(v)
+		im.Headers[k] = amqpprop.Text(v)
 	}
 	if out.ContentType != nil {
 		im.ContentType = *out.ContentType
