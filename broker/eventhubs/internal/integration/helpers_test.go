@@ -9,6 +9,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
+	"github.com/idemgo/idem"
+
 	"github.com/idemgo/idem/broker/eventhubs/eventhubstest"
 )
 
@@ -76,6 +78,44 @@ func (k *killable) SetCheckpoint(ctx context.Context, c azeventhubs.Checkpoint, 
 		return errDead
 	}
 	return k.CheckpointStore.SetCheckpoint(ctx, c, opts)
+}
+
+// killableStore is one consumer's view of a shared idem.Store: once
+// killed, it refuses every write, as a crashed process claims and
+// completes nothing. (The test's Kill cannot stop a consumer's goroutines
+// at once; without this, the one that was killed goes on with the events
+// it already received.)
+type killableStore struct {
+	idem.Store
+	dead atomic.Bool
+}
+
+func (k *killableStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if k.dead.Load() {
+		return idem.Claim{}, errDead
+	}
+	return k.Store.Claim(ctx, req)
+}
+
+func (k *killableStore) Complete(ctx context.Context, req idem.CompleteRequest) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.Complete(ctx, req)
+}
+
+func (k *killableStore) Release(ctx context.Context, req idem.ReleaseRequest) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.Release(ctx, req)
+}
+
+func (k *killableStore) Renew(ctx context.Context, req idem.RenewRequest) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.Renew(ctx, req)
 }
 
 // Processor timings of the tests: a killed consumer's partitions expire,

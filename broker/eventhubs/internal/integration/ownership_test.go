@@ -203,7 +203,13 @@ func TestProducerResend(t *testing.T) {
 func TestKilledBetweenEffectAndCheckpoint(t *testing.T) {
 	const n = 60
 	b := newSuiteBroker(t)
-	g, err := eventhubs.NewGuard(memory.New(), b.hub, azeventhubs.DefaultConsumerGroup, idem.Options{})
+	shared := memory.New()
+	victimStore := &killableStore{Store: shared}
+	victimGuard, err := eventhubs.NewGuard(victimStore, b.hub, azeventhubs.DefaultConsumerGroup, idem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := eventhubs.NewGuard(shared, b.hub, azeventhubs.DefaultConsumerGroup, idem.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +220,14 @@ func TestKilledBetweenEffectAndCheckpoint(t *testing.T) {
 		crashed atomic.Bool
 	)
 	c := brokertest.Consumer{
-		Guard:  g,
+		Guard:  victimGuard,
 		Handle: func(_ context.Context, m idem.Message) ([]byte, error) { eff.apply(m.ID); return nil, nil },
 		Hooks: broker.Hooks[idem.Message]{AfterSettle: func(ctx context.Context, m idem.Message, r broker.Report) {
 			eff.hook(ctx, m, r)
 			if m.ID == "kill-0013" && crashed.CompareAndSwap(false, true) {
 				<-ready
-				victim.Kill() // the effect is recorded; the batch's checkpoint never comes
+				victimStore.dead.Store(true) // it claims nothing more
+				victim.Kill()                // the effect is recorded; the batch's checkpoint never comes
 			}
 		}},
 	}
@@ -238,7 +245,7 @@ func TestKilledBetweenEffectAndCheckpoint(t *testing.T) {
 	}
 	close(ready)
 	waitFor(t, "the crash", crashed.Load)
-	c.Hooks.AfterSettle = eff.hook
+	c.Guard, c.Hooks.AfterSettle = g, eff.hook
 	survivor, err := b.Start(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
