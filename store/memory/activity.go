@@ -20,9 +20,10 @@ func (s *Store) Activity(ctx context.Context, q idem.ActivityQuery) ([]idem.Scop
 	}
 	t := storekit.NewActivityTally(q)
 	s.mu.Lock()
-	for _, r := range s.recs {
-		t.Record(*r)
-	}
+	s.t.each(func(i int32) bool {
+		t.Record(s.t.full(i))
+		return true
+	})
 	s.mu.Unlock()
 	return t.Result(), nil
 }

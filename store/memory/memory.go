@@ -23,21 +23,11 @@ import (
 	"github.com/idemgo/idem/store/storekit"
 )
 
-type rkey struct{ scope, id string }
-
 // Store is an in-memory idem.Store. The zero value is not usable; call New.
 type Store struct {
-	mu   sync.Mutex
-	recs map[rkey]*idem.Record
-	// Records are made in blocks, and a swept record's place is taken by
-	// the next new one: a claim of a new key then costs no allocation of
-	// its own (the store hands out copies, never these pointers).
-	block []idem.Record
-	spare []*idem.Record
+	mu sync.Mutex
+	t  *table
 }
-
-// recordBlock is how many records one allocation makes room for.
-const recordBlock = 64
 
 var (
 	_ idem.Store          = (*Store)(nil)
@@ -46,14 +36,7 @@ var (
 )
 
 // New returns an empty store.
-func New() *Store { return &Store{recs: make(map[rkey]*idem.Record)} }
-
-func keyOf(k idem.Key) rkey { return rkey{k.Scope, k.StoredID()} }
-
-func clone(r idem.Record) idem.Record {
-	r.Result = bytes.Clone(r.Result)
-	return r
-}
+func New() *Store { return &Store{t: newTable()} }
 
 // Claim implements idem.Store.
 func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
@@ -66,37 +49,29 @@ func (s *Store) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.claimLocked(req), nil
+	return s.claimLocked(&req), nil
 }
 
-func (s *Store) claimLocked(req idem.ClaimRequest) idem.Claim {
-	k := keyOf(req.Key)
-	cur := s.recs[k]
-	c, write := storekit.ApplyClaim(cur, req)
+func (s *Store) claimLocked(req *idem.ClaimRequest) idem.Claim {
+	t := s.t
+	sc, _ := t.scope(req.Key.Scope, true)
+	id := req.Key.StoredID()
+	i, h := t.find(sc, id)
+	var cur *idem.Record
+	if i >= 0 {
+		r := t.record(i, req.Key.Scope, id, req.Fingerprint)
+		cur = &r
+	}
+	c, write := storekit.ApplyClaim(cur, *req)
 	if write {
-		if cur == nil {
-			cur = s.newRecord()
-			s.recs[k] = cur
+		if i < 0 {
+			t.insert(sc, h, &c.Record)
+		} else {
+			t.write(i, &c.Record)
 		}
-		*cur = c.Record
 	}
-	c.Record = clone(c.Record)
+	c.Record.Result = bytes.Clone(c.Record.Result)
 	return c
-}
-
-// newRecord returns room for a new record. Called with mu held.
-func (s *Store) newRecord() *idem.Record {
-	if n := len(s.spare); n > 0 {
-		r := s.spare[n-1]
-		s.spare = s.spare[:n-1]
-		return r
-	}
-	if len(s.block) == 0 {
-		s.block = make([]idem.Record, recordBlock)
-	}
-	r := &s.block[0]
-	s.block = s.block[1:]
-	return r
 }
 
 // ClaimBatch implements storekit.BatchStore: the whole batch under one lock.
@@ -113,19 +88,22 @@ func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]ide
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]idem.Claim, len(prepared))
-	for i, r := range prepared {
-		out[i] = s.claimLocked(r)
+	for i := range prepared {
+		out[i] = s.claimLocked(&prepared[i])
 	}
 	return out, nil
 }
 
-// owned returns the record held in progress with token, or nil.
-func (s *Store) owned(k idem.Key, token int64) *idem.Record {
-	r := s.recs[keyOf(k)]
-	if r == nil || r.State != idem.StateInProgress || r.Token != token {
-		return nil
+// owned returns the slot of k held in progress with token, or -1.
+func (s *Store) owned(k idem.Key, token int64) int32 {
+	i := s.t.lookup(k)
+	if i < 0 {
+		return -1
 	}
-	return r
+	if r := s.t.at(i); s.t.states[r.state-1] != idem.StateInProgress || r.token != token {
+		return -1
+	}
+	return i
 }
 
 // Complete implements idem.Store.
@@ -139,11 +117,14 @@ func (s *Store) Complete(ctx context.Context, req idem.CompleteRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.owned(req.Key, req.Token)
-	if r == nil {
+	i := s.owned(req.Key, req.Token)
+	if i < 0 {
 		return idem.ErrLeaseLost
 	}
-	r.State, r.Result, r.ExpiresAt, r.UpdatedAt = idem.StateCompleted, bytes.Clone(req.Result), req.ExpiresAt, req.Now
+	t := s.t
+	t.setResult(i, bytes.Clone(req.Result))
+	r := t.at(i)
+	r.state, r.expires, r.updated = t.stateCode(idem.StateCompleted), t.stamp(req.ExpiresAt), t.stamp(req.Now)
 	return nil
 }
 
@@ -157,11 +138,13 @@ func (s *Store) Release(ctx context.Context, req idem.ReleaseRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.owned(req.Key, req.Token)
-	if r == nil {
+	i := s.owned(req.Key, req.Token)
+	if i < 0 {
 		return idem.ErrLeaseLost
 	}
-	r.State, r.LeaseUntil, r.UpdatedAt = idem.StateReleased, req.Now, req.Now
+	t := s.t
+	r := t.at(i)
+	r.state, r.lease, r.updated = t.stateCode(idem.StateReleased), t.stamp(req.Now), t.stamp(req.Now)
 	return nil
 }
 
@@ -178,11 +161,13 @@ func (s *Store) Renew(ctx context.Context, req idem.RenewRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.owned(req.Key, req.Token)
-	if r == nil {
+	i := s.owned(req.Key, req.Token)
+	if i < 0 {
 		return idem.ErrLeaseLost
 	}
-	r.LeaseUntil, r.ExpiresAt, r.UpdatedAt = req.LeaseUntil, storekit.Later(r.ExpiresAt, req.LeaseUntil), req.Now
+	t := s.t
+	r := t.at(i)
+	r.lease, r.expires, r.updated = t.stamp(req.LeaseUntil), t.stamp(storekit.Later(t.time(r.expires), req.LeaseUntil)), t.stamp(req.Now)
 	return nil
 }
 
@@ -193,11 +178,13 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (idem.Record, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.recs[keyOf(key)]
-	if r == nil {
+	i := s.t.lookup(key)
+	if i < 0 {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return clone(*r), nil
+	r := s.t.full(i)
+	r.Result = bytes.Clone(r.Result)
+	return r, nil
 }
 
 // Sweep implements idem.Store: it deletes at most req.Limit expired records
@@ -211,18 +198,17 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := s.t
 	n := 0
-	for k, r := range s.recs {
-		if n >= req.Limit {
-			break
-		}
-		if r.Expired(req.Now) {
-			delete(s.recs, k)
-			*r = idem.Record{}
-			s.spare = append(s.spare, r)
+	t.each(func(i int32) bool {
+		r := t.at(i)
+		// Record.Expired, on the slot.
+		if exp := t.time(r.expires); t.states[r.state-1] != idem.StateInProgress && !exp.IsZero() && !req.Now.Before(exp) {
+			t.remove(i)
 			n++
 		}
-	}
+		return n < req.Limit
+	})
 	return n, nil
 }
 
@@ -230,7 +216,7 @@ func (s *Store) Sweep(ctx context.Context, req idem.SweepRequest) (int, error) {
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.recs)
+	return s.t.live
 }
 
 // List implements idem.Inspector.
@@ -241,11 +227,13 @@ func (s *Store) List(ctx context.Context, f idem.ListFilter) ([]idem.Record, err
 	limit := f.PageLimit()
 	s.mu.Lock()
 	var out []idem.Record
-	for _, r := range s.recs {
-		if storekit.Match(f, *r) {
-			out = append(out, clone(*r))
+	s.t.each(func(i int32) bool {
+		if r := s.t.full(i); storekit.Match(f, r) {
+			r.Result = bytes.Clone(r.Result)
+			out = append(out, r)
 		}
-	}
+		return true
+	})
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Scope != out[j].Scope {
@@ -266,14 +254,16 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 	}
 	s.mu.Lock()
 	by := map[string]*idem.ScopeStats{}
-	for _, r := range s.recs {
+	s.t.each(func(i int32) bool {
+		r := s.t.full(i)
 		st := by[r.Scope]
 		if st == nil {
 			st = &idem.ScopeStats{Scope: r.Scope}
 			by[r.Scope] = st
 		}
-		storekit.AddStats(st, *r, now)
-	}
+		storekit.AddStats(st, r, now)
+		return true
+	})
 	s.mu.Unlock()
 	out := make([]idem.ScopeStats, 0, len(by))
 	for _, st := range by {
@@ -281,4 +271,20 @@ func (s *Store) Stats(ctx context.Context, now time.Time) ([]idem.ScopeStats, er
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Scope < out[j].Scope })
 	return out, nil
+}
+
+// apply runs f on the record of k (nil when there is none) and writes the
+// record back when f says so without an error. Called with mu held.
+func (s *Store) apply(k idem.Key, f func(*idem.Record) (write bool, err error)) error {
+	i := s.t.lookup(k)
+	if i < 0 {
+		_, err := f(nil)
+		return err
+	}
+	r := s.t.full(i)
+	write, err := f(&r)
+	if err == nil && write {
+		s.t.write(i, &r)
+	}
+	return err
 }

@@ -21,6 +21,7 @@ func (s *Store) Retain(ctx context.Context, req idem.RetainRequest) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, err = storekit.ApplyRetain(s.recs[keyOf(req.Key)], req)
-	return err
+	return s.apply(req.Key, func(r *idem.Record) (bool, error) {
+		return storekit.ApplyRetain(r, req)
+	})
 }

@@ -21,5 +21,7 @@ func (s *Store) Supersede(ctx context.Context, req idem.SupersedeRequest) error 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return storekit.ApplySupersede(s.recs[keyOf(req.Key)], req)
+	return s.apply(req.Key, func(r *idem.Record) (bool, error) {
+		return true, storekit.ApplySupersede(r, req)
+	})
 }
