@@ -22,15 +22,19 @@ type callCtx struct {
 	deadline time.Time // zero: none (a handler's run)
 	key      *Key      // answered to KeyFromContext when not nil (a handler's run: its run's key)
 
+	inner context.Context         // made by the first Done, Err past the end, or a cancel with a cause
+	stop  context.CancelCauseFunc // inner's cancel
+
 	mu sync.Mutex
 	// detach: parent's cancellation and deadline do not apply (a settling
 	// call, Guard.settleCtx). parent becomes context.WithoutCancel(parent)
 	// the first time anything but Err reads it, so a store that reads Err
 	// only pays for no wrapper either.
 	detach bool
-	inner  context.Context         // made by the first Done, Err past the end, or a cancel with a cause
-	stop   context.CancelCauseFunc // inner's cancel
-	ended  bool                    // cancelled before inner was made: Err is Canceled
+	ended  bool // cancelled before inner was made: Err is Canceled
+	// The fields are in this order so that the three of a run, and the
+	// run, fill one size class less than they did (fewer bytes to clear
+	// and collect for every message).
 }
 
 // closedChan is the Done of a callCtx cancelled before anything waited.

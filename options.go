@@ -158,6 +158,9 @@ type Options struct {
 	// guard takes for its own timing serves as a record time too: on a fast
 	// store the clock is a visible share of the cost per message.
 	realClock bool
+	// payloadFP: Fingerprint was left to its default (PayloadFingerprint),
+	// whose hex digest is in its stored form already.
+	payloadFP bool
 }
 
 func (o *Options) validate() error {
@@ -197,6 +200,7 @@ func (o *Options) validate() error {
 	if o.Key == nil {
 		o.Key = MessageID
 	}
+	o.payloadFP = o.Fingerprint == nil
 	if o.Fingerprint == nil {
 		o.Fingerprint = PayloadFingerprint
 	}
