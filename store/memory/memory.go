@@ -56,7 +56,7 @@ func (s *Store) claimLocked(req *idem.ClaimRequest) idem.Claim {
 	t := s.t
 	sc, _ := t.scope(req.Key.Scope, true)
 	id := req.Key.StoredID()
-	i, h := t.find(sc, id)
+	i, at := t.find(sc, id)
 	var cur *idem.Record
 	if i >= 0 {
 		r := t.record(i, req.Key.Scope, id, req.Fingerprint)
@@ -65,7 +65,7 @@ func (s *Store) claimLocked(req *idem.ClaimRequest) idem.Claim {
 	c, write := storekit.ApplyClaim(cur, *req)
 	if write {
 		if i < 0 {
-			t.insert(sc, h, &c.Record)
+			t.insert(sc, at, &c.Record)
 		} else {
 			t.write(i, &c.Record)
 		}
