@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,17 +26,31 @@ type callCtx struct {
 	inner context.Context         // made by the first Done, Err past the end, or a cancel with a cause
 	stop  context.CancelCauseFunc // inner's cancel
 
-	mu sync.Mutex
+	mu sync.Mutex // over inner, stop, parent once wrapped
+	// state is callLive, callEnded or callMade. Err and cancel read and
+	// set it without mu while nothing waits (callLive, callEnded): a store
+	// call asks Err, and the guard cancels, once or twice per message, and
+	// a lock each time was a visible share of a memory store's claim.
+	state atomic.Uint32
 	// detach: parent's cancellation and deadline do not apply (a settling
 	// call, Guard.settleCtx). parent becomes context.WithoutCancel(parent)
-	// the first time anything but Err reads it, so a store that reads Err
-	// only pays for no wrapper either.
-	detach bool
-	ended  bool // cancelled before inner was made: Err is Canceled
+	// (wrapped) the first time anything but Err reads it, so a store that
+	// reads Err only pays for no wrapper either. detach never changes, and
+	// parent changes only when detach is set: Err reads parent without mu
+	// only when it is not.
+	detach  bool
+	wrapped bool
 	// The fields are in this order so that the three of a run, and the
 	// run, fill one size class less than they did (fewer bytes to clear
 	// and collect for every message).
 }
+
+// A callCtx's states.
+const (
+	callLive  = iota // nothing waits on it, and it has not ended
+	callEnded        // cancelled before anything waited: Err is Canceled
+	callMade         // inner answers everything
+)
 
 // closedChan is the Done of a callCtx cancelled before anything waited.
 var closedChan = func() chan struct{} {
@@ -46,20 +61,31 @@ var closedChan = func() chan struct{} {
 
 // base returns the parent the context derives from. Called with mu held.
 func (c *callCtx) base() context.Context {
-	if c.detach {
-		c.parent, c.detach = context.WithoutCancel(c.parent), false
+	if c.detach && !c.wrapped {
+		c.parent, c.wrapped = context.WithoutCancel(c.parent), true
 	}
 	return c.parent
 }
 
-// makeInner makes the context that answers from now on. Called with mu held.
-func (c *callCtx) makeInner() {
+// makeInner makes the context that answers from now on and reports
+// whether the context had ended (a cancel without mu may come at any
+// moment before inner is in place): the caller then ends inner, with its
+// own cause if it has one. Called with mu held, when inner is nil.
+func (c *callCtx) makeInner() (ended bool) {
 	if c.deadline.IsZero() {
 		c.inner, c.stop = context.WithCancelCause(c.base())
-		return
+	} else {
+		inner, stop := context.WithDeadline(c.base(), c.deadline)
+		c.inner, c.stop = inner, func(error) { stop() }
 	}
-	inner, stop := context.WithDeadline(c.base(), c.deadline)
-	c.inner, c.stop = inner, func(error) { stop() }
+	return c.state.Swap(callMade) == callEnded
+}
+
+// answer makes inner, ended if the context has. Called with mu held.
+func (c *callCtx) answer() {
+	if c.inner == nil && c.makeInner() {
+		c.stop(nil)
+	}
 }
 
 // Deadline implements context.Context.
@@ -77,31 +103,32 @@ func (c *callCtx) Deadline() (time.Time, bool) {
 func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inner == nil {
-		if c.ended {
-			return closedChan
-		}
-		c.makeInner()
+	if c.inner == nil && c.state.Load() == callEnded {
+		return closedChan
 	}
+	c.answer()
 	return c.inner.Done()
 }
 
 // Err implements context.Context. Before anything waited on Done it reads
-// the parent and the clock; a context past its end gets its inner one, so
-// that Err, Done and Cause agree from then on.
+// the parent and the clock, without a lock; a context past its end gets
+// its inner one, so that Err, Done and Cause agree from then on.
 func (c *callCtx) Err() error {
+	switch c.state.Load() {
+	case callEnded:
+		return context.Canceled
+	case callLive:
+		if (c.detach || c.parent.Err() == nil) && (c.deadline.IsZero() || time.Until(c.deadline) > 0) {
+			return nil
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.inner != nil:
-		return c.inner.Err()
-	case c.ended:
+	if c.inner == nil && c.state.Load() == callEnded {
 		return context.Canceled
-	case !c.detach && c.parent.Err() != nil || !c.deadline.IsZero() && time.Until(c.deadline) <= 0:
-		c.makeInner()
-		return c.inner.Err()
 	}
-	return nil
+	c.answer()
+	return c.inner.Err()
 }
 
 // Value implements context.Context.
@@ -119,15 +146,17 @@ func (c *callCtx) Value(key any) any {
 }
 
 // cancel ends the context, with cause when it is not nil (a lost lease:
-// the handler reads it with context.Cause). Its cost is a lock unless
-// something waited on Done.
+// the handler reads it with context.Cause). Its cost is one atomic step
+// unless something waited on Done, or cause is set.
 func (c *callCtx) cancel(cause error) {
+	if cause == nil && c.state.CompareAndSwap(callLive, callEnded) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.inner == nil {
 		if cause == nil {
-			c.ended = true
-			return
+			return // ended already
 		}
 		c.makeInner()
 	}

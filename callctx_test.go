@@ -117,11 +117,15 @@ func TestCallCtx(t *testing.T) {
 }
 
 // Done, Err, Value and cancel may race (a store's goroutines, the
-// heartbeat, the handler): go test -race checks them.
+// heartbeat, the handler): go test -race checks them, and a cancel that
+// comes while Done makes the inner context still closes its channel. A
+// settling context (detached) too: Value wraps its parent while Err reads
+// without a lock.
 func TestCallCtxConcurrent(t *testing.T) {
 	g := &Guard{opts: Options{StoreTimeout: time.Hour}}
-	for range 50 {
-		c := g.storeCtx(context.Background())
+	for i := range 100 {
+		c := new(callCtx)
+		g.bound(c, context.Background(), time.Now(), i%2 == 1)
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Add(1)
