@@ -75,21 +75,29 @@ func (s *Store) claimLocked(req *idem.ClaimRequest) idem.Claim {
 }
 
 // ClaimBatch implements storekit.BatchStore: the whole batch under one lock.
-// Every request is prepared first, so a rejected one (or a repeated key,
-// idem.ErrDuplicateKeyInBatch) writes nothing.
+// Every request is checked first, so a rejected one (or a repeated key,
+// idem.ErrDuplicateKeyInBatch) writes nothing. Each is prepared again as
+// it is claimed rather than copied whole beforehand: a guard's requests
+// need no checks, and a copy of the batch was an allocation the size of
+// the batch.
 func (s *Store) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
-	prepared, err := storekit.PrepareClaimBatch(reqs)
-	if err != nil {
+	if err := storekit.CheckBatchKeys("claim batch", reqs); err != nil {
 		return nil, err
+	}
+	for i := range reqs {
+		if _, err := storekit.PrepareClaim(reqs[i]); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]idem.Claim, len(prepared))
-	for i := range prepared {
-		out[i] = s.claimLocked(&prepared[i])
+	out := make([]idem.Claim, len(reqs))
+	for i := range reqs {
+		r, _ := storekit.PrepareClaim(reqs[i]) // as it was a moment ago
+		out[i] = s.claimLocked(&r)
 	}
 	return out, nil
 }
