@@ -66,15 +66,32 @@ func (bt *benchTransport) DeadLetter(context.Context, int, broker.DeadLetter) er
 	return nil
 }
 
+// benchKeepAlive is benchTransport with a keep-alive every 30 s (as
+// JetStream's AckWait, a Service Bus lock): never due in the benchmark,
+// so what it measures is the keep-alive's set-up and tear-down.
+type benchKeepAlive struct{ *benchTransport }
+
+func (benchKeepAlive) KeepAlive(context.Context, int) error { return nil }
+func (benchKeepAlive) KeepAliveEvery(int) time.Duration     { return 30 * time.Second }
+
 // BenchmarkEngine is the engine's cost per message: b.N distinct messages
 // through Consumer.Run on the memory store with an empty handler, the
-// transport doing nothing. ns/op and allocs/op are per message, the guard
-// and the memory store included; cpu-ns/op is the process's CPU per
-// message (user and system, GC included), which a busy shared machine
-// does not inflate as it does wall time.
+// transport doing nothing (with keepalive, a KeepAliver whose keep-alive is
+// never due). ns/op and allocs/op are per message, the guard and the
+// memory store included; cpu-ns/op is the process's CPU per message (user
+// and system, GC included), which a busy shared machine does not inflate
+// as it does wall time.
 func BenchmarkEngine(b *testing.B) {
-	for _, conc := range []int{1, 8} {
-		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+	for _, bc := range []struct {
+		conc      int
+		keepAlive bool
+	}{{1, false}, {8, false}, {8, true}} {
+		name := fmt.Sprintf("concurrency=%d", bc.conc)
+		if bc.keepAlive {
+			name += "/keepalive"
+		}
+		conc := bc.conc
+		b.Run(name, func(b *testing.B) {
 			bt := &benchTransport{ids: make([]string, b.N), done: make(chan struct{})}
 			for i := range bt.ids {
 				bt.ids[i] = fmt.Sprintf("order-%09d", i)
@@ -84,7 +101,11 @@ func BenchmarkEngine(b *testing.B) {
 				b.Fatal(err)
 			}
 			h := broker.Handle(func(context.Context, int) ([]byte, error) { return nil, nil })
-			c, err := broker.NewConsumer[int](bt, g, h, broker.Options[int]{Concurrency: conc})
+			var tr broker.Transport[int] = bt
+			if bc.keepAlive {
+				tr = benchKeepAlive{bt}
+			}
+			c, err := broker.NewConsumer(tr, g, h, broker.Options[int]{Concurrency: conc})
 			if err != nil {
 				b.Fatal(err)
 			}

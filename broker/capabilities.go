@@ -35,9 +35,9 @@ type Delayer interface {
 // partition marks a record done from the report and retries it itself),
 // or their client's calls take no context (RabbitMQ's Ack and Nack).
 // Reporting true, the engine calls them with the delivery's context as it
-// is (it may have ended), not one bounded by the settle timeout, which
-// costs five allocations per delivery (a WithoutCancel, a timer context,
-// its timer). DeadLetter still gets its own.
+// is (it may have ended), not one of its own bounded by the settle
+// timeout (one allocation per delivery, more if the call waits on its
+// Done). DeadLetter still gets its own.
 type InPlace interface {
 	SettlesInPlace() bool
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -16,6 +17,7 @@ type Engine[M any] struct {
 	g      *idem.Guard
 	h      Handler[M]
 	opts   Options[M]
+	clock  func() time.Time // the guard's, read once (Guard.Options copies them all)
 	outage outageReporter
 	obs    observers
 }
@@ -64,7 +66,7 @@ func NewEngine[M any](g *idem.Guard, h Handler[M], opts Options[M]) (*Engine[M],
 	if err := opts.Fill(); err != nil {
 		return nil, err
 	}
-	return &Engine[M]{g: g, h: h, opts: opts, obs: observersOf(g, opts.Hooks.OnError)}, nil
+	return &Engine[M]{g: g, h: h, opts: opts, clock: g.Options().Clock, obs: observersOf(g, opts.Hooks.OnError)}, nil
 }
 
 // ReportError reports err, an error the engine's adapter handled by itself

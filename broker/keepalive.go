@@ -7,40 +7,42 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgo/idem/internal/lazyctx"
 )
 
 // keepAlive keeps one delivery alive: the transport's KeepAlive every
 // period, from a timer, unless the guard's heartbeat renewed it since
 // (renew, handed to it as the delivery's idem.ContextWithRenewal function);
-// a lost lock cancels its delivery's context (lost) with the
+// a lost lock cancels its delivery's context (ctx, the handler's) with the
 // transport's error. A timer rather than a goroutine with a ticker: most
 // deliveries are settled long before the first tick, and a goroutine
 // started and joined per delivery cost a consumer about 4% of its CPU.
 type keepAlive[M any] struct {
+	ctx   lazyctx.Ctx // the delivery's context, under its renewal value
 	p     *Processor[M]
 	msg   M
 	every time.Duration
-	lost  context.CancelCauseFunc
-	ctx   context.Context // the delivery's
-	last  atomic.Int64    // when KeepAlive last succeeded (UnixNano); 0: never
+	last  atomic.Int64 // when KeepAlive last succeeded (UnixNano); 0: never
 
 	mu      sync.Mutex // held while a tick runs, so stop waits for it
 	stopped bool
 	t       *time.Timer
 }
 
-// start arms the timer; the function returned stops it.
-func (k *keepAlive[M]) start(ctx context.Context) (stop func()) {
+// start arms the timer; stop stops it.
+func (k *keepAlive[M]) start() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.ctx = ctx
 	k.t = time.AfterFunc(k.every, k.tick)
-	return func() {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		k.stopped = true
-		k.t.Stop()
-	}
+}
+
+// stop stops the timer, waiting for a tick that is running.
+func (k *keepAlive[M]) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stopped = true
+	k.t.Stop()
 }
 
 func (k *keepAlive[M]) tick() {
@@ -55,7 +57,7 @@ func (k *keepAlive[M]) tick() {
 			return
 		}
 	}
-	kctx, cancel := context.WithTimeout(k.ctx, k.every)
+	kctx, cancel := context.WithTimeout(&k.ctx, k.every)
 	err := k.renew(kctx)
 	cancel()
 	if err != nil {
@@ -73,7 +75,7 @@ func (k *keepAlive[M]) renew(ctx context.Context) error {
 	case err == nil:
 		k.last.Store(time.Now().UnixNano())
 	case errors.Is(err, ErrLockLost):
-		k.lost(err)
+		k.ctx.Cancel(err)
 		return err
 	case k.ctx.Err() == nil:
 		k.p.reportErr(fmt.Errorf("broker: keep-alive: %w", err))

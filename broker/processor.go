@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/lazyctx"
 )
 
 // Processor runs one delivery end to end: the claim and the handler under
@@ -86,12 +87,12 @@ func (p *Processor[M]) reportErr(err error) { p.e.obs.reportError(err) }
 // delivery is one delivery on its way through the processor: the guard's
 // answer to its latest claim and how long it has been held.
 type delivery[M any] struct {
-	msg    M
-	im     idem.Message
-	d      Delivery
-	ctx    context.Context         // the handler's context
-	cancel context.CancelCauseFunc // cancels ctx with ErrLockLost; nil without a KeepAliver
-	stopKA func()                  // ends the keep-alive; nil without one
+	msg   M
+	im    idem.Message
+	d     Delivery
+	ctx   context.Context // the handler's context
+	kactx *lazyctx.Ctx    // under ctx with a keep-alive, cancelled with ErrLockLost; nil without one
+	ka    *keepAlive[M]   // the keep-alive, until it ends; nil without one
 
 	res idem.Result
 	err error
@@ -112,24 +113,26 @@ func (p *Processor[M]) begin(d *delivery[M], parent context.Context, msg M) {
 	}
 	if p.caps.keepAlive != nil {
 		if every := p.caps.keepAlive.KeepAliveEvery(msg); every > 0 {
-			d.ctx, d.cancel = context.WithCancelCause(parent)
-			ka := &keepAlive[M]{p: p, msg: msg, every: every, lost: d.cancel}
+			ka := &keepAlive[M]{p: p, msg: msg, every: every}
+			ka.ctx.Init(parent, time.Time{}, false)
+			d.kactx = &ka.ctx
 			// While a two-phase handler runs, the guard's heartbeat renews
 			// the message with the record's lease (one clock decides when
 			// it is lost); the timer keeps it alive in between: holds,
 			// outages, the inbox, and a lease longer than the lock.
-			d.ctx = idem.ContextWithRenewal(d.ctx, ka.renew)
-			d.stopKA = ka.start(d.ctx)
+			d.ctx = idem.ContextWithRenewal(&ka.ctx, ka.renew)
+			ka.start()
+			d.ka = ka
 		}
 	}
 }
 
 // lockLost is the transport's ErrLockLost once the keep-alive met it.
 func (d *delivery[M]) lockLost() error {
-	if d.cancel == nil {
+	if d.kactx == nil {
 		return nil
 	}
-	if cause := context.Cause(d.ctx); errors.Is(cause, ErrLockLost) {
+	if cause := context.Cause(d.kactx); errors.Is(cause, ErrLockLost) {
 		return cause
 	}
 	return nil
@@ -137,9 +140,9 @@ func (d *delivery[M]) lockLost() error {
 
 // endKeepAlive stops the keep-alive (idempotent).
 func (d *delivery[M]) endKeepAlive() {
-	if d.stopKA != nil {
-		d.stopKA()
-		d.stopKA = nil
+	if d.ka != nil {
+		d.ka.stop()
+		d.ka = nil
 	}
 }
 
@@ -193,7 +196,7 @@ func (p *Processor[M]) claim(d *delivery[M], stop <-chan struct{}) (wait time.Du
 		// releases) early is seen early, and at the latest when its lease
 		// ends, so a crashed holder's claim is retaken then.
 		b := min(e.opts.Backoff(d.rounds), maxHoldPoll)
-		wait = max(min(b, idem.RetryAfter(d.res, d.err, e.g.Options().Clock(), b)), minPoll)
+		wait = max(min(b, idem.RetryAfter(d.res, d.err, e.clock(), b)), minPoll)
 		if !d.d.Last {
 			// The last claim is at MaxHold, so a delivery handed back was
 			// held that long (no quick round trips through the broker).
@@ -226,7 +229,11 @@ func (p *Processor[M]) decide(d *delivery[M]) Report {
 		return Report{Result: d.res, Err: d.err, Action: idem.ActionRetry, Attempt: d.d.Attempt, BrokerErr: lost}
 	}
 	opts := &p.e.opts
-	r := Decide(d.res, d.err, p.e.g.Options().Clock(), d.d.Attempt, opts.Backoff)
+	var now time.Time
+	if d.err != nil { // only a retry's delay reads the clock; a nil error is an ack
+		now = p.e.clock()
+	}
+	r := Decide(d.res, d.err, now, d.d.Attempt, opts.Backoff)
 	if r.Action != idem.ActionRetry {
 		return r
 	}
@@ -272,9 +279,9 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 	}
 	actx := d.ctx
 	if !p.caps.inPlace || r.Action == idem.ActionDeadLetter {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
-		defer cancel()
+		sc := newSettleCtx(d.ctx)
+		defer sc.Cancel(nil)
+		actx = sc
 	}
 	switch r.Action {
 	case idem.ActionAck:
@@ -299,11 +306,11 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 				r.Delay = waitOut(r.Delay, stop, d.ctx)
 			}
 			d.endKeepAlive()
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(d.ctx), settleTimeout)
+			rctx := newSettleCtx(d.ctx)
 			if rerr := p.t.Retry(rctx, d.msg, p.retryDelay(r.Delay)); rerr != nil {
 				r.BrokerErr = fmt.Errorf("%w; retry: %w", r.BrokerErr, rerr)
 			}
-			rcancel()
+			rctx.Cancel(nil)
 			break
 		}
 		d.endKeepAlive()
@@ -313,8 +320,8 @@ func (p *Processor[M]) settle(d *delivery[M], r Report, stop <-chan struct{}) Re
 	if r.BrokerErr != nil && r.Action != idem.ActionDeadLetter {
 		p.reportErr(fmt.Errorf("broker: %s: %w", r.Action, r.BrokerErr))
 	}
-	if d.cancel != nil {
-		d.cancel(nil)
+	if d.kactx != nil {
+		d.kactx.Cancel(nil)
 	}
 	p.settled(d, r)
 	return r

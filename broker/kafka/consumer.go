@@ -153,18 +153,19 @@ func (c *Consumer) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			// The client retries fetch errors by itself; they are
-			// reported, not acted on. The poll's own timeout is no error.
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				c.reportError(fmt.Errorf("kafka: fetch %s/%d: %w", topic, partition, err))
-			}
-		})
-		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
-			if len(f.Records) > 0 {
-				c.dispatch(f.Topic, f.Partition, f.Records)
-			}
-		})
+		full := c.take(fetches, nil)
+		if len(full) > 0 && fetches.NumRecords() >= c.opts.MaxPollRecords {
+			// The client may hold more of a full partition's records
+			// (the poll took as many as it asks for): pausing the
+			// partition now would drop them, to be fetched and decoded
+			// again on resume, a whole fetch for every MaxBuffered/2
+			// records processed. Everything the client holds is taken
+			// first (a nil context does not wait).
+			full = c.take(c.cl.PollRecords(nil, -1), full)
+		}
+		for _, p := range full {
+			p.pauseIfFull()
+		}
 		if time.Since(lastCommit) >= c.opts.CommitInterval {
 			c.commit(c.owned())
 			lastCommit = time.Now()
@@ -192,10 +193,31 @@ func (c *Consumer) shutdown(commit bool) error {
 	return c.commit(parts)
 }
 
+// take dispatches what a poll returned and reports its fetch errors. It
+// returns full with the partitions whose queue became full appended.
+func (c *Consumer) take(fetches kgo.Fetches, full []*partition) []*partition {
+	fetches.EachError(func(topic string, partition int32, err error) {
+		// The client retries fetch errors by itself; they are
+		// reported, not acted on. The poll's own timeout is no error.
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			c.reportError(fmt.Errorf("kafka: fetch %s/%d: %w", topic, partition, err))
+		}
+	})
+	fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+		if len(f.Records) == 0 {
+			return
+		}
+		if p := c.dispatch(f.Topic, f.Partition, f.Records); p != nil {
+			full = append(full, p)
+		}
+	})
+	return full
+}
+
 // dispatch appends polled records to their partition's queue, starting its
-// worker on first use, and pauses fetching from partitions whose queue is
-// full.
-func (c *Consumer) dispatch(topic string, partition int32, recs []*kgo.Record) {
+// worker on first use. It returns the partition when its queue is full and
+// fetching from it is not paused yet, else nil.
+func (c *Consumer) dispatch(topic string, partition int32, recs []*kgo.Record) *partition {
 	c.mu.Lock()
 	p := c.parts[tp{topic, partition}]
 	if p == nil {
@@ -204,7 +226,10 @@ func (c *Consumer) dispatch(topic string, partition int32, recs []*kgo.Record) {
 		go p.work()
 	}
 	c.mu.Unlock()
-	p.push(recs)
+	if p.push(recs) {
+		return p
+	}
+	return nil
 }
 
 // owned returns the partitions currently worked on.

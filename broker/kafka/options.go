@@ -92,7 +92,12 @@ type Options struct {
 	MaxPollRecords int
 
 	// MaxBuffered is how many fetched records a partition may hold waiting
-	// for processing before fetching from it pauses. Default 1000.
+	// for processing before fetching from it pauses. What the client has
+	// already fetched of a full partition is taken before the pause (a
+	// pause drops it, to be fetched and decoded again on resume), so a
+	// partition may hold more by up to one fetch of it
+	// (kgo.FetchMaxPartitionBytes), memory the client held anyway.
+	// Default 1000.
 	MaxBuffered int
 
 	// MaxClaimBatch bounds how many queued records of a partition Run

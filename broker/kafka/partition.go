@@ -61,21 +61,34 @@ func newPartition(c *Consumer, topic string, n int32, base context.Context) *par
 	return p
 }
 
-// push appends records, and pauses fetching from the partition once its
-// queue is full (under the same lock as finish's resume, so a pause never
-// outlives the queue that caused it).
-func (p *partition) push(recs []*kgo.Record) {
+// push appends records and reports whether the queue is full (MaxBuffered)
+// with fetching from the partition not paused yet: the consumer then
+// pauses it with pauseIfFull.
+func (p *partition) push(recs []*kgo.Record) (full bool) {
 	p.mu.Lock()
 	p.queue = append(p.queue, recs...)
-	if !p.paused && len(p.queue) >= p.c.opts.MaxBuffered {
-		p.paused = true
-		p.c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-	}
+	full = !p.paused && len(p.queue) >= p.c.opts.MaxBuffered
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	return full
+}
+
+// pauseIfFull pauses fetching from the partition if its queue is full.
+// The consumer calls it once the client holds none of the partition's
+// records (a pause drops them: fetched and decoded again on resume). Under
+// the same lock as finish's resume, so a pause never outlives the queue
+// that caused it; a stopped partition (revoked, lost) is never paused.
+func (p *partition) pauseIfFull() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused || len(p.queue) < p.c.opts.MaxBuffered || p.stopping() {
+		return
+	}
+	p.paused = true
+	p.c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 }
 
 // queued returns up to n records from the head of the queue on.

@@ -45,3 +45,34 @@ func TestMessageOfContentType(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageOfHeaders: every header reaches the message with its first
+// value, and its values cost MessageOf one allocation whatever their
+// number: a record with six headers allocates no more than one with one.
+func TestMessageOfHeaders(t *testing.T) {
+	long := func(s string) []byte { return []byte(s + "-a-value-longer-than-the-tiny-allocator-takes") }
+	one := &kgo.Record{Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: long("k")}}}
+	six := &kgo.Record{Value: []byte("v"), Headers: []kgo.RecordHeader{
+		{Key: kafka.DefaultKeyHeader, Value: long("k")},
+		{Key: "traceparent", Value: long("t")},
+		{Key: "ce_id", Value: long("c")},
+		{Key: "empty", Value: nil},
+		{Key: "traceparent", Value: long("repeat")},
+		{Key: "ce_source", Value: long("s")},
+	}}
+	m := kafka.MessageOf(six)
+	want := map[string]string{kafka.DefaultKeyHeader: string(long("k")), "traceparent": string(long("t")), "ce_id": string(long("c")), "empty": "", "ce_source": string(long("s"))}
+	if len(m.Headers) != len(want) || m.ID != want[kafka.DefaultKeyHeader] {
+		t.Fatalf("headers %q, id %q; want %q", m.Headers, m.ID, want)
+	}
+	for k, v := range want {
+		if m.Headers[k] != v {
+			t.Errorf("header %s = %q, want %q", k, m.Headers[k], v)
+		}
+	}
+	a1 := testing.AllocsPerRun(100, func() { kafka.MessageOf(one) })
+	a6 := testing.AllocsPerRun(100, func() { kafka.MessageOf(six) })
+	if a6 > a1 {
+		t.Errorf("MessageOf: %v allocations with six headers, %v with one; want no more", a6, a1)
+	}
+}

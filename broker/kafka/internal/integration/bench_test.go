@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,10 +62,11 @@ func BenchmarkConsume(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			var cl *kgo.Client
+			fetched := new(fetchCount)
 			if bc.plain {
-				cl = e.plainClient()
+				cl = e.plainClient(kgo.WithHooks(fetched))
 			} else {
-				cl = e.consumerClient()
+				cl = e.consumerClient(kgo.WithHooks(fetched))
 			}
 			defer cl.Close()
 			var st *countingStore
@@ -93,6 +95,7 @@ func BenchmarkConsume(b *testing.B) {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/record")
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(fetched.n.Load())/float64(b.N), "fetched/record")
 			if st != nil {
 				b.ReportMetric(float64(st.trips.Load())/float64(b.N), "trips/record")
 			}
@@ -103,6 +106,14 @@ func BenchmarkConsume(b *testing.B) {
 		})
 	}
 }
+
+// fetchCount counts the records the client decoded from fetches
+// (kgo.HookFetchRecordBuffered): above one per record, records were
+// fetched again (a paused partition's buffered records are dropped, and
+// fetched and decoded again on resume).
+type fetchCount struct{ n atomic.Int64 }
+
+func (f *fetchCount) OnFetchRecordBuffered(*kgo.Record) { f.n.Add(1) }
 
 // maxBuffered is Options.MaxBuffered for n records: the default, or all n
 // when unpaused.
@@ -129,9 +140,9 @@ func benchEnv(b *testing.B, topic string) *env {
 // plainClient is the group client of a plain kgo loop: consumerClient's
 // settings without ClientOptions, with autocommit off and rebalances
 // blocked while a poll is processed, as an at-least-once loop is built.
-func (e *env) plainClient() *kgo.Client {
+func (e *env) plainClient(extra ...kgo.Opt) *kgo.Client {
 	e.t.Helper()
-	cl, err := kgo.NewClient(e.groupOpts(kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())...)
+	cl, err := kgo.NewClient(e.groupOpts(append([]kgo.Opt{kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll()}, extra...)...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

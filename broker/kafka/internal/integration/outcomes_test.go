@@ -284,15 +284,24 @@ func TestShutdownReleasesStuck(t *testing.T) {
 
 // TestBackpressure: with a tiny buffer the consumer pauses and resumes
 // fetching over and over, and still processes every record once, in order.
+// A full partition is paused only once the client holds none of its
+// fetched records (a pause drops them, to be fetched again), so no record
+// is fetched and decoded twice: every record is written before the
+// consumer starts, and the first fetch holds them all.
 func TestBackpressure(t *testing.T) {
 	e := newEnv(t, "pressure", 2)
 	w := buildWorkload(e.topic, 2, 150)
 	e.produce(w.recs...)
 	g, _ := newGuard(t, e, nil)
 	eff := newEffects(nil)
-	startConsumer(t, e, g, kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond}, orderHandler(t, eff))
+	fetched := new(fetchCount)
+	r := runOn(t, e.consumerClient(kgo.WithHooks(fetched)), g, orderHandler(t, eff), kafka.Options{Concurrency: 1, MaxBuffered: 8, MaxPollRecords: 5, CommitInterval: 20 * time.Millisecond, DeadLetterTopic: e.dlq})
+	t.Cleanup(func() { r.stop(nil) })
 	e.waitCommitted(t)
 	eff.check(t, w.ids)
+	if n := fetched.n.Load(); n != int64(len(w.recs)) {
+		t.Errorf("%d records fetched for %d written, want each once", n, len(w.recs))
+	}
 }
 
 // TestLostPartitionsCancelHandlers: when the group session is lost (the
