@@ -451,6 +451,9 @@ func testPoison(t *testing.T, b Broker) {
 	if string(dls[0].Payload) != "not json at all" {
 		t.Fatalf("poison payload %q", dls[0].Payload)
 	}
+	// The dead letter is durable at the broker before the engine reports
+	// its settle (AfterSettle runs after the produce): wait for the report.
+	waitFor(t, "the poison's settle reported", func() bool { return out.get(idem.OutcomeNoKey) >= 1 }, out.String)
 	if n := out.get(idem.OutcomeNoKey); n != 1 {
 		t.Fatalf("poison delivered %d times, want once (%s)", n, out)
 	}
