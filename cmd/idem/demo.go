@@ -68,16 +68,27 @@ no producer retry), the naive ones plain kgo members committing what they
 charged; a crash cuts the consumer's connections, so its offsets are never
 committed and its partitions move to the others when its session (a
 second) runs out, from the last committed offset, and dead letters go to a
-topic. --broker redis://HOST:PORT runs it on Redis Streams
-on your Redis: a stream of the run read by a consumer group per side, a
-crashed consumer's entries claimed (XAUTOCLAIM) once idle a second, and a
-dead-letter stream, both deleted afterwards. --broker mqtt://HOST:PORT runs
-it on your MQTT v5 broker: a topic of the run with a shared subscription
-per side whose members are persistent sessions, one per consumer slot (a
-crashed consumer's unacked messages go to the next consumer that takes its
-slot), retries held in the consumer (MQTT has no nack), and a dead-letter
-topic; the sessions are discarded afterwards. The brokers come from the
-table idem dlq uses (idem dlq --help). Watermill runs over another
+topic. --broker eventhubs runs it on an in-process Azure Event Hubs (the
+real azeventhubs client against broker/eventhubs/eventhubstest): a hub of
+orders keyed by order id read by a consumer group per side, each consumer
+process an azeventhubs.Processor on a client of its own, the processes
+sharing the partitions through a checkpoint store in memory; idem's
+consumers on eventhubs.NewConsumer (each partition in order, checkpointed
+after each batch), the producer on eventhubs.Send (Event Hubs drops no
+producer retry), the naive ones plain Processor loops checkpointing each
+event they charged. Event Hubs has no per-event settle: a crash closes the
+consumer's client before its batch's checkpoint, and its partitions go to
+the others when its ownership expires (a second), from the last
+checkpoint; dead letters go to a hub. --broker redis://HOST:PORT runs it on
+Redis Streams on your Redis: a stream of the run read by a consumer group
+per side, a crashed consumer's entries claimed (XAUTOCLAIM) once idle a
+second, and a dead-letter stream, both deleted afterwards. --broker
+mqtt://HOST:PORT runs it on your MQTT v5 broker: a topic of the run with a
+shared subscription per side whose members are persistent sessions, one per
+consumer slot (a crashed consumer's unacked messages go to the next consumer
+that takes its slot), retries held in the consumer (MQTT has no nack), and a
+dead-letter topic; the sessions are discarded afterwards. The brokers come
+from the table idem dlq uses (idem dlq --help). Watermill runs over another
 broker's Pub/Sub: run the demo on that broker.`,
 		Example: `  idem demo
   idem demo --consumers 8 --crash-rate 0.2 --dup-rate 0.5 --seed 42
@@ -88,6 +99,7 @@ broker's Pub/Sub: run the demo on that broker.`,
   idem demo --broker sqs --messages 500
   idem demo --broker pubsub --json
   idem demo --broker kafka --messages 500
+  idem demo --broker eventhubs --messages 500
   idem demo --broker redis://127.0.0.1:6379 --store sqlite://demo.db
   idem demo --broker mqtt://127.0.0.1:1883
   idem demo --store sqlite://demo.db --broker nats://127.0.0.1:4222
@@ -141,7 +153,7 @@ broker's Pub/Sub: run the demo on that broker.`,
 	fl.Float64Var(&cfg.CrashRate, "crash-rate", demo.DefaultCrashRate, "per delivery: chance of a crash between commit and ack; lost acks and failed handlers come half as often each (0-0.45)")
 	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the orders and the faults (0: random; the report shows it)")
 	fl.StringVar(&cfg.Store, "store", "", "store DSN (default: embedded, temporary): "+dsnHelp+", or cosmos for an in-process Azure Cosmos DB; every form is listed above")
-	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, redis://HOST:PORT (Redis Streams), mqtt://HOST:PORT, sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, kafka for an in-process Kafka, or servicebus for an in-process Azure Service Bus")
+	fl.StringVar(&cfg.Broker, "broker", "", "broker (default: embedded NATS): nats://HOST:PORT, amqp://USER:PASS@HOST:PORT/, redis://HOST:PORT (Redis Streams), mqtt://HOST:PORT, sqs for an in-process Amazon SQS, pubsub for an in-process Google Cloud Pub/Sub, kafka for an in-process Kafka, eventhubs for an in-process Azure Event Hubs, or servicebus for an in-process Azure Service Bus")
 	fl.StringVar(&cfg.Producer, "producer", demo.ProducerDirect, "direct (publish each order to the broker) or outbox (enqueue it in a transactional outbox whose relay publishes it; --broker servicebus)")
 	fl.StringVar(&cfg.Mode, "mode", "auto", "auto, tx (charge in the inbox transaction) or two-phase")
 	fl.DurationVar(&cfg.Deadline, "timeout", demo.DefaultDeadline, "give up after this long")

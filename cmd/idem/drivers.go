@@ -63,7 +63,7 @@ var drivers = []driver{
 		about: "ENTITY is the queue, or TOPIC/Subscriptions/SUB, whose $DeadLetterQueue\n" +
 			"is read (an Event Hubs connection string has this shape: prefix it with\n" +
 			"eventhubs:, below)"},
-	{name: "Azure Event Hubs", kind: "eventhubs", schemes: []string{eventHubsScheme}, dlq: dlq.OpenEventHubs, chaos: true,
+	{name: "Azure Event Hubs", kind: "eventhubs", schemes: []string{eventHubsScheme}, dlq: dlq.OpenEventHubs, demo: demo.EventHubs, chaos: true,
 		form: "eventhubs:Endpoint=sb://NS.servicebus.windows.net/;SharedAccessKeyName=K;SharedAccessKey=S;EntityPath=DLQHUB[;ConsumerGroup=G]",
 		about: "an Event Hubs connection string after eventhubs: (without it, the same\n" +
 			"string is Service Bus's); DLQHUB is the consumers' dead-letter hub\n" +

@@ -40,7 +40,6 @@ func TestUsageErrors(t *testing.T) {
 		{"no consumers", []string{"demo", "--consumers", "0"}, "--consumers"},
 		{"broker not supported", []string{"demo", "--broker", "kafka://127.0.0.1:9092"}, "not supported"},
 		{"kafka in-process only", []string{"demo", "--broker", "kafka://127.0.0.1:9092"}, "in-process only (--broker kafka)"},
-		{"eventhubs not supported yet", []string{"demo", "--broker", "eventhubs"}, "not supported by the demo yet"},
 		{"broker scheme unknown", []string{"demo", "--broker", "http://x"}, "nats://"},
 		{"demo store scheme unknown", []string{"demo", "--store", "cassandra://x", "--messages", "1"}, "unknown store scheme"},
 		{"no store", []string{"stats"}, "IDEM_STORE"},
