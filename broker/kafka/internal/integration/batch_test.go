@@ -232,7 +232,7 @@ func TestShutdownReleasesBatch(t *testing.T) {
 		}
 		return nil, nil
 	}))
-	<-entered
+	waitClosed(t, "the handler of p0-5", entered)
 	r.stop(nil)
 	if st.batches.Load() == 0 {
 		t.Fatal("no batch claim")

@@ -191,7 +191,7 @@ func testInProgressWaitsForLease(t *testing.T, batch bool) {
 		})
 		holderDone <- err
 	}()
-	<-entered
+	waitClosed(t, "the holder's handler", entered)
 
 	heldWorkload(t, e, mem)
 	log, st := newClaimLog(mem, batch)

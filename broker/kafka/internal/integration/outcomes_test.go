@@ -241,7 +241,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		<-release
 		return []byte("done"), ctx.Err()
 	}))
-	<-entered
+	waitClosed(t, "the handler", entered)
 	r.cancel()
 	close(release)
 	if err := <-r.done; err != nil {
@@ -271,7 +271,7 @@ func TestShutdownReleasesStuck(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}))
-	<-entered
+	waitClosed(t, "the handler", entered)
 	r.stop(nil)
 	if got := e.committed()[0]; got != -1 {
 		t.Errorf("committed %d, want nothing", got)
@@ -315,9 +315,12 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 	entered := make(chan struct{})
 	var calls atomic.Int32
 	var cancelled atomic.Bool
-	// An hour of drain time: only the loss path, which does not drain,
-	// can cancel the handler within the test.
-	opts := kafka.Options{ShutdownTimeout: time.Hour, CommitInterval: 20 * time.Millisecond}
+	// A drain time longer than the test waits: only the loss path, which
+	// does not drain, can cancel the handler within the test. Bounded, so
+	// that a test that fails before the loss stops in its cleanup (the
+	// stopping consumer holds the rebalance, and with it the loss, while
+	// it drains) instead of hanging.
+	opts := kafka.Options{ShutdownTimeout: time.Minute, CommitInterval: 20 * time.Millisecond}
 	startConsumer(t, e, g, opts, kafka.Handle(func(ctx context.Context, _ *kgo.Record) ([]byte, error) {
 		if calls.Add(1) > 1 {
 			return []byte("ok"), nil
@@ -327,7 +330,7 @@ func TestLostPartitionsCancelHandlers(t *testing.T) {
 		cancelled.Store(true)
 		return nil, ctx.Err()
 	}))
-	<-entered
+	waitClosed(t, "the handler", entered)
 	e.c.ControlKey(int16(kmsg.Heartbeat), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.HeartbeatRequest)
 		if req.Group != e.group {
