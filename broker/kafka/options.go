@@ -79,12 +79,15 @@ type Options struct {
 	// shutdown. Default 1s.
 	CommitInterval time.Duration
 
-	// DeadLetterTimeout bounds each produce of a dead letter: past it the
-	// produce fails (the record stays held and is tried again after its
-	// back-off), so an unreachable broker cannot hang the consumer's
-	// shutdown. franz-go can cancel a record only while it is not in flight
-	// to a broker under idempotent production; for a hard bound set
-	// kgo.RecordDeliveryTimeout on the Producer too. Default 30s.
+	// DeadLetterTimeout bounds the wait for each dead letter's produce:
+	// past it the dead letter counts as failed (the record stays held and
+	// is tried again after its back-off), so an unreachable broker cannot
+	// hang the partition or the consumer's shutdown. franz-go cannot take
+	// back a record in flight, so one whose wait ran out may still reach
+	// the dead-letter topic later, and the retry adds a second copy (dead
+	// letters are at least once, as deliveries are); set
+	// kgo.RecordDeliveryTimeout on the Producer to have the client give it
+	// up too. Default 30s.
 	DeadLetterTimeout time.Duration
 
 	// MaxPollRecords bounds the records taken from the client per poll.

@@ -115,7 +115,7 @@ func (transport) SettlesInPlace() bool { return true }
 func (t transport) DeadLetter(ctx context.Context, rec *kgo.Record, d broker.DeadLetter) error {
 	c := t.c
 	pctx, cancel := context.WithTimeout(ctx, c.opts.DeadLetterTimeout)
-	err := c.opts.Producer.ProduceSync(pctx, DeadLetter(c.opts.DeadLetterTopic, rec, d.Headers)).FirstErr()
+	err := produceWithin(pctx, c.opts.Producer, DeadLetter(c.opts.DeadLetterTopic, rec, d.Headers))
 	cancel()
 	if err != nil {
 		return &DeadLetterError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Reason: d.Reason, Err: err}
@@ -124,6 +124,23 @@ func (t transport) DeadLetter(ctx context.Context, rec *kgo.Record, d broker.Dea
 		c.passCheckpoint(ctx, rec)
 	}
 	return nil
+}
+
+// produceWithin produces rec and waits for the broker's ack until ctx
+// ends, then returns ctx's error. ProduceSync can wait past its context:
+// franz-go cancels a record only while it is not in flight, and a record
+// whose connection is gone (the broker unreachable, a network cut) can wait
+// for its retries far longer. The record stays with the client: it may
+// still be produced, or fail, after its wait ends here.
+func produceWithin(ctx context.Context, cl *kgo.Client, rec *kgo.Record) error {
+	done := make(chan error, 1)
+	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // RunHandler runs a two-phase handler under the claim its partition made

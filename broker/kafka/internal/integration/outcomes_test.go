@@ -406,3 +406,69 @@ func TestDeadLetterProduceFailureHolds(t *testing.T) {
 	}
 	checkDeadLetter(t, e.dlqRecords(1)[0], e.topic, "permanent")
 }
+
+// TestDeadLetterTimeoutBoundsAProduceInFlight: a dead letter whose produce
+// reached the broker and is never answered (a broker that hangs, a
+// connection cut mid-request: franz-go cannot take back a record in
+// flight, and ProduceSync waits past its context for it) fails after
+// DeadLetterTimeout, the record held and tried again, and the consumer's
+// Run returns on cancel without waiting for the broker. The record's
+// offset is not committed: the next consumer of the group dead-letters it
+// once the broker answers, and moves on.
+func TestDeadLetterTimeoutBoundsAProduceInFlight(t *testing.T) {
+	e := newEnv(t, "dlqhang", 1)
+	e.produce(kafka.Record(e.topic, "", "perm", []byte("x")), kafka.Record(e.topic, "", "after", []byte("x")))
+	answer := make(chan struct{})
+	var answered sync.Once
+	release := func() { answered.Do(func() { close(answer) }) }
+	t.Cleanup(release) // before the cluster closes (cleanups run last first)
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.c.KeepControl()
+		// Every produce from here on is a dead letter's (the records
+		// are written): unanswered until release.
+		e.c.SleepControl(func() { <-answer })
+		return nil, nil, false
+	})
+	g, _ := newGuard(t, e, nil)
+	var dlErrs atomic.Int32
+	var afterRan atomic.Bool
+	opts := kafka.Options{DeadLetterTopic: e.dlq, DeadLetterTimeout: 200 * time.Millisecond, Backoff: idem.ExponentialBackoff(time.Millisecond, 5*time.Millisecond),
+		CommitInterval: 20 * time.Millisecond, Hooks: broker.Hooks[*kgo.Record]{OnError: func(err error) {
+			if errors.As(err, new(*kafka.DeadLetterError)) {
+				dlErrs.Add(1)
+			}
+		}}}
+	h := kafka.Handle(func(_ context.Context, rec *kgo.Record) ([]byte, error) {
+		if idOf(rec) == "perm" {
+			return nil, idem.Permanent(errors.New("rejected"))
+		}
+		afterRan.Store(true)
+		return nil, nil
+	})
+	first := runOn(t, e.consumerClient(), g, h, opts)
+	eventually(t, "two dead-letter produces given up after DeadLetterTimeout", func() bool { return dlErrs.Load() >= 2 })
+	first.cancel()
+	var runErr error
+	eventually(t, "Run returned on cancel, the dead letter still unanswered", func() bool {
+		select {
+		case runErr = <-first.done:
+			return true
+		default:
+			return false
+		}
+	})
+	if runErr != nil {
+		t.Errorf("Run: %v", runErr)
+	}
+	if afterRan.Load() {
+		t.Fatal("the next record ran while the dead letter was unanswered")
+	}
+	release()
+	first.cl.Close()
+	startConsumer(t, e, g, opts, h)
+	e.waitCommitted(t)
+	if !afterRan.Load() {
+		t.Error("the next record did not run once the dead letter was written")
+	}
+	checkDeadLetter(t, e.dlqRecords(1)[0], e.topic, "permanent")
+}
