@@ -3,6 +3,7 @@ package demo
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"sync"
 )
 
 // fault is what the chaos monkey does to one delivery.
@@ -48,4 +49,40 @@ func chaos(seed, seq, delivery uint64, crashRate float64) fault {
 		return faultHandler
 	}
 	return faultNone
+}
+
+// tryFaults draws the chaos for each try of a message once, for its
+// handler and its hooks alike, on a stream that counts no deliveries
+// (Kafka, Event Hubs): a try is numbered by the idem side's count of the
+// message's deliveries (side.attempt), drawn at its first use and
+// forgotten when the try is settled. M is the message as the consumer
+// holds it (a failed one is tried again in place, the same M); seq reads
+// its sequence.
+type tryFaults[M comparable] struct {
+	r   *runner
+	seq func(M) uint64
+	mu  sync.Mutex
+	f   map[M]fault
+}
+
+func newTryFaults[M comparable](r *runner, seq func(M) uint64) *tryFaults[M] {
+	return &tryFaults[M]{r: r, seq: seq, f: map[M]fault{}}
+}
+
+func (t *tryFaults[M]) of(m M) fault {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.f[m]
+	if !ok {
+		seq := t.seq(m)
+		f = chaos(t.r.cfg.Seed, seq, t.r.idem.attempt(seq), t.r.cfg.CrashRate)
+		t.f[m] = f
+	}
+	return f
+}
+
+func (t *tryFaults[M]) done(m M) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.f, m)
 }

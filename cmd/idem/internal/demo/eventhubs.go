@@ -260,7 +260,7 @@ func (b *ehBroker) consumeIdem(ctx context.Context, r *runner) {
 		})
 	}
 	defer crash()
-	f := newEHFaults(r)
+	f := newTryFaults(r, ehSeq)
 	h, err := adapterHandler(r, func(ev *azeventhubs.ReceivedEventData) (Order, bool, error) {
 		var o Order
 		if pr.dead.Load() {
@@ -311,39 +311,6 @@ func (b *ehBroker) consumeIdem(ctx context.Context, r *runner) {
 		return
 	}
 	_ = c.Run(cctx)
-}
-
-// ehFaults draws the chaos for each try of an event once, for its handler
-// and its hooks alike. Event Hubs counts no deliveries: a try is numbered
-// by the side's count of the event's deliveries (side.attempt), drawn at
-// its first use and forgotten when the try is settled (the consumer tries
-// a failed event again in place, the same *ReceivedEventData).
-type ehFaults struct {
-	r  *runner
-	mu sync.Mutex
-	f  map[*azeventhubs.ReceivedEventData]fault
-}
-
-func newEHFaults(r *runner) *ehFaults {
-	return &ehFaults{r: r, f: map[*azeventhubs.ReceivedEventData]fault{}}
-}
-
-func (e *ehFaults) of(ev *azeventhubs.ReceivedEventData) fault {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	f, ok := e.f[ev]
-	if !ok {
-		seq := ehSeq(ev)
-		f = chaos(e.r.cfg.Seed, seq, e.r.idem.attempt(seq), e.r.cfg.CrashRate)
-		e.f[ev] = f
-	}
-	return f
-}
-
-func (e *ehFaults) done(ev *azeventhubs.ReceivedEventData) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.f, ev)
 }
 
 func ehSeq(ev *azeventhubs.ReceivedEventData) uint64 { return seqOf(ehProperty(ev, seqHeader)) }

@@ -135,7 +135,7 @@ func (b *kafkaBroker) consumeIdem(ctx context.Context, r *runner) {
 		}
 		cl.Close()
 	}()
-	f := newKafkaFaults(r)
+	f := newTryFaults(r, kafkaSeq)
 	h, err := adapterHandler(r, func(rec *kgo.Record) (Order, bool, error) {
 		var o Order
 		if err := json.Unmarshal(rec.Value, &o); err != nil || kafkaSeq(rec) == 0 {
@@ -179,38 +179,6 @@ func (b *kafkaBroker) consumeIdem(ctx context.Context, r *runner) {
 // kafkaCommit is how often the consumers commit: a crash sends what was
 // done since back to the group, whose deliveries draw the chaos again.
 const kafkaCommit = 50 * time.Millisecond
-
-// kafkaFaults draws the chaos for each try of a record once, for its
-// handler and its hooks alike. Kafka counts no deliveries: a try is
-// numbered by the side's count of the record's deliveries (side.attempt),
-// drawn at its first use and forgotten when the try is settled.
-type kafkaFaults struct {
-	r  *runner
-	mu sync.Mutex
-	f  map[*kgo.Record]fault
-}
-
-func newKafkaFaults(r *runner) *kafkaFaults {
-	return &kafkaFaults{r: r, f: map[*kgo.Record]fault{}}
-}
-
-func (k *kafkaFaults) of(rec *kgo.Record) fault {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	f, ok := k.f[rec]
-	if !ok {
-		seq := kafkaSeq(rec)
-		f = chaos(k.r.cfg.Seed, seq, k.r.idem.attempt(seq), k.r.cfg.CrashRate)
-		k.f[rec] = f
-	}
-	return f
-}
-
-func (k *kafkaFaults) done(rec *kgo.Record) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.f, rec)
-}
 
 // kafkaLine is a consumer process's network to the broker: cut, it closes
 // every connection and refuses new ones, as for a process that died.
