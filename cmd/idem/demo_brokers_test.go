@@ -75,17 +75,3 @@ func TestDemoBrokerWithoutTransport(t *testing.T) {
 		}
 	}
 }
-
-// TestDemoHelpNamesEventHubs: --help says how to run the demo on Event
-// Hubs.
-func TestDemoHelpNamesEventHubs(t *testing.T) {
-	code, out, stderr := runCmd(t, "demo", "--help")
-	if code != exitOK {
-		t.Fatalf("exit status %d\n%s", code, stderr)
-	}
-	for _, want := range []string{"--broker eventhubs", "eventhubs.NewConsumer", "eventhubs for an in-process Azure Event Hubs"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("demo --help lacks %q:\n%s", want, out)
-		}
-	}
-}

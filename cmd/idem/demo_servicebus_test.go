@@ -46,14 +46,17 @@ func TestDemoServiceBusJSON(t *testing.T) {
 	}
 }
 
-// TestDemoHelpNamesServiceBus: --help says how to run the demo on Service
-// Bus.
-func TestDemoHelpNamesServiceBus(t *testing.T) {
+// TestDemoHelpNamesInProcessAzure: --help says how to run the demo on
+// the in-process Service Bus and Event Hubs.
+func TestDemoHelpNamesInProcessAzure(t *testing.T) {
 	code, out, stderr := runCmd(t, "demo", "--help")
 	if code != exitOK {
 		t.Fatalf("exit status %d\n%s", code, stderr)
 	}
-	for _, want := range []string{"--broker servicebus", "servicebus.NewConsumer", "or servicebus for an in-process Azure Service Bus"} {
+	for _, want := range []string{
+		"--broker servicebus", "servicebus.NewConsumer", "or servicebus for an in-process Azure Service Bus",
+		"--broker eventhubs", "eventhubs.NewConsumer", "eventhubs for an in-process Azure Event Hubs",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo --help lacks %q:\n%s", want, out)
 		}
