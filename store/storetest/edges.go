@@ -422,13 +422,17 @@ func testGuardLongHandler(t *testing.T, s idem.Store) {
 	rs := &renewSpy{Store: s, renewed: make(chan time.Time, 16)}
 	// A retention of 5 s: a store with a native expiry counted in real time
 	// from each renewal (Redis) keeps the key through a renewal that runs a
-	// few seconds late on a loaded machine.
-	g := newGuard(t, rs, idem.Options{Lease: 300 * time.Millisecond, Retention: 5 * time.Second, Clock: now})
+	// few seconds late on a loaded machine. A lease of 1 s: the heartbeat
+	// renews every 333 ms of real time and keeps the lease through a
+	// renewal that takes up to 450 ms (an embedded server under -race on
+	// a loaded machine); with 300 ms, one renewal over 135 ms let the lease
+	// run out and the case failed waiting for renewals that had stopped.
+	g := newGuard(t, rs, idem.Options{Lease: time.Second, Retention: 5 * time.Second, Clock: now})
 	msg := idem.Message{ID: "long-handler", Payload: []byte("x")}
 	second := make(chan idem.Result, 1)
 	res, err := g.Do(ctx, msg, func(ctx context.Context) ([]byte, error) {
-		// Live for ten retentions, each step renewed before the next.
-		for range 10 {
+		// Live for four retentions, each step renewed before the next.
+		for range 4 {
 			advance(500 * time.Millisecond)
 			if !rs.waitRenewal(t, now()) {
 				second <- idem.Result{}
