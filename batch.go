@@ -107,10 +107,15 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	g := t.g
 	start := time.Now()
 	ctx = g.withCorrelation(ctx, t.msg)
-	switch {
-	case t.keyErr != nil:
+	if t.keyErr != nil {
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
-	case t.claim == nil:
+	}
+	if g.opts.KeepPayload > 0 {
+		// As Guard.Do keeps it: a batch's message is a two-phase call
+		// with a Message too.
+		h = g.keepingPayload(t.key, t.fp, t.msg.Payload, h)
+	}
+	if t.claim == nil {
 		return g.doKey(ctx, t.key, t.fp, h, start)
 	}
 	ctx = g.start(ctx, t.key, "two-phase")

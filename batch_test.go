@@ -140,3 +140,47 @@ func TestTicketRenewsOrLosesItsLease(t *testing.T) {
 		t.Fatalf("late ticket: %v %v", res.Outcome, err)
 	}
 }
+
+// A batch's message keeps its payload as Guard.Do's does
+// (Options.KeepPayload): the claim a ticket ran, and a key that repeats an
+// earlier message of the batch with other content, which the operator
+// then finds beside its conflict.
+func TestTicketKeepsPayload(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	g, err := idem.New(s, idem.Options{Scope: "billing", KeepPayload: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []idem.Message{
+		{ID: "a", Payload: []byte("first")},
+		{ID: "b", Payload: []byte("ok")},
+		{ID: "a", Payload: []byte("other")}, // a repeat with other content: claimed when run
+	}
+	tickets, err := g.ClaimBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tk := range tickets {
+		res, err := tk.Do(ctx, func(context.Context) ([]byte, error) { return nil, nil })
+		want := idem.OutcomeProcessed
+		if i == 2 {
+			want = idem.OutcomeConflict
+		}
+		if res.Outcome != want {
+			t.Fatalf("ticket %d: %v, %v; want %v", i, res.Outcome, err, want)
+		}
+	}
+	for _, c := range []struct {
+		m         idem.Message
+		want      string
+		truncated bool
+	}{{msgs[0], "firs", true}, {msgs[1], "ok", false}} {
+		k, _ := g.Key(c.m)
+		fp, _ := g.Fingerprint(c.m)
+		got, cut, err := idem.KeptPayload(ctx, s, k, fp)
+		if err != nil || string(got) != c.want || cut != c.truncated {
+			t.Errorf("kept payload of %s: %q, %v, %v; want %q, %v", c.m.ID, got, cut, err, c.want, c.truncated)
+		}
+	}
+}
