@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"time"
 )
 
@@ -48,8 +49,8 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	var (
 		reqs = make([]ClaimRequest, 0, len(msgs))
 		idx  = make([]int, 0, len(msgs))
-		seen = make(map[Key]bool, len(msgs))
-		now  = g.opts.Clock() // one instant for the whole batch
+		seen = newIDSet(len(msgs)) // the stored ids claimed (every key is in g's scope)
+		now  = g.opts.Clock()      // one instant for the whole batch
 	)
 	for i, m := range msgs {
 		t := &slab[i]
@@ -59,11 +60,9 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 		if t.keyErr == nil {
 			t.fp, t.keyErr = g.Fingerprint(m)
 		}
-		stored := Key{Scope: t.key.Scope, ID: t.key.StoredID()}
-		if t.keyErr != nil || seen[stored] {
+		if t.keyErr != nil || seen.add(t.key.StoredID()) {
 			continue
 		}
-		seen[stored] = true
 		reqs = append(reqs, g.claimRequestAt(t.key, t.fp, now))
 		idx = append(idx, i)
 	}
@@ -163,4 +162,38 @@ func (t *Ticket) Release(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// idSet is a set of the distinct stored ids of one batch, to find the
+// ones that repeat an earlier message's: an open-addressing table of the
+// ids themselves, one allocation of two strings' room a message (a map
+// of Keys was three times that, and hashed both strings of each).
+type idSet struct {
+	slots []string // "" is an empty slot: a valid key's id is never empty
+	mask  uint64
+}
+
+// idSeed hashes the ids of every batch.
+var idSeed = maphash.MakeSeed()
+
+// newIDSet returns an empty set for up to n ids.
+func newIDSet(n int) idSet {
+	size := 8
+	for size < 2*n {
+		size <<= 1
+	}
+	return idSet{slots: make([]string, size), mask: uint64(size - 1)}
+}
+
+// add reports whether id is in the set already, and adds it when not.
+func (s *idSet) add(id string) (repeat bool) {
+	for i := maphash.String(idSeed, id) & s.mask; ; i = (i + 1) & s.mask {
+		switch s.slots[i] {
+		case "":
+			s.slots[i] = id
+			return false
+		case id:
+			return true
+		}
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemgo/idem/internal/claimcheck"
 )
 
 // Handler is the user's work for one message. It returns the result to record
@@ -22,6 +24,9 @@ type Guard struct {
 	inbox any // the TxStore of a NewInbox guard (store is then noRecords)
 	opts  Options
 	hb    *heartbeat
+	// inMemory: the store answers from memory (store/memory), and its
+	// calls get no StoreTimeout deadline (claimcheck.InMemory).
+	inMemory bool
 }
 
 // New returns a guard over store. Options are validated once here; the error
@@ -33,7 +38,8 @@ func New(store Store, opts Options) (*Guard, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: opts, hb: newHeartbeat(opts.Lease)}, nil
+	return &Guard{store: store, opts: opts, hb: newHeartbeat(opts.Lease),
+		inMemory: claimcheck.InMemory != nil && claimcheck.InMemory(store)}, nil
 }
 
 // With returns a guard sharing g's store and options with another scope
@@ -51,7 +57,7 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	}
 	opts.realClock = g.opts.realClock // the same Clock as g's
 	opts.payloadFP = g.opts.payloadFP // and its Fingerprint
-	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb}, nil
+	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb, inMemory: g.inMemory}, nil
 }
 
 // Store returns the guard's store.
@@ -464,9 +470,14 @@ func (g *Guard) storeCtxAt(ctx context.Context, now time.Time) *callCtx {
 }
 
 // bound makes c the context of a store call under ctx that starts at now
-// (detach: a settling call). c is new, or a field of a new run.
+// (detach: a settling call). c is new, or a field of a new run. A store in
+// memory gets no deadline: its calls cannot hang, and the deadline's check
+// was a clock reading at each (claimcheck.InMemory).
 func (g *Guard) bound(c *callCtx, ctx context.Context, now time.Time, detach bool) {
-	c.parent, c.deadline, c.detach = ctx, now.Add(g.opts.StoreTimeout), detach
+	c.parent, c.detach = ctx, detach
+	if !g.inMemory {
+		c.deadline = now.Add(g.opts.StoreTimeout)
+	}
 }
 
 // settleCtx is storeCtx for the calls that settle a claim (complete,

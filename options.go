@@ -151,7 +151,8 @@ type Options struct {
 	// Completes and releases run under it even when the caller's context
 	// has ended, so a finished handler's record is still written on
 	// shutdown. MarkTx runs in the caller's transaction, under the caller's
-	// context. Default 10s.
+	// context. Default 10s. The calls of a store/memory Store, which
+	// answer from memory and cannot hang, are not bounded.
 	StoreTimeout time.Duration
 
 	// realClock: Clock was left to its default (time.Now), so a reading the

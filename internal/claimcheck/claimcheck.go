@@ -4,7 +4,8 @@
 // that storekit.PrepareClaim does not check them a second time, nor
 // storekit.CheckBatchKeys the keys of a batch the guard found distinct. It is a
 // link between the two packages, not an API: idem cannot import storekit,
-// which imports idem.
+// which imports idem. It also lets package store/memory tell idem that a
+// store is in memory (InMemory).
 package claimcheck
 
 // Checked is a func(idem.ClaimRequest) bool, set by package idem as it
@@ -17,3 +18,12 @@ var Checked any
 // true when the requests are, unchanged, a batch whose keys the guard that
 // made it found distinct (Guard.ClaimBatch).
 var CheckedBatch any
+
+// InMemory is set by package store/memory as it starts: true for its
+// Store, whose every call answers from memory without waiting on I/O, so
+// that a guard over it bounds no call of it with Options.StoreTimeout (a
+// deadline read the clock at every call, and could never end one: the
+// store checks its context as a call begins, microseconds after the guard
+// made it, and nothing of it waits on the context after that). A store
+// wrapping one is not known to be in memory, and is bounded as any other.
+var InMemory func(store any) bool
