@@ -19,14 +19,15 @@ import (
 // context.Cause, context.AfterFunc and derived contexts behave as they do
 // on the standard ones.
 type callCtx struct {
-	parent   context.Context
-	deadline time.Time // zero: none (a handler's run)
-	key      *Key      // answered to KeyFromContext when not nil (a handler's run: its run's key)
+	parent context.Context
+	// deadline is the end, in nanoseconds after callEpoch (of its monotonic
+	// clock: 8 bytes, where a time.Time is 24); 0: none (a handler's run, a
+	// store in memory).
+	deadline int64
+	key      *Key     // answered to KeyFromContext when not nil (a handler's run: its run's key)
+	made     *madeCtx // made by the first Done, Err past the end, or a cancel with a cause
 
-	inner context.Context         // made by the first Done, Err past the end, or a cancel with a cause
-	stop  context.CancelCauseFunc // inner's cancel
-
-	mu sync.Mutex // over inner, stop, parent once wrapped
+	mu sync.Mutex // over made, parent once wrapped
 	// state is callLive, callEnded or callMade. Err and cancel read and
 	// set it without mu while nothing waits (callLive, callEnded): a store
 	// call asks Err, and the guard cancels, once or twice per message, and
@@ -40,10 +41,31 @@ type callCtx struct {
 	// only when it is not.
 	detach  bool
 	wrapped bool
-	// The fields are in this order so that the three of a run, and the
-	// run, fill one size class less than they did (fewer bytes to clear
-	// and collect for every message).
+	// The fields are in this order, and the inner context a pointer to a
+	// pair made with it, so that the three of a run, and the run, fill
+	// 288 bytes, where they filled 384 (fewer bytes to clear and collect
+	// for every message).
 }
+
+// madeCtx is a callCtx's inner context, which answers everything once
+// made, and its cancel.
+type madeCtx struct {
+	ctx  context.Context
+	stop context.CancelCauseFunc
+}
+
+// callEpoch is the origin of callCtx deadlines, a reading of the
+// monotonic clock.
+var callEpoch = time.Now()
+
+// setDeadline makes t, a reading of time.Now or a time derived from one,
+// c's deadline.
+func (c *callCtx) setDeadline(t time.Time) {
+	c.deadline = max(int64(t.Sub(callEpoch)), 1)
+}
+
+// end is c's deadline as a time (c.deadline is not 0).
+func (c *callCtx) end() time.Time { return callEpoch.Add(time.Duration(c.deadline)) }
 
 // A callCtx's states.
 const (
@@ -70,21 +92,23 @@ func (c *callCtx) base() context.Context {
 // makeInner makes the context that answers from now on and reports
 // whether the context had ended (a cancel without mu may come at any
 // moment before inner is in place): the caller then ends inner, with its
-// own cause if it has one. Called with mu held, when inner is nil.
+// own cause if it has one. Called with mu held, when made is nil.
 func (c *callCtx) makeInner() (ended bool) {
-	if c.deadline.IsZero() {
-		c.inner, c.stop = context.WithCancelCause(c.base())
+	m := new(madeCtx)
+	if c.deadline == 0 {
+		m.ctx, m.stop = context.WithCancelCause(c.base())
 	} else {
-		inner, stop := context.WithDeadline(c.base(), c.deadline)
-		c.inner, c.stop = inner, func(error) { stop() }
+		inner, stop := context.WithDeadline(c.base(), c.end())
+		m.ctx, m.stop = inner, func(error) { stop() }
 	}
+	c.made = m
 	return c.state.Swap(callMade) == callEnded
 }
 
 // answer makes inner, ended if the context has. Called with mu held.
 func (c *callCtx) answer() {
-	if c.inner == nil && c.makeInner() {
-		c.stop(nil)
+	if c.made == nil && c.makeInner() {
+		c.made.stop(nil)
 	}
 }
 
@@ -93,21 +117,24 @@ func (c *callCtx) Deadline() (time.Time, bool) {
 	c.mu.Lock()
 	d, ok := c.base().Deadline()
 	c.mu.Unlock()
-	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
+	if c.deadline == 0 {
 		return d, ok
 	}
-	return c.deadline, true
+	if end := c.end(); !ok || end.Before(d) {
+		return end, true
+	}
+	return d, ok
 }
 
 // Done implements context.Context.
 func (c *callCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inner == nil && c.state.Load() == callEnded {
+	if c.made == nil && c.state.Load() == callEnded {
 		return closedChan
 	}
 	c.answer()
-	return c.inner.Done()
+	return c.made.ctx.Done()
 }
 
 // Err implements context.Context. Before anything waited on Done it reads
@@ -118,17 +145,17 @@ func (c *callCtx) Err() error {
 	case callEnded:
 		return context.Canceled
 	case callLive:
-		if (c.detach || c.parent.Err() == nil) && (c.deadline.IsZero() || time.Until(c.deadline) > 0) {
+		if (c.detach || c.parent.Err() == nil) && (c.deadline == 0 || int64(time.Since(callEpoch)) < c.deadline) {
 			return nil
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inner == nil && c.state.Load() == callEnded {
+	if c.made == nil && c.state.Load() == callEnded {
 		return context.Canceled
 	}
 	c.answer()
-	return c.inner.Err()
+	return c.made.ctx.Err()
 }
 
 // Value implements context.Context.
@@ -137,8 +164,10 @@ func (c *callCtx) Value(key any) any {
 		return *c.key
 	}
 	c.mu.Lock()
-	from := c.inner
-	if from == nil {
+	var from context.Context
+	if c.made != nil {
+		from = c.made.ctx
+	} else {
 		from = c.base()
 	}
 	c.mu.Unlock()
@@ -154,13 +183,13 @@ func (c *callCtx) cancel(cause error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inner == nil {
+	if c.made == nil {
 		if cause == nil {
 			return // ended already
 		}
 		c.makeInner()
 	}
-	c.stop(cause)
+	c.made.stop(cause)
 }
 
 // String names the context in a context's String, as the standard ones do.

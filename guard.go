@@ -476,7 +476,7 @@ func (g *Guard) storeCtxAt(ctx context.Context, now time.Time) *callCtx {
 func (g *Guard) bound(c *callCtx, ctx context.Context, now time.Time, detach bool) {
 	c.parent, c.detach = ctx, detach
 	if !g.inMemory {
-		c.deadline = now.Add(g.opts.StoreTimeout)
+		c.setDeadline(now.Add(g.opts.StoreTimeout))
 	}
 }
 
