@@ -16,15 +16,22 @@ var ErrTicketUsed = errors.New("idem: ticket already used")
 // goroutine; a ticket neither run nor released holds its key until its
 // lease ends.
 type Ticket struct {
-	g      *Guard
-	msg    Message
-	key    Key
-	fp     string
-	keyErr error  // the message had no usable key
-	claim  *Claim // the batch's answer, in the store's slice; nil: the key repeats an earlier message of the batch
-	took   time.Duration
-	sent   time.Time // when the batch claim was sent: its leases end Lease later
-	used   bool
+	b       *ticketBatch
+	key     Key
+	fp      string
+	corr    string // the message's correlation id (Options.Correlation)
+	payload []byte // the message's, kept with Options.KeepPayload
+	keyErr  error  // the message had no usable key
+	claim   *Claim // the batch's answer, in the store's slice; nil: the key repeats an earlier message of the batch
+	used    bool
+}
+
+// ticketBatch is what the tickets of a batch share: 128 bytes a ticket,
+// where each held it and its whole message in 200.
+type ticketBatch struct {
+	g    *Guard
+	took time.Duration // the batch claim's round trip
+	sent time.Time     // when the batch claim was sent: its leases end Lease later
 }
 
 // Key returns the message's key (zero ID when it had none).
@@ -46,6 +53,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	start := time.Now()
 	tickets := make([]*Ticket, len(msgs))
 	slab := make([]Ticket, len(msgs)) // one allocation for the batch's tickets
+	b := &ticketBatch{g: g}
 	var (
 		reqs = make([]ClaimRequest, 0, len(msgs))
 		idx  = make([]int, 0, len(msgs))
@@ -54,7 +62,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	)
 	for i, m := range msgs {
 		t := &slab[i]
-		t.g, t.msg = g, m
+		t.b, t.corr, t.payload = b, g.opts.Correlation(m), m.Payload
 		tickets[i] = t
 		t.key, t.keyErr = g.Key(m)
 		if t.keyErr == nil {
@@ -87,9 +95,9 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	if len(claims) != len(reqs) {
 		return nil, storeErr("claim batch", fmt.Errorf("%d claims for %d requests", len(claims), len(reqs)))
 	}
-	took := time.Since(start)
+	b.took, b.sent = time.Since(start), start
 	for j, i := range idx {
-		tickets[i].claim, tickets[i].took, tickets[i].sent = &claims[j], took, start
+		tickets[i].claim = &claims[j]
 	}
 	return tickets, nil
 }
@@ -103,27 +111,27 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 		return Result{Key: t.key}, ErrTicketUsed
 	}
 	t.used = true
-	g := t.g
+	g := t.b.g
 	start := time.Now()
-	ctx = g.withCorrelation(ctx, t.msg)
+	ctx = ContextWithCorrelation(ctx, t.corr)
 	if t.keyErr != nil {
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
 	}
 	if g.opts.KeepPayload > 0 {
 		// As Guard.Do keeps it: a batch's message is a two-phase call
 		// with a Message too.
-		h = g.keepingPayload(t.key, t.fp, t.msg.Payload, h)
+		h = g.keepingPayload(t.key, t.fp, t.payload, h)
 	}
 	if t.claim == nil {
 		return g.doKey(ctx, t.key, t.fp, h, start)
 	}
 	ctx = g.start(ctx, t.key, "two-phase")
-	c := *t.claim
+	c := t.claim // the ticket's own: its lease is moved on in place
 	var err error
-	at, sent := start, t.sent
+	at, sent := start, t.b.sent
 	if c.Outcome == ClaimAcquired {
 		now := g.clockAt(start)
-		if start.Sub(t.sent) >= g.hb.every || !now.Before(c.Record.LeaseUntil.Add(-2*g.opts.Lease/3)) {
+		if start.Sub(sent) >= g.hb.every || !now.Before(c.Record.LeaseUntil.Add(-2*g.opts.Lease/3)) {
 			// The claim has waited for its turn, by the guard's clock or the
 			// record's: extend the lease before the handler starts, so the
 			// heartbeat's first tick is not too late, and count the lease
@@ -141,7 +149,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 			}
 		}
 	}
-	return g.afterClaim(ctx, nil, t.key, t.fp, c, err, start, t.took, at, sent, h)
+	return g.afterClaim(ctx, nil, t.key, t.fp, c, err, start, t.b.took, at, sent, h)
 }
 
 // Release gives an acquired, unrun ticket's key back (a consumer shutting
@@ -155,9 +163,10 @@ func (t *Ticket) Release(ctx context.Context) error {
 	}
 	t.used = true
 	if t.claim != nil && t.claim.Outcome == ClaimAcquired {
-		sctx := t.g.settleCtx(ctx, time.Now())
+		g := t.b.g
+		sctx := g.settleCtx(ctx, time.Now())
 		defer sctx.cancel(nil)
-		if err := t.g.store.Release(sctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: t.g.opts.Clock()}); err != nil {
+		if err := g.store.Release(sctx, ReleaseRequest{Key: t.key, Token: t.claim.Record.Token, Now: g.opts.Clock()}); err != nil {
 			return storeErr("release", err)
 		}
 	}

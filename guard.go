@@ -171,7 +171,7 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	// the wall clock costs as much to read as the claim of a new key in
 	// memory, and a store call is too short for the two to part.
 	claimed := start.Add(time.Since(start))
-	return g.afterClaim(ctx, r, key, fingerprint, c, err, start, claimed.Sub(start), claimed, start, h)
+	return g.afterClaim(ctx, r, key, fingerprint, &c, err, start, claimed.Sub(start), claimed, start, h)
 }
 
 // refuse answers a two-phase call on a guard without records (NewInbox).
@@ -220,22 +220,26 @@ func (g *Guard) claimRequestAt(key Key, fingerprint string, now time.Time) Claim
 // The call began at start; the claim's answer was at hand at at, when the
 // handler starts (one clock reading for both); the request that set the
 // lease (the claim, or a ticket's renewal) was sent at sent.
-func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint string, c Claim, claimErr error,
+func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint string, c *Claim, claimErr error,
 	start time.Time, claimTook time.Duration, at, sent time.Time, h Handler) (res Result, err error) {
-	ev := Event{Key: key, Mode: "two-phase", Claim: claimTook}
-	defer func() {
-		if g.opts.Observer != nil {
-			ev.Outcome, ev.Err, ev.Total, ev.Retaken = res.Outcome, err, time.Since(start), res.Retaken
+	var handled time.Duration // the handler's time, and Reconcile's
+	if g.opts.Observer != nil {
+		// The event is made only for an observer: it is most of a stack
+		// frame to clear.
+		defer func() {
+			ev := Event{Key: key, Mode: "two-phase", Claim: claimTook, Handler: handled,
+				Outcome: res.Outcome, Err: err, Total: time.Since(start), Retaken: res.Retaken}
+			if claimErr == nil {
+						}
 			g.observe(ctx, ev)
-		}
-	}()
+		}()
+	}
 	res.Key = key
 	if claimErr != nil {
 		res.Outcome = storeOutcome(claimErr)
 		return res, storeErr("claim", claimErr)
 	}
 	res.Record, res.Retaken = c.Record, c.Retaken
-	ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
 	// A record keeps the fingerprint of its first claim through releases
 	// and retakes, so every claim compares it with this message's: an
 	// acquired claim too (released or retaken records), which is given
@@ -267,7 +271,7 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 	if c.Retaken && g.opts.Stale == StaleReconcile {
 		hs := time.Now()
 		value, done, rerr := g.opts.Reconcile(ContextWithKey(ctx, key), c.Record)
-		ev.Handler += time.Since(hs)
+		handled += time.Since(hs)
 		if rerr != nil {
 			g.release(ctx, key, token, &res.Record)
 			res.Outcome = failedOutcome(rerr)
@@ -305,7 +309,7 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 	// The handler's end from the monotonic clock alone, as the claim's
 	// answer (doKey): the wall clock costs twice as much to read.
 	he := hs.Add(time.Since(hs))
-	ev.Handler += he.Sub(hs)
+	handled += he.Sub(hs)
 	outcome, v, skip := skipOutcome(herr)
 	switch {
 	case lost == nil:
