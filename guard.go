@@ -230,6 +230,7 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 			ev := Event{Key: key, Mode: "two-phase", Claim: claimTook, Handler: handled,
 				Outcome: res.Outcome, Err: err, Total: time.Since(start), Retaken: res.Retaken}
 			if claimErr == nil {
+				ev.Token, ev.Attempts = c.Record.Token, c.Record.Attempts
 			}
 			g.observe(ctx, ev)
 		}()

@@ -166,3 +166,49 @@ func TestSlogObserverLogsEveryFact(t *testing.T) {
 		}
 	}
 }
+
+// Every event carries the claim's token and attempts and the handler's
+// time, on Guard.Do and on a batch's Ticket.Do alike.
+func TestObserverEventCarriesTheClaim(t *testing.T) {
+	ctx := context.Background()
+	var events []idem.Event
+	g := guard(t, memory.New(), idem.Options{Observer: idem.ObserverFunc(func(_ context.Context, e idem.Event) {
+		events = append(events, e)
+	})})
+	slow := func(context.Context) ([]byte, error) { time.Sleep(2 * time.Millisecond); return nil, nil }
+	first, err := g.Do(ctx, idem.Message{ID: "a", Payload: []byte("x")}, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tickets, err := g.ClaimBatch(ctx, []idem.Message{{ID: "b", Payload: []byte("x")}, {ID: "a", Payload: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var second idem.Result
+	for i, tk := range tickets {
+		res, err := tk.Do(ctx, slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			second = res
+		}
+	}
+	want := []struct {
+		outcome idem.Outcome
+		token   int64
+		handled bool
+	}{{idem.OutcomeProcessed, first.Record.Token, true}, {idem.OutcomeProcessed, second.Record.Token, true}, {idem.OutcomeDuplicate, first.Record.Token, false}}
+	if len(events) != len(want) {
+		t.Fatalf("%d events, want %d", len(events), len(want))
+	}
+	for i, w := range want {
+		e := events[i]
+		if e.Outcome != w.outcome || e.Token != w.token || w.token == 0 || e.Attempts != 1 {
+			t.Errorf("event %d: %v token %d attempts %d; want %v token %d attempts 1", i, e.Outcome, e.Token, e.Attempts, w.outcome, w.token)
+		}
+		if w.handled && (e.Handler < 2*time.Millisecond || e.Total < e.Handler) {
+			t.Errorf("event %d: handler %v, total %v; want at least the handler's 2ms", i, e.Handler, e.Total)
+		}
+	}
+}
