@@ -25,7 +25,10 @@ import (
 // is not a context.
 type Ctx struct {
 	parent   context.Context
-	deadline time.Time // zero: none of its own
+	deadline time.Time // zero: none of its own (yet, with a timeout)
+	// timeout, when not zero, sets deadline the first time it is needed
+	// (InitTimeout).
+	timeout time.Duration
 	// detach: parent's cancellation and deadline do not apply; parent
 	// becomes context.WithoutCancel(parent) when first needed.
 	detach bool
@@ -43,6 +46,29 @@ func (c *Ctx) Init(parent context.Context, deadline time.Time, detach bool) {
 	c.parent, c.deadline, c.detach = parent, deadline, detach
 }
 
+// InitTimeout is Init for a context that ends timeout after it is first
+// asked about: its deadline is set, from one reading of the clock, the
+// first time anything reads it, reads Err, waits on Done or reads a
+// value. A step that asks nothing of its context (an ack that takes
+// none, a client call that returns without blocking) costs no reading of
+// the clock, which is as costly as the rest of a broker action on some
+// machines. A step that blocks on its context asks as it starts, so it is
+// bounded as it would be by context.WithTimeout made before it.
+func (c *Ctx) InitTimeout(parent context.Context, timeout time.Duration, detach bool) {
+	c.parent, c.timeout, c.detach = parent, timeout, detach
+}
+
+// due sets the deadline of a context made with InitTimeout, the first time
+// it is needed, and reports whether it did (it is then in the future).
+// Called with mu held.
+func (c *Ctx) due() bool {
+	if c.timeout > 0 && c.deadline.IsZero() {
+		c.deadline = time.Now().Add(c.timeout)
+		return true
+	}
+	return false
+}
+
 // base returns the parent the context derives from. Called with mu held.
 func (c *Ctx) base() context.Context {
 	if c.detach {
@@ -53,6 +79,7 @@ func (c *Ctx) base() context.Context {
 
 // makeInner makes the context that answers from now on. Called with mu held.
 func (c *Ctx) makeInner() {
+	c.due()
 	if c.deadline.IsZero() {
 		c.inner, c.stop = context.WithCancelCause(c.base())
 	} else {
@@ -74,11 +101,13 @@ func (c *Ctx) Deadline() (time.Time, bool) {
 	if !c.detach {
 		d, ok = c.parent.Deadline()
 	}
+	c.due()
+	own := c.deadline
 	c.mu.Unlock()
-	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
+	if own.IsZero() || ok && d.Before(own) {
 		return d, ok
 	}
-	return c.deadline, true
+	return own, true
 }
 
 // Done implements context.Context.
@@ -102,7 +131,12 @@ func (c *Ctx) Err() error {
 		return c.inner.Err()
 	case c.ended:
 		return context.Canceled
-	case !c.detach && c.parent.Err() != nil || !c.deadline.IsZero() && !time.Now().Before(c.deadline):
+	case !c.detach && c.parent.Err() != nil:
+		c.makeInner()
+		return c.inner.Err()
+	case c.due():
+		// Its deadline was set just now: it is ahead.
+	case !c.deadline.IsZero() && !time.Now().Before(c.deadline):
 		c.makeInner()
 		return c.inner.Err()
 	}
@@ -112,6 +146,7 @@ func (c *Ctx) Err() error {
 // Value implements context.Context.
 func (c *Ctx) Value(key any) any {
 	c.mu.Lock()
+	c.due()
 	from := c.inner
 	if from == nil {
 		from = c.base()

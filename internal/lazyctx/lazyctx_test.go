@@ -127,3 +127,39 @@ func TestCancelCause(t *testing.T) {
 		}
 	}
 }
+
+// A context made with InitTimeout ends its timeout after it is first asked
+// about, and reports that deadline from then on.
+func TestInitTimeoutCountsFromTheFirstQuestion(t *testing.T) {
+	var c Ctx
+	c.InitTimeout(context.Background(), 50*time.Millisecond, true)
+	time.Sleep(80 * time.Millisecond) // longer than the timeout, before any question
+	before := time.Now()
+	if err := c.Err(); err != nil {
+		t.Fatalf("first Err: %v, want nil (the timeout counts from now)", err)
+	}
+	d, ok := c.Deadline()
+	if !ok || d.Before(before.Add(50*time.Millisecond)) || d.After(time.Now().Add(50*time.Millisecond)) {
+		t.Fatalf("deadline %v (%v), want 50ms after the first Err at %v", d, ok, before)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not done 5s after its deadline")
+	}
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || time.Now().Before(d) {
+		t.Fatalf("after Done: %v at %v, want DeadlineExceeded at %v or later", c.Err(), time.Now(), d)
+	}
+	c.Cancel(nil)
+
+	// Done as the first question: the deadline counts from it.
+	var w Ctx
+	w.InitTimeout(context.Background(), 30*time.Millisecond, false)
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	<-w.Done()
+	if took := time.Since(start); took < 25*time.Millisecond {
+		t.Fatalf("done %v after the first Done, want about 30ms", took)
+	}
+	w.Cancel(nil)
+}
