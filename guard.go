@@ -163,10 +163,15 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	}
 	// The run is made before the claim, whose context it holds too: one
 	// allocation for the call's contexts, whatever the claim answers.
-	r := &run{g: g, outer: ctx}
-	g.bound(&r.claim, ctx, start, false)
-	c, err := g.store.Claim(&r.claim, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
-	r.claim.cancel(nil)
+	r, cc := g.newRun(ctx)
+	if cc == nil {
+		c, err := g.store.Claim(ctx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
+		claimed := start.Add(time.Since(start))
+		return g.afterClaim(ctx, r, key, fingerprint, &c, err, start, claimed.Sub(start), claimed, start, h)
+	}
+	g.bound(cc, ctx, start, false)
+	c, err := g.store.Claim(cc, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
+	cc.cancel(nil)
 	// The answer's time from the monotonic clock alone: on some machines
 	// the wall clock costs as much to read as the claim of a new key in
 	// memory, and a store call is too short for the two to part.
@@ -303,7 +308,7 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 			hs.Sub(sent).Round(time.Millisecond), g.opts.Lease)}
 	}
 	if r == nil {
-		r = &run{g: g, outer: ctx}
+		r, _ = g.newRun(ctx)
 	}
 	r.token = token
 	value, herr, lost := g.runLeased(r, key, h, sent)
@@ -357,7 +362,8 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 
 // complete records value (or nothing, when it is too large: the effects are
 // done and must not be repeated, so the key is completed without a result and
-// ErrResultTooLarge is reported), under sctx, a settleCtx made at at.
+// ErrResultTooLarge is reported), under sctx, a settleCtx made at at (nil:
+// a store in memory, under context.Background).
 func (g *Guard) complete(ctx context.Context, res Result, token int64, value []byte, sctx *callCtx, at time.Time) (Result, error) {
 	var tooLarge error
 	if g.opts.MaxResultSize < 0 {
@@ -367,14 +373,18 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			ErrResultTooLarge, len(value), g.opts.MaxResultSize)
 		value = nil
 	}
-	defer sctx.cancel(nil)
+	var sc context.Context = context.Background()
+	if sctx != nil {
+		defer sctx.cancel(nil)
+		sc = sctx
+	}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		now := g.clockAt(at)
 		if attempt > 0 {
 			now = g.opts.Clock()
 		}
-		err = g.store.Complete(sctx, CompleteRequest{
+		err = g.store.Complete(sc, CompleteRequest{
 			Key: res.Key, Token: token, Result: value, Now: now, ExpiresAt: now.Add(g.opts.Retention),
 		})
 		if errors.Is(err, ErrInvalidData) && value != nil {
@@ -385,7 +395,7 @@ func (g *Guard) complete(ctx context.Context, res Result, token int64, value []b
 			value = nil
 			continue
 		}
-		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidData) || sctx.Err() != nil {
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalidData) || sc.Err() != nil {
 			break
 		}
 	}

@@ -86,14 +86,13 @@ type leaseEndError struct{ why string }
 func (e *leaseEndError) Error() string { return "idem: lease lost: " + e.why }
 func (e *leaseEndError) Unwrap() error { return ErrLeaseLost }
 
-// run is one handler's run under its lease: the context of the claim
-// before it (Guard.Do's), the handler's context, its place on the
-// heartbeat, and the context of the complete that follows (one allocation
-// for them all).
+// run is one handler's run under its lease: the handler's context, its
+// place on the heartbeat, and, in a storeRun, the contexts of the claim
+// before it (Guard.Do's) and of the complete that follows: one allocation
+// for them all (Guard.newRun).
 type run struct {
-	claim  callCtx // the claim's, when Guard.Do claims for the run
-	ctx    callCtx // the handler's: its cause is ErrLeaseLost when the lease is lost or runs out
-	settle callCtx // the complete's (settleCtx)
+	ctx    callCtx  // the handler's: its cause is ErrLeaseLost when the lease is lost or runs out
+	settle *callCtx // the complete's (settleCtx), in its storeRun; nil for a store in memory
 	g      *Guard
 	outer  context.Context // the call's, for the observer's steps
 	key    Key             // the key the handler runs for (its context answers it)
@@ -304,11 +303,38 @@ func (g *Guard) runLeased(r *run, key Key, h Handler, sent time.Time) (value []b
 	return value, err, lost
 }
 
+// storeRun is a run with the contexts of its store calls, for a store
+// that is not in memory: 320 bytes. A store in memory (Guard.inMemory)
+// runs its calls under the caller's context (a claim) and under
+// context.Background (a complete, which must run whatever the caller's
+// context says), since they cannot hang and it reads nothing of a
+// context but Err: its run is 192 bytes.
+type storeRun struct {
+	run           run
+	claim, settle callCtx
+}
+
+// newRun makes the run of a call under ctx and, for a store that is not
+// in memory, the context its claim is to be made under (nil: the
+// caller's).
+func (g *Guard) newRun(ctx context.Context) (*run, *callCtx) {
+	if g.inMemory {
+		return &run{g: g, outer: ctx}, nil
+	}
+	sr := &storeRun{run: run{g: g, outer: ctx}}
+	sr.run.settle = &sr.settle
+	return &sr.run, &sr.claim
+}
+
 // settleCtx is Guard.settleCtx for the complete after r's handler returned
-// at now, in r's own memory.
+// at now, in r's own memory: nil for a store in memory, whose calls
+// Guard.complete runs under context.Background.
 func (r *run) settleCtx(now time.Time) *callCtx {
-	r.g.bound(&r.settle, r.outer, now, true)
-	return &r.settle
+	if r.settle == nil {
+		return nil
+	}
+	r.g.bound(r.settle, r.outer, now, true)
+	return r.settle
 }
 
 type renewalCtx struct{}
