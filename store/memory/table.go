@@ -8,8 +8,8 @@ import (
 )
 
 // table is how the store holds its records: in slots without pointers, in
-// chunks the collector never scans, found through a map from a hash of the
-// key to a slot number (a map without pointers either). The text of the
+// chunks the collector never scans, found through an index of the keys'
+// hashes and their slot numbers (without pointers either). The text of the
 // records (ids, display ids, fingerprints) lives in one byte slice; a
 // result, when there is one, in a map beside. A record as idem.Record holds
 // ten pointers (its strings, its times' locations): a store of them was a
@@ -21,7 +21,7 @@ import (
 // Every method is called with the store's mu held.
 type table struct {
 	seed  maphash.Seed
-	index map[uint32]int32 // hash of (scope, stored id) -> the first slot of its chain, plus one
+	index index // hash of (scope, stored id) -> slot
 
 	chunks [][]slot
 	made   int32   // slots made
@@ -73,7 +73,6 @@ type stamp struct {
 // slot is one record. state 0 is a free slot.
 type slot struct {
 	hash      uint32
-	next      int32 // the next slot of the hash's chain, plus one; 0: none
 	scope     uint32
 	id, fp    span
 	display   span
@@ -91,7 +90,6 @@ type slot struct {
 func newTable() *table {
 	return &table{
 		seed:    maphash.MakeSeed(),
-		index:   make(map[uint32]int32),
 		scopeOf: make(map[string]uint32),
 		states:  []idem.State{idem.StateInProgress, idem.StateCompleted, idem.StateReleased},
 		locs:    []*time.Location{time.UTC},
@@ -133,18 +131,16 @@ func (t *table) scope(scope string, add bool) (n uint32, ok bool) {
 }
 
 // hash is 32 bits of the key's hash: the index's entries are then 8
-// bytes, and a larger share of it stays in the caches; the chains that
-// share a hash are short.
+// bytes, and a larger share of it stays in the caches; the keys that
+// share a hash are few.
 func (t *table) hash(scope uint32, id string) uint32 {
 	h := maphash.String(t.seed, id) ^ (uint64(scope)+1)*0x9e3779b97f4a7c15
 	return uint32(h ^ h>>32)
 }
 
-// place is where a key is, or would be: its hash and the first slot of
-// the hash's chain.
+// place is where a key would go: its hash.
 type place struct {
 	hash uint32
-	head int32
 }
 
 // find returns the slot of (scope, id), or -1 and where it would go.
@@ -153,16 +149,20 @@ func (t *table) find(scope uint32, id string) (int32, place) {
 		return t.last, place{}
 	}
 	h := t.hash(scope, id)
-	head := t.index[h]
-	for i := head; i != 0; {
-		s := t.at(i - 1)
-		if s.scope == scope && t.is(s.id, id) {
-			t.last, t.lastID = i-1, id
-			return i - 1, place{}
-		}
-		i = s.next
+	x := &t.index
+	if len(x.e) == 0 {
+		return -1, place{h}
 	}
-	return -1, place{h, head}
+	for p := h & x.mask; x.e[p] != 0; p = (p + 1) & x.mask {
+		if e := x.e[p]; uint32(e>>32) == h {
+			i := int32(uint32(e)) - 1
+			if s := t.at(i); s.scope == scope && t.is(s.id, id) {
+				t.last, t.lastID = i, id
+				return i, place{}
+			}
+		}
+	}
+	return -1, place{h}
 }
 
 // lookup is find for a key, when its scope may be unknown.
@@ -189,11 +189,11 @@ func (t *table) insert(scope uint32, p place, r *idem.Record) int32 {
 		t.made++
 	}
 	s := t.at(i)
-	*s = slot{hash: p.hash, next: p.head, scope: scope, id: t.add(r.ID)}
+	*s = slot{hash: p.hash, scope: scope, id: t.add(r.ID)}
 	if r.DisplayID != r.ID {
 		s.display, s.ownDisp = t.add(r.DisplayID), true
 	}
-	t.index[p.hash] = i + 1
+	t.index.add(p.hash, i)
 	// The next call is most likely this key's complete.
 	t.last, t.lastID = i, r.ID
 	t.live++
@@ -264,19 +264,7 @@ func (t *table) full(i int32) idem.Record {
 // remove frees slot i.
 func (t *table) remove(i int32) {
 	s := t.at(i)
-	if head := t.index[s.hash]; head == i+1 {
-		if s.next == 0 {
-			delete(t.index, s.hash)
-		} else {
-			t.index[s.hash] = s.next
-		}
-	} else {
-		p := t.at(head - 1)
-		for p.next != i+1 {
-			p = t.at(p.next - 1)
-		}
-		p.next = s.next
-	}
+	t.index.remove(s.hash, i)
 	if s.hasResult {
 		delete(t.results, i)
 	}
@@ -363,4 +351,72 @@ func (t *table) setResult(i int32, res []byte) {
 		delete(t.results, i)
 		s.hasResult = false
 	}
+}
+
+// index finds a key's slots by the key's hash: open addressing with
+// linear probing over one slice of entries, each a hash and a slot
+// number. Keys that share a hash have an entry each. A removal shifts the
+// entries after it back into place, so a probe ends at the first empty
+// entry and no removed entry is left behind. It was a map from a hash to
+// the first slot of a chain: the map's probe and its growth were a tenth
+// of a claim of a new key.
+type index struct {
+	e    []uint64 // hash<<32 | slot+1; 0 is empty
+	n    int      // entries
+	mask uint32
+}
+
+// indexMin is the fewest entries an index has once it has any.
+const indexMin = 1 << 10
+
+// indexEntry is the entry of slot i, of hash h.
+func indexEntry(h uint32, i int32) uint64 { return uint64(h)<<32 | uint64(uint32(i+1)) }
+
+// put puts e in the first empty entry from its hash's place on. The index
+// has room.
+func (x *index) put(e uint64) {
+	p := uint32(e>>32) & x.mask
+	for x.e[p] != 0 {
+		p = (p + 1) & x.mask
+	}
+	x.e[p] = e
+}
+
+// add puts slot i, of hash h, in the index, which grows to twice its size
+// when it is three quarters full.
+func (x *index) add(h uint32, i int32) {
+	if (x.n+1)*4 > len(x.e)*3 {
+		old := x.e
+		size := max(indexMin, 2*len(old))
+		x.e, x.mask = make([]uint64, size), uint32(size-1)
+		for _, e := range old {
+			if e != 0 {
+				x.put(e)
+			}
+		}
+	}
+	x.put(indexEntry(h, i))
+	x.n++
+}
+
+// remove takes slot i, of hash h, which is in the index, out of it: each
+// entry after it up to the next empty one moves back to the freed place
+// unless its hash's own place lies after the freed one (it would then be
+// found no more).
+func (x *index) remove(h uint32, i int32) {
+	want := indexEntry(h, i)
+	p := h & x.mask
+	for x.e[p] != want {
+		p = (p + 1) & x.mask
+	}
+	for q := (p + 1) & x.mask; x.e[q] != 0; q = (q + 1) & x.mask {
+		// Its own place is home; it may move to p when p is no nearer q
+		// than home is (home is not in (p, q]).
+		home := uint32(x.e[q]>>32) & x.mask
+		if (q-home)&x.mask >= (q-p)&x.mask {
+			x.e[p], p = x.e[q], q
+		}
+	}
+	x.e[p] = 0
+	x.n--
 }

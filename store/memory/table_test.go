@@ -40,30 +40,88 @@ func check(t *testing.T, s *Store, id, fp, res string) {
 	}
 }
 
-// verify fails unless the index reaches every live slot exactly once,
-// through chains of live slots of the chain's hash.
+// verify fails unless the index holds every live slot exactly once, each
+// under its slot's hash, and a probe from that hash's place reaches it.
 func verify(t *testing.T, s *Store) {
 	t.Helper()
 	tb := s.t
-	reached := 0
-	for h, i := range tb.index {
-		for n := 0; i != 0; n++ {
-			sl := tb.at(i - 1)
-			if sl.state == 0 || sl.hash != h || n > tb.live {
-				t.Fatalf("chain of hash %x reaches slot %d: %+v", h, i-1, *sl)
-			}
-			reached++
-			i = sl.next
+	x := &tb.index
+	entries := 0
+	for _, e := range x.e {
+		if e == 0 {
+			continue
+		}
+		entries++
+		h, i := uint32(e>>32), int32(uint32(e))-1
+		if sl := tb.at(i); sl.state == 0 || sl.hash != h {
+			t.Fatalf("entry of hash %x is slot %d: %+v", h, i, *sl)
+		}
+		if !probes(x, e) {
+			t.Fatalf("entry of slot %d is not reached from its hash's place", i)
 		}
 	}
-	if reached != tb.live {
-		t.Fatalf("the index reaches %d slots of %d live", reached, tb.live)
+	if entries != tb.live || x.n != tb.live {
+		t.Fatalf("the index holds %d entries (counts %d) of %d live slots", entries, x.n, tb.live)
 	}
 }
 
-// Two keys whose hashes are equal share a chain: each is found, and each
-// survives the other's removal, whichever of the two heads the chain.
-func TestHashChains(t *testing.T) {
+// probes reports whether a probe from e's hash's place reaches e before
+// an empty entry.
+func probes(x *index, e uint64) bool {
+	for p := uint32(e>>32) & x.mask; x.e[p] != 0; p = (p + 1) & x.mask {
+		if x.e[p] == e {
+			return true
+		}
+	}
+	return false
+}
+
+// The index under churn, on a few hashes so that runs of entries are long
+// and wrap around its end: every entry added and not removed is reached
+// from its hash's place, every removed one is gone, the rest moved back.
+func TestIndexChurn(t *testing.T) {
+	var x index
+	live := map[int32]uint32{} // slot -> hash
+	next := int32(0)
+	rnd := uint32(1)
+	rand := func(n uint32) uint32 { rnd = rnd*1664525 + 1013904223; return (rnd >> 8) % n }
+	for step := range 20000 {
+		if len(live) > 0 && (rand(3) == 0 || len(live) > 700) {
+			for i, h := range live { // a random one: map order
+				x.remove(h, i)
+				delete(live, i)
+				break
+			}
+		} else {
+			// Hashes in the index's last places and a few others: long
+			// runs that wrap around.
+			h := uint32(indexMin-1-rand(8)) | rand(4)<<20
+			x.add(h, next)
+			live[next] = h
+			next++
+		}
+		if step%97 == 0 || step > 19900 {
+			n := 0
+			for _, e := range x.e {
+				if e != 0 {
+					n++
+				}
+			}
+			if n != len(live) || x.n != len(live) {
+				t.Fatalf("step %d: %d entries (counts %d), want %d", step, n, x.n, len(live))
+			}
+			for i, h := range live {
+				if !probes(&x, indexEntry(h, i)) {
+					t.Fatalf("step %d: slot %d of hash %x not reached", step, i, h)
+				}
+			}
+		}
+	}
+}
+
+// Two keys whose hashes are equal have an entry each: each is found, and
+// each survives the other's removal, whichever was put first.
+func TestHashCollisions(t *testing.T) {
 	s := New()
 	sc, _ := s.t.scope("s", true)
 	seen := map[uint32]string{}
