@@ -164,14 +164,15 @@ func (g *Guard) doKey(ctx context.Context, key Key, fingerprint string, h Handle
 	// The run is made before the claim, whose context it holds too: one
 	// allocation for the call's contexts, whatever the claim answers.
 	r, cc := g.newRun(ctx)
-	if cc == nil {
-		c, err := g.store.Claim(ctx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
-		claimed := start.Add(time.Since(start))
-		return g.afterClaim(ctx, r, key, fingerprint, &c, err, start, claimed.Sub(start), claimed, start, h)
+	claimCtx := ctx // a store in memory's (newRun)
+	if cc != nil {
+		g.bound(cc, ctx, start, false)
+		claimCtx = cc
 	}
-	g.bound(cc, ctx, start, false)
-	c, err := g.store.Claim(cc, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
-	cc.cancel(nil)
+	c, err := g.store.Claim(claimCtx, g.claimRequestAt(key, fingerprint, g.clockAt(start)))
+	if cc != nil {
+		cc.cancel(nil)
+	}
 	// The answer's time from the monotonic clock alone: on some machines
 	// the wall clock costs as much to read as the claim of a new key in
 	// memory, and a store call is too short for the two to part.
