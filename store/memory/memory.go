@@ -1,7 +1,7 @@
 // Package memory is an in-process idem.Store: for tests, examples and
 // single-process programs that accept losing their dedup state on restart.
 //
-// Records live in a map behind one mutex; every operation is atomic. It
+// Records live in a table behind one mutex; every operation is atomic. It
 // implements idem.Store, storekit.BatchStore and idem.Inspector, with the record
 // rules of the idem.Store contract (storekit.ApplyClaim): every time comes from
 // the request (the store reads no clock); a key's first record takes the
