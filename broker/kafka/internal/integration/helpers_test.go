@@ -262,24 +262,15 @@ func (w *commitWatch) violations() []string {
 	return append([]string(nil), w.bad...)
 }
 
+// waitFor is how long a test waits for a state before it fails.
+const waitFor = 25 * time.Second
+
 // eventually waits for cond, checking it every few milliseconds: the
 // consumer works in the background and the test waits for a state, never
 // for a duration.
-// waitClosed waits for ch to be closed (a handler entered, a holder
-// started) as long as eventually waits, and fails the test after that, so
-// that a step that never comes fails the test instead of hanging it.
-func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(25 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(25 * time.Second)
+	deadline := time.Now().Add(waitFor)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
@@ -287,6 +278,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		<-tick.C
+	}
+}
+
+// waitClosed waits for ch to be closed (a handler entered, a holder
+// started) as long as eventually waits, and fails the test after that, so
+// that a step that never comes fails the test instead of hanging it.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
