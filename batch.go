@@ -117,11 +117,7 @@ func (t *Ticket) Do(ctx context.Context, h Handler) (Result, error) {
 	if t.keyErr != nil {
 		return g.unkeyed(ctx, t.key, t.keyErr, start, h, "two-phase")
 	}
-	if g.opts.KeepPayload > 0 {
-		// As Guard.Do keeps it: a batch's message is a two-phase call
-		// with a Message too.
-		h = g.keepingPayload(t.key, t.fp, t.payload, h)
-	}
+	h = g.keepingPayload(t.key, t.fp, t.payload, h) // as Guard.Do keeps it
 	if t.claim == nil {
 		return g.doKey(ctx, t.key, t.fp, h, start)
 	}

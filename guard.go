@@ -111,10 +111,7 @@ func (g *Guard) Do(ctx context.Context, msg Message, h Handler) (Result, error) 
 	if err == nil {
 		var fp string
 		if fp, err = g.Fingerprint(msg); err == nil {
-			if g.opts.KeepPayload > 0 {
-				h = g.keepingPayload(key, fp, msg.Payload, h)
-			}
-			return g.doKey(ctx, key, fp, h, start)
+			return g.doKey(ctx, key, fp, g.keepingPayload(key, fp, msg.Payload, h), start)
 		}
 	}
 	return g.unkeyed(ctx, key, err, start, h, "two-phase")

@@ -92,9 +92,14 @@ func (g *Guard) keepPayload(ctx context.Context, key Key, fp string, payload []b
 	}
 }
 
-// keepingPayload is h, which keeps the payload copy first: h runs only for
-// a claim the call acquired.
+// keepingPayload is h, which keeps the payload copy first when the guard
+// keeps payloads (Options.KeepPayload; h itself otherwise): h runs only
+// for a claim the call acquired. Guard.Do and Ticket.Do, the two-phase
+// calls with a Message, wrap their handlers with it.
 func (g *Guard) keepingPayload(key Key, fp string, payload []byte, h Handler) Handler {
+	if g.opts.KeepPayload <= 0 {
+		return h
+	}
 	return func(ctx context.Context) ([]byte, error) {
 		g.keepPayload(ctx, key, fp, payload)
 		return h(ctx)
