@@ -107,6 +107,20 @@ func Missed(tx pgx.Tx) any {
 	return nil
 }
 
+// Outside returns the connection of tx when tx is a transaction of Run
+// that has not begun (no statement sent, none deferred, not ended), for a
+// statement whose answer may end the function before the transaction
+// begins: a read that finds the function has nothing to do costs that one
+// round trip, and the rollback that follows costs none. Whatever runs on
+// the connection runs outside the transaction, in its own: only a read
+// belongs there. nil for any other pgx.Tx, or once tx has begun.
+func Outside(tx pgx.Tx) *pgx.Conn {
+	if t, ok := tx.(*lazyTx); ok && t.tx == nil && !t.closed && t.pending == nil && t.poison == nil {
+		return t.conn
+	}
+	return nil
+}
+
 // settle reads the result of the deferred statement d from br: whether it
 // applied, what it found when it did not, and its error.
 func settle(br pgx.BatchResults, d *Deferred) (applied bool, missed any, err error) {

@@ -18,10 +18,12 @@ import (
 )
 
 // Without MarkWithFirstStatement a new key's marker goes with BEGIN, the
-// insert alone. A redelivery the store marked lately sends the insert that
-// reads the record when it inserts nothing: two round trips, the marker and
-// the rollback. One it did not (after a restart: a new store) costs the
-// insert, the read and the rollback.
+// insert alone. A redelivery the store marked lately is settled by a read of
+// its record before the transaction begins: one round trip, no transaction.
+// One it did not mark (after a restart: a new store) costs the insert, the
+// read and the rollback. A key the store marked in a transaction that then
+// rolled back is read, found missing, and marked by the claim statement; a
+// key reused with other content is a conflict, from the read alone.
 func TestMarkRoundTrips(t *testing.T) {
 	f := newTripsFixture(t, true)
 	ctx := context.Background()
@@ -37,7 +39,7 @@ func TestMarkRoundTrips(t *testing.T) {
 		trips   string
 	}{
 		{"new key", false, idem.OutcomeProcessed, "BEGIN+INSERT INSERT UPDATE COMMIT"},
-		{"redelivery to the same store", false, idem.OutcomeDuplicate, "BEGIN+WITH ROLLBACK"},
+		{"redelivery to the same store", false, idem.OutcomeDuplicate, "SELECT"},
 		{"redelivery after a restart", true, idem.OutcomeDuplicate, "BEGIN+INSERT SELECT ROLLBACK"},
 	} {
 		if step.restart {
@@ -54,6 +56,42 @@ func TestMarkRoundTrips(t *testing.T) {
 	}
 	if calls != 1 || len(stmtErrs) != 0 || f.rows(t, "order-1") != 1 {
 		t.Fatalf("the handler ran %d times (statement errors %v), %d ledger rows; want one run, one row", calls, stmtErrs, f.rows(t, "order-1"))
+	}
+
+	// A key reused with other content: a conflict, from the read alone.
+	res, err := idem.DoTx(ctx, f.g, idem.Message{ID: "order-3", Payload: []byte("charge 5")}, f.insert("order-3", &calls, &stmtErrs))
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("order-3: %v, %v", res.Outcome, err)
+	}
+	f.trips.take()
+	other := idem.Message{ID: "order-3", Payload: []byte("charge 6")}
+	res, err = idem.DoTx(ctx, f.g, other, f.insert("order-3", &calls, &stmtErrs))
+	if !errors.Is(err, idem.ErrConflict) || res.Outcome != idem.OutcomeConflict {
+		t.Fatalf("other content: %v, %v; want a conflict", res.Outcome, err)
+	}
+	if trips := strings.Join(f.trips.take(), " "); trips != "SELECT" {
+		t.Fatalf("other content: round trips %q, want the read alone", trips)
+	}
+
+	// The marker of order-2 goes in, the handler fails, the transaction
+	// rolls back: the store marked the key, but nothing records it.
+	failed := errors.New("the business write failed")
+	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		return nil, failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("failing handler: %v, %v", res.Outcome, err)
+	}
+	f.trips.take()
+	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, f.insert("order-2", &calls, &stmtErrs))
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("retry of the rolled back key: %v, %v; want processed", res.Outcome, err)
+	}
+	if trips := strings.Join(f.trips.take(), " "); trips != "SELECT BEGIN+WITH INSERT UPDATE COMMIT" {
+		t.Fatalf("retry of the rolled back key: round trips %q, want the read, then the claim statement with BEGIN", trips)
+	}
+	if n := f.rows(t, "order-2"); n != 1 {
+		t.Fatalf("ledger has %d rows for order-2, want 1", n)
 	}
 }
 
@@ -76,7 +114,7 @@ func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 }
 
 // A deferred marker that meets a recorded key runs the handler's first
-// statement for nothing. The store sends the marker first for the keys it
+// statement for nothing. The store reads the record first for the keys it
 // marked lately (so a steady 10% of redeliveries of its own keys never
 // starts a handler), defers every other one, and once recorded keys come in
 // a run that it did not mark (a consumer restarting from an old offset)
@@ -103,8 +141,8 @@ func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 		switch trips := do(id); {
 		case !redelivery && !deferred(trips):
 			t.Fatalf("new message %d at 10%% redeliveries: %q, want the marker deferred", i, trips)
-		case redelivery && strings.Join(trips, " ") != "BEGIN+WITH ROLLBACK":
-			t.Fatalf("redelivery %d of a key the store marked: %q, want the marker first, alone", i, trips)
+		case redelivery && strings.Join(trips, " ") != "SELECT":
+			t.Fatalf("redelivery %d of a key the store marked: %q, want the read of its record alone", i, trips)
 		}
 	}
 	// A restart, then a run of redeliveries: each deferred marker misses
@@ -121,7 +159,7 @@ func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 		case first >= 0 && deferred(trips):
 			t.Fatalf("redelivery %d of a run: %q, deferred again after %d sent first", i, trips, i-first)
 		}
-		want := "BEGIN+INSERT+INSERT ROLLBACK BEGIN+SELECT ROLLBACK"
+		want := "BEGIN+INSERT+INSERT ROLLBACK SELECT"
 		if first >= 0 {
 			want = "BEGIN+WITH ROLLBACK"
 		}
@@ -289,11 +327,11 @@ func (f *firstFixture) insert(id string, calls *int, stmtErrs *[]error) idem.TxH
 
 // A new key costs two round trips: BEGIN, marker and the handler's first
 // statement in one, COMMIT in the other. A key the store marked lately is
-// most likely a redelivery: its marker goes first, with BEGIN, as one
-// statement that reads the record it meets, and the handler never starts.
-// Any other recorded key (here after a restart: a new store) fails the
-// handler's first statement with ErrRerun and rolls back; the run that
-// follows reads the record and skips the handler with the recorded result.
+// most likely a redelivery: its record is read before the transaction
+// begins, and the handler never starts. Any other recorded key (here after
+// a restart: a new store) fails the handler's first statement with ErrRerun
+// and rolls back; the run that follows reads the record and skips the
+// handler with the recorded result.
 func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	f := newFirstFixture(t)
 	ctx := context.Background()
@@ -324,8 +362,8 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 	if calls != 1 || len(stmtErrs) != 0 {
 		t.Fatalf("redelivery to the same store: handler ran %d times (statement errors %v), want only the first delivery's run", calls, stmtErrs)
 	}
-	if trips := f.trips.take(); strings.Join(trips, " ") != "BEGIN+WITH ROLLBACK" {
-		t.Fatalf("redelivery to the same store: round trips %q, want the marker first and the rollback", trips)
+	if trips := f.trips.take(); strings.Join(trips, " ") != "SELECT" {
+		t.Fatalf("redelivery to the same store: round trips %q, want the read of its record alone", trips)
 	}
 
 	f.renew(t)
@@ -340,10 +378,10 @@ func TestMarkWithFirstStatementSavesTheRoundTrip(t *testing.T) {
 		t.Fatalf("redelivery's event: %d runs, %v, %v; want 2 runs, a duplicate", e.TxRuns, e.Outcome, e.Err)
 	}
 	// The rerun knows the key is recorded: it reads the record without
-	// trying the insert again.
+	// trying the insert again, before its transaction begins.
 	trips = f.trips.take()
-	if want := "BEGIN+INSERT+INSERT ROLLBACK BEGIN+SELECT ROLLBACK"; strings.Join(trips, " ") != want {
-		t.Fatalf("redelivery round trips %q, want %q: the batch, its rollback, the read and its rollback", trips, want)
+	if want := "BEGIN+INSERT+INSERT ROLLBACK SELECT"; strings.Join(trips, " ") != want {
+		t.Fatalf("redelivery round trips %q, want %q: the batch, its rollback and the read", trips, want)
 	}
 	if n := f.rows(t, "order-1"); n != 1 {
 		t.Fatalf("ledger has %d rows for order-1", n)

@@ -7,11 +7,13 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// A transactional marker has two statements to choose from: the insert
-// alone (markNew), cheapest for a new key, which needs a second statement
-// to read the record when the key exists; and the insert that reads the
-// record when it inserts nothing (markNewOrGet), one round trip for a
-// redelivery at about a fifth more server time for a new key (BENCH.md).
+// A transactional marker has three ways to go: the insert alone (markNew),
+// cheapest for a new key, which needs a second statement to read the record
+// when the key exists; the insert that reads the record when it inserts
+// nothing (markNewOrGet), one round trip for a redelivery at about a fifth
+// more server time for a new key (BENCH.md); and, before InTx's transaction
+// begins, the read alone, outside it, which settles a redelivery in one
+// round trip with no transaction, and costs a new key a round trip more.
 // With Options.MarkWithFirstStatement it also chooses whether to defer the
 // marker, which pays for a new key and costs a redelivery its handler's
 // first statement, a rollback and a rerun. Both choices rest on a guess of
@@ -27,8 +29,9 @@ const recentSlots = 1 << 15
 // lately: a direct-mapped table of their 64-bit hashes, where a later key
 // overwrites an earlier one of the same slot, so it remembers up to the
 // last few ten thousand. A key found there is most likely a redelivery (a
-// lost acknowledgement, a producer's retry): its marker reads the record in
-// the insert's statement and is never deferred. Safe for concurrent use; a
+// lost acknowledgement, a producer's retry): its marker reads the record
+// first (before the transaction begins, or in the insert's statement) and
+// is never deferred. Safe for concurrent use; a
 // lost update is a lost hint. A nil *recentKeys remembers nothing.
 type recentKeys struct {
 	seed  maphash.Seed

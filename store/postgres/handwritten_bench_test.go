@@ -26,8 +26,8 @@ var handStream = flag.Int("handmsgs", 20_000, "messages a side per op of Benchma
 const handChunk = 1_000
 
 // redelivered returns the stream position whose message position p
-// delivers again, or -1 when p is a first delivery. With pct (a divisor of
-// 10: 0 or 10 here) percent of redeliveries, they are spread evenly: the
+// delivers again, or -1 when p is a first delivery. With pct (a multiple of
+// 10: 0, 10 or 50 here) percent of redeliveries, they are spread evenly: the
 // last pct/10 positions of every ten. Each one redelivers a first delivery
 // about 450 positions back (a chunk of 1000 earlier or the same one,
 // committed long before with 8 workers), and a few positions back at the
@@ -50,8 +50,9 @@ func redelivered(p, pct int) int {
 // BenchmarkInboxVsHandWritten measures idem's transactional inbox against
 // the inbox a user writes by hand with pgx, side by side: one pool of 8
 // connections and 8 goroutines, a stream of 20,000 messages a side per op
-// (b.N ops), each new message one business row, with 0% or 10% of the
-// messages redeliveries of earlier ones spread evenly over the stream. The
+// (b.N ops), each new message one business row, with 0%, 10% or 50% of
+// the messages redeliveries of earlier ones spread evenly over the stream
+// (50%: a queue redelivering half of what it delivers). The
 // sides run the stream 1000 messages at a time in turn, in alternating
 // order, so that the machine's load hits them alike:
 //
@@ -70,7 +71,7 @@ func redelivered(p, pct int) int {
 // sessions'), and the ratios default/hand, first/hand, default/nodedup and
 // first/nodedup.
 func BenchmarkInboxVsHandWritten(b *testing.B) {
-	for _, pct := range []int{0, 10} {
+	for _, pct := range []int{0, 10, 50} {
 		b.Run(fmt.Sprintf("redeliveries=%d%%", pct), func(b *testing.B) { benchHandWritten(b, pct) })
 	}
 }

@@ -53,10 +53,14 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // by the record rules: a duplicate, a conflict or a live owner costs that
 // read and nothing else; only a record the marker may take over (expired or
 // released) costs the claim statement (see the package doc) on top. A key
-// guessed recorded (the store marked it lately, or recorded keys have been
-// common among its other markers: see guess.go) goes as one statement that
-// inserts or, inserting nothing, reads the record, so that its duplicate
-// costs one round trip.
+// the store marked lately (see guess.go), in a transaction of InTx that has
+// not begun, is read first, outside it: a duplicate then costs that one
+// round trip and no transaction at all, and a key found unrecorded or
+// expired is marked by the claim statement, which begins the transaction.
+// A key guessed recorded otherwise (recorded keys have been common among the
+// store's other markers), or the store's key in a transaction already
+// begun, goes as one statement that inserts or, inserting nothing, reads
+// the record, so that its duplicate costs one round trip.
 //
 // When another open transaction has just written the same key, Mark waits
 // for it: if it commits, Mark reports ClaimDuplicate (the caller skips its
@@ -72,7 +76,13 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		// (DeferMark), which inserted nothing.
 		return s.markExisting(ctx, tx, n)
 	}
-	if recent := s.recent.has(n.Key); recent || !s.redeliveries.rare() {
+	recent := s.recent.has(n.Key)
+	if recent && pgxtx.Outside(tx) != nil {
+		// Most likely a redelivery, and InTx's transaction has not begun:
+		// markExisting reads the record before it does.
+		return s.markExisting(ctx, tx, n)
+	}
+	if recent || !s.redeliveries.rare() {
 		return s.markOrRead(ctx, tx, n, !recent)
 	}
 	tag, err := tx.Exec(ctx, s.sql.markNew, recordArgs(n)...)
@@ -141,16 +151,27 @@ func (s *Store) markOrRead(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest, 
 	return s.claimOne(ctx, tx, s.sql.mark, n, true)
 }
 
-// markExisting marks n's key, which its insert found recorded: it reads
-// the record in tx and applies the record rules to it (storekit.ApplyMark),
-// which settle a duplicate, a conflict or a live owner without a write or a
-// lock; the read is what the claim statement's third branch would return,
-// from the same kind of snapshot, for a third of its server time (BENCH.md).
-// A record the marker may take over (expired, released), or one deleted
-// since the insert, goes through the claim statement, which writes it.
+// markExisting marks n's key, which is most likely recorded (its insert
+// found it, or the store marked it lately): it reads the record and applies
+// the record rules to it (storekit.ApplyMark), which settle a duplicate, a
+// conflict or a live owner without a write or a lock; the read is what the
+// claim statement's third branch would return, from the same kind of
+// snapshot, for a third of its server time (BENCH.md). A record the marker
+// may take over (expired, released), or no record (deleted since, or its
+// transaction rolled back), goes through the claim statement in tx, which
+// writes it.
+//
+// When tx is InTx's and has not begun (pgxtx.Outside), the read runs on its
+// connection before the BEGIN: a committed record that settles the marker
+// settles it in any transaction, so a redelivery then costs that one round
+// trip, and the transaction, never begun, none (a rollback of nothing).
 func (s *Store) markExisting(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest) (idem.Claim, error) {
+	var q querier = tx
+	if conn := pgxtx.Outside(tx); conn != nil {
+		q = conn
+	}
 	var rr rowRecord
-	err := tx.QueryRow(ctx, s.sql.get, n.Key.Scope, n.Key.StoredID()).Scan(rr.dest()...)
+	err := q.QueryRow(ctx, s.sql.get, n.Key.Scope, n.Key.StoredID()).Scan(rr.dest()...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -215,9 +236,9 @@ var ErrRerun = pgxtx.ErrRerun
 // A deferred marker that finds its key recorded costs the transaction a
 // wasted batch, its rollback and a rerun, and runs the handler's first
 // statement for nothing. So a key the store marked lately (recentKeys) is
-// not deferred: Mark sends its marker first, as the one statement that
-// inserts or reads, and the redelivery costs two round trips without the
-// handler ever starting. Nor is any key while more than a quarter of the
+// not deferred: Mark reads its record first, before the transaction begins,
+// and the redelivery costs that one round trip without the handler ever
+// starting. Nor is any key while more than a quarter of the
 // store's recent markers of other keys met recorded ones (redeliveries): a
 // consumer restarting from an old offset, a queue redelivering after an
 // outage.
