@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -289,32 +290,56 @@ func BenchmarkSweepWhileClaiming(b *testing.B) {
 // BenchmarkRedeliveries measures a redelivery storm: idem.DoTx on keys that
 // are all recorded already, at 8 workers, with the marker ahead of the
 // handler (default) and with Options.MarkWithFirstStatement, interleaved
-// round by round. Each round redelivers 1000 messages in each mode. Metrics
-// are duplicates per second and first/default.
+// round by round. Each round redelivers 1000 messages in each mode. The
+// keys were recorded by the store that meets them again (marked=here: a
+// lost acknowledgement, a broker's redelivery) or by another store on the
+// same table (marked=elsewhere: a consumer restarted, a partition moved).
+// Metrics are duplicates per second and first/default.
 func BenchmarkRedeliveries(b *testing.B) {
+	for _, elsewhere := range []bool{false, true} {
+		name := "marked=here"
+		if elsewhere {
+			name = "marked=elsewhere"
+		}
+		b.Run(name, func(b *testing.B) { benchRedeliveries(b, elsewhere) })
+	}
+}
+
+func benchRedeliveries(b *testing.B, elsewhere bool) {
 	stores := []*postgres.Store{newStore(b, postgres.Options{}), newStore(b, postgres.Options{MarkWithFirstStatement: true})}
 	const perRound = 1000
 	ops := make([]func(ctx context.Context, seq int64) error, len(stores))
 	for i, s := range stores {
 		insert := newCharges(b, s)
-		g, err := idem.New(s, idem.Options{Scope: "billing"})
-		if err != nil {
-			b.Fatal(err)
-		}
 		var dup atomic.Bool
-		ops[i] = func(ctx context.Context, seq int64) error {
-			id := fmt.Sprintf("m-%d", seq%perRound)
-			res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, insert, id)
-				return nil, err
-			})
-			if err == nil && res.Outcome != idem.OutcomeDuplicate && dup.Load() {
-				err = fmt.Errorf("%s: %v, want a duplicate", id, res.Outcome)
+		op := func(s *postgres.Store) func(ctx context.Context, seq int64) error {
+			g, err := idem.New(s, idem.Options{Scope: "billing"})
+			if err != nil {
+				b.Fatal(err)
 			}
-			return err
+			return func(ctx context.Context, seq int64) error {
+				id := fmt.Sprintf("m-%d", seq%perRound)
+				res, err := idem.DoTx(ctx, g, idem.Message{ID: id, Payload: []byte(id)}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+					_, err := tx.Exec(ctx, insert, id)
+					return nil, err
+				})
+				if err == nil && res.Outcome != idem.OutcomeDuplicate && dup.Load() {
+					err = fmt.Errorf("%s: %v, want a duplicate", id, res.Outcome)
+				}
+				return err
+			}
 		}
+		ops[i] = op(s)
 		runWorkers(b, perRound, ops[i]) // record every key
 		dup.Store(true)
+		if elsewhere {
+			opts := postgres.Options{Table: strings.ReplaceAll(s.Table(), `"`, ""), MarkWithFirstStatement: i == 1}
+			again, err := postgres.New(testPool(b), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ops[i] = op(again)
+		}
 	}
 	took := make([]time.Duration, len(ops))
 	b.ResetTimer()

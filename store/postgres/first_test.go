@@ -95,6 +95,65 @@ func TestMarkRoundTrips(t *testing.T) {
 	}
 }
 
+// Without MarkWithFirstStatement, a run of redeliveries the store did not
+// mark (a consumer restarting from an old offset) costs its first markers
+// the insert, the read and the rollback; once recorded keys are common, the
+// insert that reads; once they are most, the read alone, before any
+// transaction. New keys after the run bring back the insert alone.
+func TestMarkDuringARunOfRedeliveries(t *testing.T) {
+	f := newTripsFixture(t, true)
+	ctx := context.Background()
+	do := func(id string) (idem.Outcome, string) {
+		t.Helper()
+		f.trips.take()
+		var calls int
+		var errs []error
+		res, err := idem.DoTx(ctx, f.g, idem.Message{ID: id}, f.insert(id, &calls, &errs))
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return res.Outcome, strings.Join(f.trips.take(), " ")
+	}
+	for i := range 60 {
+		do(fmt.Sprintf("old-%d", i))
+	}
+	f.renew(t)
+	const (
+		insertThenRead = "BEGIN+INSERT SELECT ROLLBACK"
+		insertOrRead   = "BEGIN+WITH ROLLBACK"
+		readAlone      = "SELECT"
+	)
+	steps := []string{insertThenRead, insertOrRead, readAlone}
+	var at [3]int // the redelivery where each way began
+	step := 0
+	for i := range 60 {
+		outcome, trips := do(fmt.Sprintf("old-%d", i))
+		if outcome != idem.OutcomeDuplicate {
+			t.Fatalf("redelivery %d: %v, want a duplicate", i, outcome)
+		}
+		for step < len(steps)-1 && trips != steps[step] && trips == steps[step+1] {
+			step++
+			at[step] = i
+		}
+		if trips != steps[step] {
+			t.Fatalf("redelivery %d: round trips %q, want %q", i, trips, steps[step])
+		}
+	}
+	if step != 2 || at[1] > 12 || at[2] > 30 {
+		t.Fatalf("a run of 60 redeliveries: the insert that reads from the %dth, the read alone from the %dth (reached %d); want within 12 and 30", at[1], at[2], step)
+	}
+	for i := range 60 {
+		outcome, trips := do(fmt.Sprintf("new-%d", i))
+		if outcome != idem.OutcomeProcessed {
+			t.Fatalf("new key %d: %v", i, outcome)
+		}
+		if trips == "BEGIN+INSERT INSERT UPDATE COMMIT" {
+			return
+		}
+	}
+	t.Fatal("60 new keys after the run of redeliveries: the marker never went as the insert alone")
+}
+
 // The conformance suite with a store that remembers no key it marked: every
 // redelivery's marker is the insert alone, then the read.
 func TestConformanceTxForgetMarks(t *testing.T) {
@@ -118,7 +177,9 @@ func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 // marked lately (so a steady 10% of redeliveries of its own keys never
 // starts a handler), defers every other one, and once recorded keys come in
 // a run that it did not mark (a consumer restarting from an old offset)
-// sends the marker first for all, deferring again once new keys are back.
+// sends the marker first for all, then, once most keys come out recorded,
+// reads each record before the transaction begins; it defers again once
+// new keys are back.
 func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 	f := newFirstFixture(t)
 	ctx := context.Background()
@@ -147,10 +208,11 @@ func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 	}
 	// A restart, then a run of redeliveries: each deferred marker misses
 	// and its run reads the record; the store stops deferring within a
-	// dozen, and sends the marker first, reading in the insert's statement,
-	// for the rest of the run.
+	// dozen, and sends the marker first, reading in the insert's statement;
+	// from the point where most markers met recorded keys, it reads the
+	// record alone, with no transaction, for the rest of the run.
 	f.renew(t)
-	first := -1
+	first, read := -1, -1
 	for i := range 60 {
 		trips := do(fmt.Sprintf("steady-%d", 5*i)) // each a first delivery above
 		switch {
@@ -159,16 +221,26 @@ func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 		case first >= 0 && deferred(trips):
 			t.Fatalf("redelivery %d of a run: %q, deferred again after %d sent first", i, trips, i-first)
 		}
+		got := strings.Join(trips, " ")
+		if first >= 0 && read < 0 && got == "SELECT" {
+			read = i
+		}
 		want := "BEGIN+INSERT+INSERT ROLLBACK SELECT"
-		if first >= 0 {
+		switch {
+		case read >= 0:
+			want = "SELECT"
+		case first >= 0:
 			want = "BEGIN+WITH ROLLBACK"
 		}
-		if got := strings.Join(trips, " "); got != want {
+		if got != want {
 			t.Fatalf("redelivery %d of a run: %q, want %q", i, got, want)
 		}
 	}
 	if first < 0 || first > 12 {
 		t.Fatalf("a run of 60 redeliveries: the first marker sent first was the %dth, want one within 12", first)
+	}
+	if read < 0 || read > 30 {
+		t.Fatalf("a run of 60 redeliveries: the first read alone was the %dth, want one within 30", read)
 	}
 	// New keys after the run: the store defers again within 60.
 	for i := range 60 {

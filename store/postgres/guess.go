@@ -13,7 +13,9 @@ import (
 // nothing (markNewOrGet), one round trip for a redelivery at about a fifth
 // more server time for a new key (BENCH.md); and, before InTx's transaction
 // begins, the read alone, outside it, which settles a redelivery in one
-// round trip with no transaction, and costs a new key a round trip more.
+// round trip with no transaction, and costs a new key a round trip more
+// (for the keys the store marked lately, and for all while most keys come
+// out recorded).
 // With Options.MarkWithFirstStatement it also chooses whether to defer the
 // marker, which pays for a new key and costs a redelivery its handler's
 // first statement, a rollback and a rerun. Both choices rest on a guess of
@@ -90,6 +92,13 @@ const (
 	// about 0.04). A run of recorded keys crosses it after about nine in
 	// a row, and about 35 new keys after the run bring it back under.
 	rareBelow = redeliveryOne / 4
+	// mostlyFrom is the share from which recorded keys count as most:
+	// a marker in a transaction that has not begun then reads the record
+	// first, outside it, which saves a recorded key a round trip (the read
+	// settles it with no transaction) and costs a new one a round trip (the
+	// read finds nothing, then the marker goes with BEGIN): it pays above
+	// a half. A run of recorded keys crosses it after about 22 in a row.
+	mostlyFrom = redeliveryOne / 2
 )
 
 // observe counts one marker's outcome: recorded is true when its key was
@@ -109,3 +118,6 @@ func (r *redeliveries) observe(recorded bool) {
 
 // rare reports whether recorded keys have been rare lately.
 func (r *redeliveries) rare() bool { return r.share.Load() < rareBelow }
+
+// mostly reports whether most keys have been recorded lately.
+func (r *redeliveries) mostly() bool { return r.share.Load() >= mostlyFrom }

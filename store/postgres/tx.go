@@ -52,15 +52,17 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 // path of duplicates, which skip their business writes anyway) and decides
 // by the record rules: a duplicate, a conflict or a live owner costs that
 // read and nothing else; only a record the marker may take over (expired or
-// released) costs the claim statement (see the package doc) on top. A key
-// the store marked lately (see guess.go), in a transaction of InTx that has
-// not begun, is read first, outside it: a duplicate then costs that one
-// round trip and no transaction at all, and a key found unrecorded or
-// expired is marked by the claim statement, which begins the transaction.
-// A key guessed recorded otherwise (recorded keys have been common among the
-// store's other markers), or the store's key in a transaction already
-// begun, goes as one statement that inserts or, inserting nothing, reads
-// the record, so that its duplicate costs one round trip.
+// released) costs the claim statement (see the package doc) on top.
+//
+// A key guessed recorded (see guess.go) goes otherwise. In a transaction of
+// InTx that has not begun, a key the store marked lately, or any key while
+// most of the store's other markers have met recorded keys, is read first,
+// outside the transaction: a duplicate then costs that one round trip and
+// no transaction at all, and a key found unrecorded or expired is marked by
+// the claim statement, which begins the transaction. A key guessed recorded
+// otherwise (recorded keys common, but not most), or in a transaction
+// already begun, goes as one statement that inserts or, inserting nothing,
+// reads the record, so that its duplicate costs one round trip.
 //
 // When another open transaction has just written the same key, Mark waits
 // for it: if it commits, Mark reports ClaimDuplicate (the caller skips its
@@ -74,13 +76,13 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 	if m, ok := pgxtx.Missed(tx).(missedMark); ok && m.key == n.Key {
 		// This transaction's first run deferred the marker of this key
 		// (DeferMark), which inserted nothing.
-		return s.markExisting(ctx, tx, n)
+		return s.markExisting(ctx, tx, n, false)
 	}
 	recent := s.recent.has(n.Key)
-	if recent && pgxtx.Outside(tx) != nil {
+	if (recent || s.redeliveries.mostly()) && pgxtx.Outside(tx) != nil {
 		// Most likely a redelivery, and InTx's transaction has not begun:
 		// markExisting reads the record before it does.
-		return s.markExisting(ctx, tx, n)
+		return s.markExisting(ctx, tx, n, !recent)
 	}
 	if recent || !s.redeliveries.rare() {
 		return s.markOrRead(ctx, tx, n, !recent)
@@ -94,7 +96,7 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		return s.marked(n), nil
 	}
 	s.redeliveries.observe(true)
-	return s.markExisting(ctx, tx, n)
+	return s.markExisting(ctx, tx, n, false)
 }
 
 // marked returns the claim of a marker that inserted n's key and notes the
@@ -165,13 +167,18 @@ func (s *Store) markOrRead(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest, 
 // connection before the BEGIN: a committed record that settles the marker
 // settles it in any transaction, so a redelivery then costs that one round
 // trip, and the transaction, never begun, none (a rollback of nothing).
-func (s *Store) markExisting(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest) (idem.Claim, error) {
+// observe counts whether the read found a record in the estimate of
+// redeliveries.
+func (s *Store) markExisting(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest, observe bool) (idem.Claim, error) {
 	var q querier = tx
 	if conn := pgxtx.Outside(tx); conn != nil {
 		q = conn
 	}
 	var rr rowRecord
 	err := q.QueryRow(ctx, s.sql.get, n.Key.Scope, n.Key.StoredID()).Scan(rr.dest()...)
+	if observe && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+		s.redeliveries.observe(err == nil)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
