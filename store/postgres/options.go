@@ -62,8 +62,8 @@ type Options struct {
 	// the ordinary path. Only the markers of keys guessed new are
 	// deferred: a key the Store marked lately (a redelivery, most likely)
 	// and every key while many of its recent markers met recorded keys (a
-	// consumer restarting from an old offset) have the marker sent first,
-	// so their handlers never start.
+	// consumer restarting from an old offset) have their record read or
+	// their marker sent first, so their handlers never start.
 	//
 	// Only DoTx defers its marker; Mark, MarkBatch and idem.MarkTx always
 	// answer at once.
