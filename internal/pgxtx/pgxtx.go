@@ -28,18 +28,38 @@ import (
 // where Defer refuses (and Missed tells a statement that changed no row);
 // the first run's error is dropped. See Defer.
 func Run(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	first := &lazyTx{conn: conn, opts: opts, deferOK: true}
+	return RunNoting(ctx, conn, opts, fn, nil)
+}
+
+// RunNoting is Run, calling notDone with the note that fn left with Note on
+// a transaction that did not commit (fn failed, the commit failed, or the
+// transaction was run again), if fn left one. A commit whose answer was
+// lost may have committed: a note is a hint, never a record.
+func RunNoting(ctx context.Context, conn *pgx.Conn, opts pgx.TxOptions, fn func(ctx context.Context, tx pgx.Tx) error, notDone func(note uint64)) error {
+	first := &lazyTx{conn: conn, opts: opts, deferOK: true, notDone: notDone}
 	rerun, err := run(ctx, first, fn)
 	if rerun {
-		_, err = run(ctx, &lazyTx{conn: conn, opts: opts, missed: first.found}, fn)
+		_, err = run(ctx, &lazyTx{conn: conn, opts: opts, missed: first.found, notDone: notDone}, fn)
 	}
 	return err
+}
+
+// Note leaves v (not 0) with tx, a transaction of RunNoting, for its
+// notDone should the transaction not commit; a later note replaces an
+// earlier one. Nothing for any other pgx.Tx.
+func Note(tx pgx.Tx, v uint64) {
+	if t, ok := tx.(*lazyTx); ok {
+		t.note = v
+	}
 }
 
 func run(ctx context.Context, tx *lazyTx, fn func(ctx context.Context, tx pgx.Tx) error) (rerun bool, err error) {
 	defer func() {
 		if rerr := tx.Rollback(ctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) && err == nil {
 			err = rerr
+		}
+		if (err != nil || rerun) && tx.note != 0 && tx.notDone != nil {
+			tx.notDone(tx.note)
 		}
 	}()
 	ferr := fn(ctx, tx)
@@ -157,9 +177,11 @@ type lazyTx struct {
 	closed  bool   // committed or rolled back before anything began
 	deferOK bool   // Defer may queue a statement
 	pending *Deferred
-	poison  error // set when the deferred statement did not apply
-	found   any   // what this run's deferred statement found when it did not apply
-	missed  any   // in a rerun, what the first run's deferred statement found (Missed)
+	poison  error        // set when the deferred statement did not apply
+	found   any          // what this run's deferred statement found when it did not apply
+	missed  any          // in a rerun, what the first run's deferred statement found (Missed)
+	note    uint64       // Note's
+	notDone func(uint64) // RunNoting's
 }
 
 var _ pgx.Tx = (*lazyTx)(nil)

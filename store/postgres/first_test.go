@@ -22,8 +22,9 @@ import (
 // its record before the transaction begins: one round trip, no transaction.
 // One it did not mark (after a restart: a new store) costs the insert, the
 // read and the rollback. A key the store marked in a transaction that then
-// rolled back is read, found missing, and marked by the claim statement; a
-// key reused with other content is a conflict, from the read alone.
+// rolled back is forgotten: its retry is marked as a new key's. One whose
+// record is gone is read, found missing, and marked by the claim statement.
+// A key reused with other content is a conflict, from the read alone.
 func TestMarkRoundTrips(t *testing.T) {
 	f := newTripsFixture(t, true)
 	ctx := context.Background()
@@ -87,11 +88,62 @@ func TestMarkRoundTrips(t *testing.T) {
 	if err != nil || res.Outcome != idem.OutcomeProcessed {
 		t.Fatalf("retry of the rolled back key: %v, %v; want processed", res.Outcome, err)
 	}
-	if trips := strings.Join(f.trips.take(), " "); trips != "SELECT BEGIN+WITH INSERT UPDATE COMMIT" {
-		t.Fatalf("retry of the rolled back key: round trips %q, want the read, then the claim statement with BEGIN", trips)
+	if trips := strings.Join(f.trips.take(), " "); trips != "BEGIN+INSERT INSERT UPDATE COMMIT" {
+		t.Fatalf("retry of the rolled back key: round trips %q, want a new key's", trips)
 	}
 	if n := f.rows(t, "order-2"); n != 1 {
 		t.Fatalf("ledger has %d rows for order-2, want 1", n)
+	}
+
+	// A key the store marked whose record is gone (an operator deleted it,
+	// or the sweep after its retention): the read finds nothing, and the
+	// claim statement marks it, beginning the transaction.
+	if _, err := f.pool.Exec(ctx, `DELETE FROM `+f.table+` WHERE id = 'order-2'`); err != nil {
+		t.Fatal(err)
+	}
+	f.trips.take()
+	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, f.insert("order-2", &calls, &stmtErrs))
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("the key whose record was deleted: %v, %v; want processed", res.Outcome, err)
+	}
+	if trips := strings.Join(f.trips.take(), " "); trips != "SELECT BEGIN+WITH INSERT UPDATE COMMIT" {
+		t.Fatalf("the key whose record was deleted: round trips %q, want the read, then the claim statement with BEGIN", trips)
+	}
+}
+
+// A deferred marker that went in with a handler that then failed rolls
+// back with it: the store forgets it marked the key, and the retry is
+// deferred again as a new key's, not read first as a redelivery.
+func TestMarkWithFirstStatementForgetsARolledBackKey(t *testing.T) {
+	f := newFirstFixture(t)
+	ctx := context.Background()
+	failed := errors.New("the handler failed after its statement")
+	var (
+		calls    int
+		stmtErrs []error
+	)
+	insert := f.insert("order-9", &calls, &stmtErrs)
+	_, err := idem.DoTx(ctx, f.g, idem.Message{ID: "order-9"}, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		if _, err := insert(ctx, tx); err != nil {
+			return nil, err
+		}
+		return nil, failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("failing handler: %v", err)
+	}
+	if trips := strings.Join(f.trips.take(), " "); trips != "BEGIN+INSERT+INSERT ROLLBACK" {
+		t.Fatalf("failing handler: round trips %q, want the deferred marker with its statement, then the rollback", trips)
+	}
+	res, err := idem.DoTx(ctx, f.g, idem.Message{ID: "order-9"}, insert)
+	if err != nil || res.Outcome != idem.OutcomeProcessed {
+		t.Fatalf("retry: %v, %v; want processed", res.Outcome, err)
+	}
+	if trips := strings.Join(f.trips.take(), " "); trips != "BEGIN+INSERT+INSERT UPDATE COMMIT" {
+		t.Fatalf("retry: round trips %q, want a new key's, deferred", trips)
+	}
+	if calls != 2 || f.rows(t, "order-9") != 1 {
+		t.Fatalf("handler ran %d times, ledger has %d rows; want 2 runs, 1 row", calls, f.rows(t, "order-9"))
 	}
 }
 

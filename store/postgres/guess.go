@@ -28,7 +28,7 @@ import (
 const recentSlots = 1 << 15
 
 // recentKeys is a lossy set of the keys whose marker a Store inserted
-// lately: a direct-mapped table of their 64-bit hashes, where a later key
+// lately (and forgets one whose transaction of InTx did not commit): a direct-mapped table of their 64-bit hashes, where a later key
 // overwrites an earlier one of the same slot, so it remembers up to the
 // last few ten thousand. A key found there is most likely a redelivery (a
 // lost acknowledgement, a producer's retry): its marker reads the record
@@ -49,11 +49,22 @@ func (r *recentKeys) hash(k idem.Key) uint64 {
 	return maphash.Comparable(r.seed, k) | 1
 }
 
-// add notes k as marked.
-func (r *recentKeys) add(k idem.Key) {
-	if r != nil {
-		h := r.hash(k)
-		r.slots[h&(recentSlots-1)].Store(h)
+// add notes k as marked, and returns its hash for forget (0 when r is
+// nil).
+func (r *recentKeys) add(k idem.Key) uint64 {
+	if r == nil {
+		return 0
+	}
+	h := r.hash(k)
+	r.slots[h&(recentSlots-1)].Store(h)
+	return h
+}
+
+// forget takes back the note of add that returned h, unless a later key
+// took its slot: the transaction that marked the key did not commit.
+func (r *recentKeys) forget(h uint64) {
+	if r != nil && h != 0 {
+		r.slots[h&(recentSlots-1)].CompareAndSwap(h, 0)
 	}
 }
 

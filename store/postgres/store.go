@@ -29,6 +29,7 @@ type Store struct {
 	redeliveries redeliveries        // the estimated share of markers whose key is recorded (see redeliveries)
 	batchInRC    atomic.Bool         // batches' upserts in READ COMMITTED transactions (see batchGroup)
 	recent       *recentKeys         // the keys of the store's latest markers (a hint, see recentKeys)
+	forget       func(h uint64)      // recent.forget, for InTx's transactions that do not commit
 	deferAll     bool                // tests: DeferMark defers every marker it can
 }
 
@@ -52,8 +53,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table),
-		recent: newRecentKeys()}, nil
+	s := &Store{pool: pool, opts: opts, names: n, sql: buildStatements(n.table), recent: newRecentKeys()}
+	s.forget = s.recent.forget
+	return s, nil
 }
 
 // Table returns the quoted, possibly schema-qualified table name, for

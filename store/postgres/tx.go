@@ -39,7 +39,10 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	// A connection released inside a transaction (a failed rollback) is
 	// closed by the pool, never reused.
 	defer c.Release()
-	return pgxtx.Run(ctx, c.Conn(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+	// A key marked in a transaction that then does not commit is not
+	// recorded: the store forgets it marked it (see recentKeys), so that
+	// its retry is not taken for a redelivery.
+	return pgxtx.RunNoting(ctx, c.Conn(), pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn, s.forget)
 }
 
 // Mark implements idem.TxStore: it writes a completed marker for req.Key
@@ -93,18 +96,19 @@ func (s *Store) Mark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest) (ide
 		return idem.Claim{}, wrapErr("mark", err)
 	case tag.RowsAffected() == 1:
 		s.redeliveries.observe(false)
-		return s.marked(n), nil
+		return s.marked(tx, n), nil
 	}
 	s.redeliveries.observe(true)
 	return s.markExisting(ctx, tx, n, false)
 }
 
-// marked returns the claim of a marker that inserted n's key and notes the
-// key as recent. The row just inserted is the fresh record the request
+// marked returns the claim of a marker that inserted n's key in tx and
+// notes the key as recent (and on tx, so that InTx forgets it should tx not
+// commit). The row just inserted is the fresh record the request
 // describes: it is built here rather than read back (RETURNING the record
 // cost the server about 12 µs of a 50 µs marker, see BENCH.md).
-func (s *Store) marked(n idem.ClaimRequest) idem.Claim {
-	s.recent.add(n.Key)
+func (s *Store) marked(tx pgx.Tx, n idem.ClaimRequest) idem.Claim {
+	pgxtx.Note(tx, s.recent.add(n.Key))
 	c, _ := storekit.ApplyMark(nil, n)
 	return c
 }
@@ -143,7 +147,7 @@ func (s *Store) markOrRead(ctx context.Context, tx pgx.Tx, n idem.ClaimRequest, 
 		s.redeliveries.observe(!inserted)
 	}
 	if inserted {
-		return s.marked(n), nil
+		return s.marked(tx, n), nil
 	}
 	if found {
 		if c, ok := resolve(false, rr.record(), false, n, true); ok {
@@ -197,7 +201,7 @@ type missedMark struct{ key idem.Key }
 
 // settleDeferred is the pgxtx.Deferred.Settle of the deferred marker of
 // key (markNew).
-func (s *Store) settleDeferred(key idem.Key) func(rows pgx.Rows) (bool, any, error) {
+func (s *Store) settleDeferred(tx pgx.Tx, key idem.Key) func(rows pgx.Rows) (bool, any, error) {
 	return func(rows pgx.Rows) (bool, any, error) {
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -208,7 +212,7 @@ func (s *Store) settleDeferred(key idem.Key) func(rows pgx.Rows) (bool, any, err
 		if !inserted {
 			return false, missedMark{key: key}, nil
 		}
-		s.recent.add(key)
+		pgxtx.Note(tx, s.recent.add(key))
 		return true, nil, nil
 	}
 }
@@ -257,7 +261,7 @@ func (s *Store) DeferMark(ctx context.Context, tx pgx.Tx, req idem.ClaimRequest)
 	if err != nil {
 		return idem.Claim{}, false, err
 	}
-	if !pgxtx.Defer(tx, pgxtx.Deferred{SQL: s.sql.markNew, Args: recordArgs(n), Settle: s.settleDeferred(n.Key)}) {
+	if !pgxtx.Defer(tx, pgxtx.Deferred{SQL: s.sql.markNew, Args: recordArgs(n), Settle: s.settleDeferred(tx, n.Key)}) {
 		return idem.Claim{}, false, nil
 	}
 	c, _ := storekit.ApplyMark(nil, n)
