@@ -83,13 +83,8 @@ func TestMarkRoundTrips(t *testing.T) {
 	if !errors.Is(err, failed) {
 		t.Fatalf("failing handler: %v, %v", res.Outcome, err)
 	}
-	f.trips.take()
-	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, f.insert("order-2", &calls, &stmtErrs))
-	if err != nil || res.Outcome != idem.OutcomeProcessed {
-		t.Fatalf("retry of the rolled back key: %v, %v; want processed", res.Outcome, err)
-	}
-	if trips := strings.Join(f.trips.take(), " "); trips != "BEGIN+INSERT INSERT UPDATE COMMIT" {
-		t.Fatalf("retry of the rolled back key: round trips %q, want a new key's", trips)
+	if outcome, trips := f.deliver(t, "order-2"); outcome != idem.OutcomeProcessed || strings.Join(trips, " ") != "BEGIN+INSERT INSERT UPDATE COMMIT" {
+		t.Fatalf("retry of the rolled back key: %v, round trips %q; want processed, a new key's", outcome, trips)
 	}
 	if n := f.rows(t, "order-2"); n != 1 {
 		t.Fatalf("ledger has %d rows for order-2, want 1", n)
@@ -101,13 +96,8 @@ func TestMarkRoundTrips(t *testing.T) {
 	if _, err := f.pool.Exec(ctx, `DELETE FROM `+f.table+` WHERE id = 'order-2'`); err != nil {
 		t.Fatal(err)
 	}
-	f.trips.take()
-	res, err = idem.DoTx(ctx, f.g, idem.Message{ID: "order-2"}, f.insert("order-2", &calls, &stmtErrs))
-	if err != nil || res.Outcome != idem.OutcomeProcessed {
-		t.Fatalf("the key whose record was deleted: %v, %v; want processed", res.Outcome, err)
-	}
-	if trips := strings.Join(f.trips.take(), " "); trips != "SELECT BEGIN+WITH INSERT UPDATE COMMIT" {
-		t.Fatalf("the key whose record was deleted: round trips %q, want the read, then the claim statement with BEGIN", trips)
+	if outcome, trips := f.deliver(t, "order-2"); outcome != idem.OutcomeProcessed || strings.Join(trips, " ") != "SELECT BEGIN+WITH INSERT UPDATE COMMIT" {
+		t.Fatalf("the key whose record was deleted: %v, round trips %q; want processed, the read, then the claim statement with BEGIN", outcome, trips)
 	}
 }
 
@@ -154,17 +144,10 @@ func TestMarkWithFirstStatementForgetsARolledBackKey(t *testing.T) {
 // transaction. New keys after the run bring back the insert alone.
 func TestMarkDuringARunOfRedeliveries(t *testing.T) {
 	f := newTripsFixture(t, true)
-	ctx := context.Background()
 	do := func(id string) (idem.Outcome, string) {
 		t.Helper()
-		f.trips.take()
-		var calls int
-		var errs []error
-		res, err := idem.DoTx(ctx, f.g, idem.Message{ID: id}, f.insert(id, &calls, &errs))
-		if err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-		return res.Outcome, strings.Join(f.trips.take(), " ")
+		outcome, trips := f.deliver(t, id)
+		return outcome, strings.Join(trips, " ")
 	}
 	for i := range 60 {
 		do(fmt.Sprintf("old-%d", i))
@@ -234,16 +217,10 @@ func TestConformanceTxMarkWithFirstStatement(t *testing.T) {
 // new keys are back.
 func TestMarkWithFirstStatementFallsBackDuringARunOfRedeliveries(t *testing.T) {
 	f := newFirstFixture(t)
-	ctx := context.Background()
 	do := func(id string) []string {
 		t.Helper()
-		f.trips.take()
-		var calls int
-		var errs []error
-		if _, err := idem.DoTx(ctx, f.g, idem.Message{ID: id}, f.insert(id, &calls, &errs)); err != nil {
-			t.Fatalf("%s: %v", id, err)
-		}
-		return f.trips.take()
+		_, trips := f.deliver(t, id)
+		return trips
 	}
 	deferred := func(trips []string) bool { return len(trips) > 0 && trips[0] == "BEGIN+INSERT+INSERT" }
 	for i := range 300 {
@@ -433,6 +410,21 @@ func (f *firstFixture) rows(t *testing.T, id string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// deliver runs idem.DoTx for a message id with insert as its handler,
+// failing the test on an error, and returns the outcome and the round trips
+// it took.
+func (f *firstFixture) deliver(t *testing.T, id string) (idem.Outcome, []string) {
+	t.Helper()
+	f.trips.take()
+	var calls int
+	var errs []error
+	res, err := idem.DoTx(context.Background(), f.g, idem.Message{ID: id}, f.insert(id, &calls, &errs))
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return res.Outcome, f.trips.take()
 }
 
 // insert is a handler that writes one ledger row for id with Exec and

@@ -28,13 +28,14 @@ import (
 const recentSlots = 1 << 15
 
 // recentKeys is a lossy set of the keys whose marker a Store inserted
-// lately (and forgets one whose transaction of InTx did not commit): a direct-mapped table of their 64-bit hashes, where a later key
-// overwrites an earlier one of the same slot, so it remembers up to the
-// last few ten thousand. A key found there is most likely a redelivery (a
-// lost acknowledgement, a producer's retry): its marker reads the record
-// first (before the transaction begins, or in the insert's statement) and
-// is never deferred. Safe for concurrent use; a
-// lost update is a lost hint. A nil *recentKeys remembers nothing.
+// lately (less those whose transaction of InTx did not commit): a
+// direct-mapped table of their 64-bit hashes, where a later key overwrites
+// an earlier one of the same slot, so it remembers up to the last few ten
+// thousand. A key found there is most likely a redelivery (a lost
+// acknowledgement, a producer's retry): its marker reads the record first
+// (before the transaction begins, or in the insert's statement) and is
+// never deferred. Safe for concurrent use; a lost update is a lost hint. A
+// nil *recentKeys remembers nothing.
 type recentKeys struct {
 	seed  maphash.Seed
 	slots []atomic.Uint64

@@ -149,30 +149,29 @@ func benchHandWritten(b *testing.B, pct int) {
 	gFirst, _ := newStore("idem_first", postgres.Options{MarkWithFirstStatement: true})
 	insHand, insDefault, insFirst, insNo := charges("charges_hand"), charges("charges_default"), charges("charges_first"), charges("charges_nodedup")
 	insHandRow := charges("charges_handrow")
+	// handInbox is the hand-written inbox: pgx.BeginFunc; the marker
+	// statement mark with markArgs(id); when it inserted, the business
+	// insert; COMMIT.
+	handInbox := func(mark string, markArgs func(id string) []any, insert string) func(ctx context.Context, id string) error {
+		return func(ctx context.Context, id string) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, mark, markArgs(id)...)
+				if err != nil || tag.RowsAffected() == 0 {
+					return err
+				}
+				_, err = tx.Exec(ctx, insert, id)
+				return err
+			})
+		}
+	}
 	sides := []*side{
-		{name: "hand", charges: "charges_hand", op: func(ctx context.Context, id string) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				tag, err := tx.Exec(ctx, markHand, id)
-				if err != nil || tag.RowsAffected() == 0 {
-					return err
-				}
-				_, err = tx.Exec(ctx, insHand, id)
-				return err
-			})
-		}},
-		{name: "handrow", charges: "charges_handrow", op: func(ctx context.Context, id string) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				sum := sha256.Sum256([]byte(id))
-				now := time.Now()
-				exp := now.Add(7 * 24 * time.Hour)
-				tag, err := tx.Exec(ctx, markRow, id, hex.EncodeToString(sum[:]), rand.Int64(), now, exp, exp.Truncate(time.Second))
-				if err != nil || tag.RowsAffected() == 0 {
-					return err
-				}
-				_, err = tx.Exec(ctx, insHandRow, id)
-				return err
-			})
-		}},
+		{name: "hand", charges: "charges_hand", op: handInbox(markHand, func(id string) []any { return []any{id} }, insHand)},
+		{name: "handrow", charges: "charges_handrow", op: handInbox(markRow, func(id string) []any {
+			sum := sha256.Sum256([]byte(id))
+			now := time.Now()
+			exp := now.Add(7 * 24 * time.Hour)
+			return []any{id, hex.EncodeToString(sum[:]), rand.Int64(), now, exp, exp.Truncate(time.Second)}
+		}, insHandRow)},
 		{name: "default", charges: "charges_default", op: doTx(gDefault, insDefault)},
 		{name: "first", charges: "charges_first", op: doTx(gFirst, insFirst)},
 		{name: "nodedup", charges: "charges_nodedup", op: func(ctx context.Context, id string) error {

@@ -29,7 +29,7 @@ type Store struct {
 	redeliveries redeliveries        // the estimated share of markers whose key is recorded (see redeliveries)
 	batchInRC    atomic.Bool         // batches' upserts in READ COMMITTED transactions (see batchGroup)
 	recent       *recentKeys         // the keys of the store's latest markers (a hint, see recentKeys)
-	forget       func(h uint64)      // recent.forget, for InTx's transactions that do not commit
+	forget       func(h uint64)      // recent.forget, for InTx's transactions that do not commit (made once: a method value per transaction is an allocation)
 	deferAll     bool                // tests: DeferMark defers every marker it can
 }
 
