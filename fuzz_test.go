@@ -1,6 +1,8 @@
 package idem_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"regexp"
@@ -9,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/store/memory"
 )
 
 // Fuzz targets for the parsers of untrusted input in the root package: the
@@ -205,6 +208,11 @@ func FuzzFingerprints(f *testing.F) {
 				t.Fatalf("%s: fingerprint %q is not 64 hex digits", name, fp)
 			}
 		}
+		// The payload's fingerprint is its SHA-256 in lower-case hex, as
+		// every version of idem stored it.
+		if fp, _ := idem.PayloadFingerprint(m); fp != hexSHA256(payload) {
+			t.Fatalf("payload fingerprint %q, want %q", fp, hexSHA256(payload))
+		}
 		// Only the chosen field counts: the object holding it alone
 		// (its raw value as decoded) has the same fingerprint.
 		var obj map[string]json.RawMessage
@@ -231,6 +239,53 @@ func FuzzFingerprints(f *testing.F) {
 			if idem.Fingerprint([]byte(headerValue), payload) == idem.Fingerprint([]byte(headerValue+string(payload[:1])), payload[1:]) {
 				t.Fatalf("Fingerprint did not change when a byte moved across parts")
 			}
+		}
+	})
+}
+
+func hexSHA256(b []byte) string {
+	d := sha256.Sum256(b)
+	return hex.EncodeToString(d[:])
+}
+
+// FuzzKeyValidate holds Key.Validate, and the guard's check of the ids it
+// extracts, to the rules as written: a scope neither empty nor longer
+// than MaxScopeLen; an id not blank; both valid UTF-8 without NUL.
+func FuzzKeyValidate(f *testing.F) {
+	for _, id := range []string{"m-1", "", " ", "\t\n", "\u00a0", "a\x00", "\x00", "é", "é\x00", "\xff", "a\xffb", " x ", "\u0085", "\x7f"} {
+		f.Add("scope", id)
+	}
+	f.Add("", "id")
+	f.Add("s\x00", "id")
+	f.Add("\xc3", "id")
+	f.Fuzz(func(t *testing.T, scope, id string) {
+		text := func(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+		scopeOK := scope != "" && len(scope) <= idem.MaxScopeLen && text(scope)
+		var want error
+		switch {
+		case !scopeOK:
+			want = idem.ErrInvalidKey
+		case strings.TrimSpace(id) == "":
+			want = idem.ErrNoKey
+		case !text(id):
+			want = idem.ErrInvalidKey
+		}
+		err := idem.Key{Scope: scope, ID: id}.Validate()
+		if (err == nil) != (want == nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("Key{%q, %q}.Validate() = %v, want %v", scope, id, err, want)
+		}
+		// A guard checks its scope once and each message's id: the same
+		// answer as Validate's.
+		if !scopeOK {
+			return
+		}
+		g, gerr := idem.New(memory.New(), idem.Options{Scope: scope})
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		_, err = g.Key(idem.Message{ID: id})
+		if (err == nil) != (want == nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("Guard.Key(%q) = %v, want %v", id, err, want)
 		}
 	})
 }

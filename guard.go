@@ -75,8 +75,8 @@ func (g *Guard) Key(m Message) (Key, error) {
 		}
 		return Key{Scope: g.opts.Scope}, err
 	}
-	k := Key{Scope: g.opts.Scope, ID: id}
-	return k, k.Validate()
+	// The scope is the guard's, checked by New (or With).
+	return Key{Scope: g.opts.Scope, ID: id}, validID(id)
 }
 
 // Fingerprint computes the fingerprint of m.

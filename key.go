@@ -82,12 +82,46 @@ func (k Key) Validate() error {
 		return invalidKey("empty scope (set Options.Scope to the consumer's identity)")
 	case len(k.Scope) > MaxScopeLen:
 		return invalidKey("scope longer than %d bytes", MaxScopeLen)
-	case !utf8.ValidString(k.Scope) || strings.ContainsRune(k.Scope, 0):
+	case !isText(k.Scope):
 		return invalidKey("scope is not valid UTF-8 text")
-	case strings.TrimSpace(k.ID) == "":
+	}
+	return validID(k.ID)
+}
+
+// validID is Validate's check of the id: a guard's own scope was checked
+// once, by New, and only the id of each message is checked (Guard.Key).
+func validID(id string) error {
+	switch {
+	case isBlank(id):
 		return noKey("empty id")
-	case !utf8.ValidString(k.ID) || strings.ContainsRune(k.ID, 0):
-		return invalidKey("id is not valid UTF-8 text (%d bytes)", len(k.ID))
+	case !isText(id):
+		return invalidKey("id is not valid UTF-8 text (%d bytes)", len(id))
 	}
 	return nil
+}
+
+// isText reports whether s is valid UTF-8 without a NUL byte, in one pass
+// over the ASCII text ids almost always are.
+func isText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 0:
+			return false
+		case c >= utf8.RuneSelf:
+			// In valid UTF-8, a NUL byte is the NUL rune alone.
+			rest := s[i:]
+			return utf8.ValidString(rest) && strings.IndexByte(rest, 0) < 0
+		}
+	}
+	return true
+}
+
+// isBlank reports whether s is empty or white space alone
+// (strings.TrimSpace(s) == ""), at once for an id that starts with a
+// printable ASCII byte.
+func isBlank(s string) bool {
+	if len(s) > 0 && s[0] > ' ' && s[0] < utf8.RuneSelf {
+		return false
+	}
+	return strings.TrimSpace(s) == ""
 }
