@@ -42,7 +42,7 @@ func cloudEventsBinary(m Message) (source, id string, found bool, err error) {
 		if id == "" && source == "" && spec == "" {
 			continue
 		}
-		if strings.TrimSpace(id) == "" || strings.TrimSpace(source) == "" {
+		if isBlank(id) || isBlank(source) {
 			return "", "", false, invalidKey("CloudEvent in binary mode (%sspecversion=%q) lacks source or id", p, spec)
 		}
 		return source, id, true, nil

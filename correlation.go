@@ -38,6 +38,9 @@ func HeaderCorrelation(name string) CorrelationFunc {
 //
 // It allocates nothing: the guard calls it for every message.
 func TraceID(tp string) string {
+	if tp == "" {
+		return "" // most messages: no traceparent header
+	}
 	version, rest, _ := strings.Cut(strings.TrimSpace(tp), "-")
 	id, rest, _ := strings.Cut(rest, "-")
 	if len(version) != 2 || len(id) != 32 || !strings.Contains(rest, "-") || strings.Trim(id, "0") == "" {

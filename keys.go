@@ -14,7 +14,7 @@ type KeyFunc func(Message) (string, error)
 
 // MessageID uses the producer-assigned Message.ID. It is the default.
 func MessageID(m Message) (string, error) {
-	if strings.TrimSpace(m.ID) == "" {
+	if isBlank(m.ID) {
 		return "", noKey("message has no producer-assigned id")
 	}
 	return m.ID, nil
@@ -25,7 +25,7 @@ func MessageID(m Message) (string, error) {
 func HeaderKey(name string) KeyFunc {
 	return func(m Message) (string, error) {
 		v := m.Header(name)
-		if strings.TrimSpace(v) == "" {
+		if isBlank(v) {
 			return "", noKey("header %q is missing or empty", name)
 		}
 		return v, nil
@@ -51,7 +51,7 @@ func JSONFieldsKey(fields ...string) KeyFunc {
 			if err != nil {
 				return "", invalidKey("JSON field %q: %v", f, err)
 			}
-			if strings.TrimSpace(s) == "" {
+			if isBlank(s) {
 				return "", noKey("JSON field %q is empty", f)
 			}
 			parts[i] = s
