@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"sync"
 	"time"
 )
 
@@ -54,11 +55,13 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 	tickets := make([]*Ticket, len(msgs))
 	slab := make([]Ticket, len(msgs)) // one allocation for the batch's tickets
 	b := &ticketBatch{g: g}
+	sc := getBatchScratch(len(msgs))
+	defer putBatchScratch(sc)
 	var (
-		reqs = make([]ClaimRequest, 0, len(msgs))
-		idx  = make([]int, 0, len(msgs))
-		seen = newIDSet(len(msgs)) // the stored ids claimed (every key is in g's scope)
-		now  = g.opts.Clock()      // one instant for the whole batch
+		reqs = sc.reqs
+		idx  = sc.idx
+		seen = &sc.seen       // the stored ids claimed (every key is in g's scope)
+		now  = g.opts.Clock() // one instant for the whole batch
 	)
 	for i, m := range msgs {
 		t := &slab[i]
@@ -74,6 +77,7 @@ func (g *Guard) ClaimBatch(ctx context.Context, msgs []Message) ([]*Ticket, erro
 		reqs = append(reqs, g.claimRequestAt(t.key, t.fp, now))
 		idx = append(idx, i)
 	}
+	sc.reqs, sc.idx = reqs, idx // for putBatchScratch to clear
 	if len(reqs) == 0 {
 		return tickets, nil
 	}
@@ -181,13 +185,60 @@ type idSet struct {
 // idSeed hashes the ids of every batch.
 var idSeed = maphash.MakeSeed()
 
-// newIDSet returns an empty set for up to n ids.
-func newIDSet(n int) idSet {
+// reset makes s a set for up to n ids, in its own room when that is
+// enough: s is empty (putBatchScratch cleared it) or new.
+func (s *idSet) reset(n int) {
 	size := 8
 	for size < 2*n {
 		size <<= 1
 	}
-	return idSet{slots: make([]string, size), mask: uint64(size - 1)}
+	if cap(s.slots) >= size {
+		s.slots = s.slots[:size]
+	} else {
+		s.slots = make([]string, size)
+	}
+	s.mask = uint64(size - 1)
+}
+
+// batchScratch is what a batch claim needs only until the store answers:
+// its requests (about 200 bytes a message), their messages' places and
+// the set of its ids. A consumer claims a batch every poll, and these
+// were half of the bytes each message allocated on its way through the
+// guard, and a large object to clear for every batch of a few hundred;
+// they are kept for the next batch instead. A store does not keep the
+// requests once ClaimBatch returns (storekit.BatchStore).
+type batchScratch struct {
+	reqs []ClaimRequest
+	idx  []int
+	seen idSet
+}
+
+var batchScratchPool sync.Pool
+
+// maxScratch is the largest batch whose scratch is kept: a batch of
+// thousands is rare, and its room would be held by the pool in every
+// later batch.
+const maxScratch = 4096
+
+func getBatchScratch(n int) *batchScratch {
+	sc, _ := batchScratchPool.Get().(*batchScratch)
+	if sc == nil || cap(sc.reqs) < n {
+		sc = &batchScratch{reqs: make([]ClaimRequest, 0, n), idx: make([]int, 0, n)}
+	}
+	sc.seen.reset(n)
+	return sc
+}
+
+// putBatchScratch keeps sc for the next batch, its strings cleared so that
+// it holds no message's memory.
+func putBatchScratch(sc *batchScratch) {
+	if cap(sc.reqs) > maxScratch {
+		return
+	}
+	clear(sc.reqs)
+	clear(sc.seen.slots)
+	sc.reqs, sc.idx = sc.reqs[:0], sc.idx[:0]
+	batchScratchPool.Put(sc)
 }
 
 // add reports whether id is in the set already, and adds it when not.

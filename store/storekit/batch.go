@@ -13,6 +13,10 @@ import (
 // batch must be distinct: a batch that repeats one is refused whole, nothing
 // written, with CheckBatchKeys's *idem.InvalidDataError
 // (idem.ErrDuplicateKeyInBatch). Wrappers around a store forward it.
+//
+// ClaimBatch must not keep reqs, or write to them, once it returns (as
+// io.Writer must not keep p): the guard uses their room again for its next
+// batch.
 type BatchStore interface {
 	ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error)
 }

@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -560,6 +562,7 @@ func testBatch(t *testing.T, s idem.Store) {
 	for i := range 200 {
 		reqs = append(reqs, claimReq(key(fmt.Sprintf("batch-%03d", i)), "fp", T0))
 	}
+	sent := slices.Clone(reqs)
 	claims, err := idem.ClaimBatch(ctx, s, reqs)
 	if err != nil {
 		t.Fatalf("ClaimBatch: %v", err)
@@ -567,6 +570,15 @@ func testBatch(t *testing.T, s idem.Store) {
 	if len(claims) != len(reqs) {
 		t.Fatalf("ClaimBatch returned %d claims for %d requests", len(claims), len(reqs))
 	}
+	// The requests are the caller's again once ClaimBatch returns (a
+	// guard uses their room for its next batch): the store wrote nothing
+	// to them, and the claims hold nothing of them (under -race, a store
+	// still reading them would race with the clear).
+	if !reflect.DeepEqual(reqs, sent) {
+		t.Fatal("ClaimBatch changed the requests it was given")
+	}
+	clear(reqs)
+	reqs = sent
 	if claims[0].Outcome != idem.ClaimDuplicate || string(claims[0].Record.Result) != "r" {
 		t.Fatalf("batch[0] = %+v, want duplicate with result", claims[0])
 	}
