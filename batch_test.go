@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ type countingBatch struct {
 
 func (c *countingBatch) ClaimBatch(ctx context.Context, reqs []idem.ClaimRequest) ([]idem.Claim, error) {
 	c.batches++
-	c.reqs = reqs
+	c.reqs = slices.Clone(reqs) // a store keeps nothing of them (storekit.BatchStore)
 	return c.Store.ClaimBatch(ctx, reqs)
 }
 
@@ -37,6 +38,9 @@ func TestClaimBatchReadsTheClockOnce(t *testing.T) {
 	reqs := s.lastReqs()
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests", len(reqs))
+	}
+	if reqs[0].Now.IsZero() {
+		t.Fatal("the request has no time")
 	}
 	for _, r := range reqs[1:] {
 		if !r.Now.Equal(reqs[0].Now) || !r.LeaseUntil.Equal(reqs[0].LeaseUntil) || !r.ExpiresAt.Equal(reqs[0].ExpiresAt) {
