@@ -3,7 +3,9 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,5 +188,67 @@ func TestTicketKeepsPayload(t *testing.T) {
 		if err != nil || string(got) != c.want || cut != c.truncated {
 			t.Errorf("kept payload of %s: %q, %v, %v; want %q, %v", c.m.ID, got, cut, err, c.want, c.truncated)
 		}
+	}
+}
+
+// Batch claims from many goroutines at once, as a consumer's partitions
+// make them, each batch of a different size (the guard keeps a batch's
+// requests for the next one): every ticket answers for its own message,
+// and each key is processed once.
+func TestClaimBatchConcurrent(t *testing.T) {
+	g := guard(t, memory.New(), idem.Options{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := func(ctx context.Context) ([]byte, error) {
+		k, _ := idem.KeyFromContext(ctx)
+		mu.Lock()
+		runs[k.ID]++
+		mu.Unlock()
+		return nil, nil
+	}
+	const workers, batches = 8, 40
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for b := range batches {
+				var msgs []idem.Message
+				for i := range 1 + (w*7+b*3)%60 {
+					// Half of the ids are shared by every worker.
+					id := fmt.Sprintf("w%d-b%d-%d", w, b, i)
+					if i%2 == 0 {
+						id = fmt.Sprintf("shared-b%d-%d", b, i)
+					}
+					msgs = append(msgs, idem.Message{ID: id, Payload: []byte(id)})
+				}
+				tickets, err := g.ClaimBatch(ctx, msgs)
+				if err != nil || len(tickets) != len(msgs) {
+					t.Errorf("ClaimBatch = %d tickets, %v", len(tickets), err)
+					return
+				}
+				for i, tk := range tickets {
+					if tk.Key().ID != msgs[i].ID {
+						t.Errorf("ticket %d answers for %q, its message is %q", i, tk.Key().ID, msgs[i].ID)
+						return
+					}
+					res, err := tk.Do(ctx, h)
+					switch {
+					case res.Key.ID != msgs[i].ID:
+						t.Errorf("ticket %d ran %q, its message is %q", i, res.Key.ID, msgs[i].ID)
+					case err != nil && !errors.Is(err, idem.ErrInProgress):
+						t.Errorf("ticket %q: %v %v", msgs[i].ID, res.Outcome, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for id, n := range runs {
+		if n != 1 {
+			t.Fatalf("%s processed %d times", id, n)
+		}
+	}
+	if len(runs) == 0 {
+		t.Fatal("nothing processed")
 	}
 }
