@@ -78,7 +78,8 @@ func sum(write func(hash.Hash)) string {
 
 // hexString is d in lower-case hex, with one allocation (the string). It
 // runs for every message (PayloadFingerprint): a byte's two digits are
-// read as one pair, which takes half of hex.Encode's time.
+// read as one pair from a table (45-57 ns with the string, where
+// hex.Encode took 70-80, in a scratch benchmark).
 func hexString(d [sha256.Size]byte) string {
 	var buf [2 * sha256.Size]byte
 	for i, b := range d {
