@@ -57,6 +57,7 @@ func (g *Guard) With(scope string, key KeyFunc) (*Guard, error) {
 	}
 	opts.realClock = g.opts.realClock // the same Clock as g's
 	opts.payloadFP = g.opts.payloadFP // and its Fingerprint
+	opts.defaultReads = g.opts.defaultReads && key == nil
 	return &Guard{store: g.store, inbox: g.inbox, opts: opts, hb: g.hb, inMemory: g.inMemory}, nil
 }
 

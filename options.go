@@ -162,6 +162,11 @@ type Options struct {
 	// payloadFP: Fingerprint was left to its default (PayloadFingerprint),
 	// whose hex digest is in its stored form already.
 	payloadFP bool
+	// defaultReads: Key, Fingerprint and Correlation were all left to their
+	// defaults, so the guard reads of a message its ID, its payload, its
+	// CorrelationID and its traceparent header alone
+	// (claimcheck.ReadsDefaults).
+	defaultReads bool
 }
 
 func (o *Options) validate() error {
@@ -198,6 +203,7 @@ func (o *Options) validate() error {
 	if o.Stale == StaleReconcile && o.Reconcile == nil {
 		return fmt.Errorf("%w: StaleReconcile needs a Reconcile function", ErrInvalidOptions)
 	}
+	o.defaultReads = o.Key == nil && o.Fingerprint == nil && o.Correlation == nil
 	if o.Key == nil {
 		o.Key = MessageID
 	}

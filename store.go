@@ -168,6 +168,10 @@ func checkedBatch(reqs []ClaimRequest) bool {
 func init() {
 	claimcheck.Checked = func(r ClaimRequest) bool { return r.isChecked() }
 	claimcheck.CheckedBatch = checkedBatch
+	claimcheck.ReadsDefaults = func(g any) bool {
+		gg, ok := g.(*Guard)
+		return ok && gg.opts.defaultReads
+	}
 }
 
 // ClaimOutcome says what a claim found.

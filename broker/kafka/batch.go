@@ -25,7 +25,7 @@ import (
 type ahead struct {
 	rec *kgo.Record
 	t   *idem.Ticket
-	im  idem.Message // MessageOf(rec), which the claim was made with
+	im  idem.Message // c.message(rec), which the claim was made with
 }
 
 // claimsAhead reports whether the consumer claims in batches: the store
@@ -72,7 +72,7 @@ func (c *Consumer) runAhead(ctx context.Context, p *partition, h broker.Handler[
 			p.msgsBuf = msgs // kept for the next batch: the tickets hold copies
 			msgs[0] = im
 			for i, r := range recs[1:] {
-				msgs[i+1] = MessageOf(r)
+				msgs[i+1] = c.message(r)
 			}
 			ts, err := c.g.ClaimBatch(ctx, msgs)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/broker"
+	"github.com/idemgo/idem/internal/claimcheck"
 )
 
 // Consumer consumes a group's partitions through an idem.Guard: the effect
@@ -32,6 +33,10 @@ type Consumer struct {
 	// each under its ticket (see batch.go); else each record is claimed
 	// in its turn.
 	batch bool
+	// lite: the guard reads of a message only what guardMessage keeps
+	// (claimcheck.ReadsDefaults), and no handler of this package sees the
+	// message, so records are read with guardMessage, not MessageOf.
+	lite bool
 
 	ran atomic.Bool
 
@@ -96,6 +101,7 @@ func NewConsumer(cl *kgo.Client, g *idem.Guard, h Handler, opts Options) (*Consu
 		return nil, err
 	}
 	c.batch = batch
+	c.lite = claimcheck.ReadsDefaults != nil && claimcheck.ReadsDefaults(g)
 	if err := register(cl, c); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,8 @@
 // storekit.CheckBatchKeys the keys of a batch the guard found distinct. It is a
 // link between the two packages, not an API: idem cannot import storekit,
 // which imports idem. It also lets package store/memory tell idem that a
-// store is in memory (InMemory).
+// store is in memory (InMemory), and a broker adapter ask idem what of a
+// message a guard reads (ReadsDefaults).
 package claimcheck
 
 // Checked is a func(idem.ClaimRequest) bool, set by package idem as it
@@ -27,3 +28,12 @@ var CheckedBatch any
 // made it, and nothing of it waits on the context after that). A store
 // wrapping one is not known to be in memory, and is bounded as any other.
 var InMemory func(store any) bool
+
+// ReadsDefaults is a func(*idem.Guard) bool (taking any), set by package
+// idem: true when the guard's Key, Fingerprint and Correlation options were
+// all left to their defaults, so that of a message it reads only the ID,
+// the payload, the CorrelationID and the traceparent header (through
+// Message.Header). A consumer whose handler hands the message to nobody
+// else can then leave out the rest of the headers, whose map was a
+// visible share of a record's cost (broker/kafka).
+var ReadsDefaults func(g any) bool
