@@ -42,27 +42,53 @@ func MessageOf(rec *kgo.Record) idem.Message {
 		b.Write(h.Value)
 	}
 	all, at := b.String(), 0
-	// The ID and the content type are read in the same pass: the content
-	// type as m.Header would read it, the header of that exact name
-	// first, else one named so in another case.
-	var exact, folded bool
 	for _, h := range rec.Headers {
 		v := all[at : at+len(h.Value)]
 		at += len(h.Value)
-		if _, ok := m.Headers[h.Key]; ok {
-			continue
-		}
-		m.Headers[h.Key] = v
-		switch {
-		case h.Key == DefaultKeyHeader:
-			m.ID = v
-		case h.Key == "content-type":
-			m.ContentType, exact = v, true
-		case !exact && !folded && strings.EqualFold(h.Key, "content-type"):
-			m.ContentType, folded = v, true
+		if _, ok := m.Headers[h.Key]; !ok {
+			m.Headers[h.Key] = v
 		}
 	}
+	// Each header found is the first of its name: its value in the map.
+	id, ct, _ := guardHeaders(rec.Headers)
+	if id >= 0 {
+		m.ID = m.Headers[DefaultKeyHeader]
+	}
+	if ct >= 0 {
+		m.ContentType = m.Headers[rec.Headers[ct].Key]
+	}
 	return m
+}
+
+// guardHeaders finds in hs the headers that MessageOf and guardMessage
+// read beside the map: id, the first DefaultKeyHeader; ct and tp, the
+// content type and the traceparent as Message.Header reads them, the first
+// header of that exact name, else the first one so named in another case.
+// -1 for a header not found.
+func guardHeaders(hs []kgo.RecordHeader) (id, ct, tp int) {
+	id, ct, tp = -1, -1, -1
+	var ctExact, tpExact bool
+	for i := range hs {
+		switch k := hs[i].Key; {
+		case k == DefaultKeyHeader:
+			if id < 0 {
+				id = i
+			}
+		case k == "content-type":
+			if !ctExact {
+				ct, ctExact = i, true
+			}
+		case k == "traceparent":
+			if !tpExact {
+				tp, tpExact = i, true
+			}
+		case ct < 0 && strings.EqualFold(k, "content-type"):
+			ct = i
+		case tp < 0 && strings.EqualFold(k, "traceparent"):
+			tp = i
+		}
+	}
+	return id, ct, tp
 }
 
 // guardMessage is MessageOf(rec) for a guard that reads of a message only
@@ -75,37 +101,15 @@ func MessageOf(rec *kgo.Record) idem.Message {
 // of the two messages are the same (TestGuardMessage).
 func guardMessage(rec *kgo.Record) idem.Message {
 	m := idem.Message{Payload: rec.Value}
-	var id, ct, tp *kgo.RecordHeader
-	var ctExact, tpExact bool
-	for i := range rec.Headers {
-		h := &rec.Headers[i]
-		switch {
-		case h.Key == DefaultKeyHeader:
-			if id == nil {
-				id = h
-			}
-		case h.Key == "content-type":
-			if !ctExact {
-				ct, ctExact = h, true
-			}
-		case h.Key == "traceparent":
-			if !tpExact {
-				tp, tpExact = h, true
-			}
-		case ct == nil && strings.EqualFold(h.Key, "content-type"):
-			ct = h
-		case tp == nil && strings.EqualFold(h.Key, "traceparent"):
-			tp = h
-		}
+	id, ct, tp := guardHeaders(rec.Headers)
+	if id >= 0 {
+		m.ID = string(rec.Headers[id].Value)
 	}
-	if id != nil {
-		m.ID = string(id.Value)
+	if ct >= 0 {
+		m.ContentType = string(rec.Headers[ct].Value)
 	}
-	if ct != nil {
-		m.ContentType = string(ct.Value)
-	}
-	if tp != nil {
-		m.CorrelationID = idem.TraceID(string(tp.Value))
+	if tp >= 0 {
+		m.CorrelationID = idem.TraceID(string(rec.Headers[tp].Value))
 	}
 	return m
 }
