@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -81,14 +82,38 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 	defer cancelWork()
 	r := &run[M]{p: c.p, stop: stop, work: work,
 		slots: make(chan struct{}, opts.Concurrency),
-		queue: make(chan M, opts.Concurrency),
 		again: make(chan *delivery[M])}
 
-	// A fixed pool of workers: their stacks stay grown, where a goroutine
-	// per delivery would grow a fresh stack through the guard each time.
-	for range opts.Concurrency {
-		r.wg.Add(1)
-		go r.worker()
+	// One delivery at a time (Concurrency 1, the default): Run handles
+	// each delivery itself, on the goroutine that receives. It could
+	// receive nothing while a worker handled one anyway (the one slot is
+	// taken), and the hand-over to a worker and back was two goroutine
+	// switches a delivery. A delivery held in progress elsewhere waits
+	// apart and is claimed again by a worker (Run may be in Receive then),
+	// so the first such hold starts the one worker, which handles every
+	// delivery from then on.
+	//
+	// So that a shutdown is as prompt as with workers while a handler
+	// runs on Run's goroutine, what Run does once ctx ends runs as ctx
+	// ends: the count to ShutdownTimeout starts, and what a Drainer
+	// buffered is given back, unless Run is in Receive (it then drains as
+	// Receive returns).
+	var spare *delivery[M] // the inline deliveries'
+	if opts.Concurrency == 1 {
+		var late atomic.Pointer[time.Timer]
+		shutdown := context.AfterFunc(ctx, func() {
+			late.Store(time.AfterFunc(opts.ShutdownTimeout, cancelWork))
+			r.drainUnlessReceiving()
+		})
+		defer func() {
+			if !shutdown() {
+				if t := late.Load(); t != nil {
+					t.Stop()
+				}
+			}
+		}()
+	} else {
+		r.startWorkers(opts.Concurrency)
 	}
 	var runErr error
 	for runErr == nil {
@@ -111,11 +136,22 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 				break more
 			}
 		}
+		if !r.receiving(true) {
+			<-r.slots
+			break // ctx ended, and what the Drainer held was given back
+		}
 		msgs, err := c.t.Receive(ctx, n)
+		r.receiving(false)
 		for range n - min(len(msgs), n) {
 			<-r.slots
 		}
 		for _, m := range msgs[:min(len(msgs), n)] {
+			if r.queue == nil {
+				if spare = r.deliver(m, spare); r.held {
+					r.startWorkers(1)
+				}
+				continue
+			}
 			r.queue <- m // never blocks: the slots bound the deliveries queued
 		}
 		for _, m := range msgs[min(len(msgs), n):] {
@@ -131,14 +167,10 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 		}
 	}
 	stopRun()
-	close(r.queue)
-	if dr := c.p.caps.drainer; dr != nil {
-		dctx, cancel := context.WithTimeout(work, settleTimeout)
-		for _, m := range dr.Drain(dctx) {
-			r.giveBack(m)
-		}
-		cancel()
+	if r.queue != nil {
+		close(r.queue)
 	}
+	r.drainOnce()
 	t := time.AfterFunc(opts.ShutdownTimeout, cancelWork)
 	r.wg.Wait()
 	t.Stop()
@@ -151,9 +183,81 @@ type run[M any] struct {
 	stop  <-chan struct{}   // closed when receiving ends
 	work  context.Context   // handlers' parent: ends ShutdownTimeout after stop
 	slots chan struct{}     // a slot per delivery received and not yet handled
-	queue chan M            // received, waiting for a worker
+	queue chan M            // received, waiting for a worker (nil inline: Concurrency 1)
 	again chan *delivery[M] // held in progress elsewhere, to be claimed again
 	wg    sync.WaitGroup
+
+	// Concurrency 1: Run handles deliveries itself (queue nil) until the
+	// first held one (held) starts a worker.
+	held bool
+
+	mu      sync.Mutex // Run in Receive, and the Drainer drained
+	inRecv  bool
+	drained bool
+}
+
+// startWorkers starts n workers and their queue. A fixed pool of workers:
+// their stacks stay grown, where a goroutine per delivery would grow a
+// fresh stack through the guard each time.
+func (r *run[M]) startWorkers(n int) {
+	r.queue = make(chan M, cap(r.slots))
+	for range n {
+		r.wg.Add(1)
+		go r.worker()
+	}
+}
+
+// receiving marks Run as in Receive (on) or out of it. Turning it on
+// fails once the Drainer was drained: receiving has ended.
+func (r *run[M]) receiving(on bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on && r.drained {
+		return false
+	}
+	r.inRecv = on
+	return true
+}
+
+// drainUnlessReceiving drains the Drainer as ctx ends, unless Run is in
+// Receive: a Drainer is never drained while it receives, and Run drains
+// it itself once Receive returns.
+func (r *run[M]) drainUnlessReceiving() {
+	r.mu.Lock()
+	if r.inRecv || r.drained {
+		r.mu.Unlock()
+		return
+	}
+	r.drained = true
+	r.wg.Add(1) // before Run can wait: it drains (or waits) under mu first
+	r.mu.Unlock()
+	defer r.wg.Done()
+	r.drain()
+}
+
+// drainOnce drains the Drainer unless that was done as ctx ended.
+func (r *run[M]) drainOnce() {
+	r.mu.Lock()
+	done := r.drained
+	r.drained = true
+	r.mu.Unlock()
+	if !done {
+		r.drain()
+	}
+}
+
+// drain gives back what the transport's Drainer buffered, received but
+// not started (a last allowed delivery among it is handled instead).
+func (r *run[M]) drain() {
+	dr := r.p.caps.drainer
+	if dr == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(r.work, settleTimeout)
+	defer cancel()
+	for _, m := range dr.Drain(dctx) {
+		r.giveBack(m)
+	}
 }
 
 func (r *run[M]) worker() {
@@ -167,28 +271,35 @@ func (r *run[M]) worker() {
 			if !ok {
 				return
 			}
-			if isClosed(r.stop) {
-				// Shutdown began as m was received: it goes back unstarted.
-				r.giveBack(m)
-				<-r.slots
-				continue
-			}
-			d := spare
-			if d == nil {
-				d = new(delivery[M])
-			}
-			spare = nil
-			r.p.begin(d, r.work, m)
-			if r.handle(d) {
-				spare = d
-			}
-			<-r.slots
+			spare = r.deliver(m, spare)
 		case d := <-r.again:
 			if r.handle(d) {
 				spare = d
 			}
 		}
 	}
+}
+
+// deliver handles m, received with a slot taken for it, and frees the
+// slot. It returns the delivery to reuse for the next one: d, or the one
+// m was handled in when it was settled here (a worker's, or Run's inline).
+func (r *run[M]) deliver(m M, spare *delivery[M]) *delivery[M] {
+	if isClosed(r.stop) {
+		// Shutdown began as m was received: it goes back unstarted.
+		r.giveBack(m)
+		<-r.slots
+		return spare
+	}
+	d := spare
+	if d == nil {
+		d = new(delivery[M])
+	}
+	r.p.begin(d, r.work, m)
+	if !r.handle(d) {
+		d = nil // another goroutine's now
+	}
+	<-r.slots
+	return d
 }
 
 // handle claims d until it is settled or held in progress elsewhere; a
@@ -214,7 +325,10 @@ func (r *run[M]) handle(d *delivery[M]) (settled bool) {
 			}
 			return r.finish(d)
 		default:
-			r.wg.Add(1) // the calling worker is still counted: never from zero
+			r.wg.Add(1) // the calling worker (or Run) is still counted: never from zero
+			if r.queue == nil {
+				r.held = true // on Run's goroutine, handling inline
+			}
 			go r.hold(d, wait)
 			return false
 		}
