@@ -307,7 +307,7 @@ func (g *Guard) afterClaim(ctx context.Context, r *run, key Key, fingerprint str
 			hs.Sub(sent).Round(time.Millisecond), g.opts.Lease)}
 	}
 	if r == nil {
-		r, _ = g.newRun(ctx)
+		r = g.newSettledRun(ctx) // a ticket's: claimed with its batch
 	}
 	r.token = token
 	value, herr, lost := g.runLeased(r, key, h, sent)

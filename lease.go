@@ -326,6 +326,25 @@ func (g *Guard) newRun(ctx context.Context) (*run, *callCtx) {
 	return &sr.run, &sr.claim
 }
 
+// settleRun is a run with the context of its complete alone, for a run
+// whose claim was made before it (a batch's ticket) on a store that is not
+// in memory: 256 bytes, where a storeRun is 320.
+type settleRun struct {
+	run    run
+	settle callCtx
+}
+
+// newSettledRun is newRun for a claim made already (a ticket's): no claim
+// context.
+func (g *Guard) newSettledRun(ctx context.Context) *run {
+	if g.inMemory {
+		return &run{g: g, outer: ctx}
+	}
+	sr := &settleRun{run: run{g: g, outer: ctx}}
+	sr.run.settle = &sr.settle
+	return &sr.run
+}
+
 // settleCtx is Guard.settleCtx for the complete after r's handler returned
 // at now, in r's own memory: nil for a store in memory, whose calls
 // Guard.complete runs under context.Background.
