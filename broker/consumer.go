@@ -137,7 +137,9 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 			}
 		}
 		if !r.receiving(true) {
-			<-r.slots
+			for range n {
+				<-r.slots
+			}
 			break // ctx ended, and what the Drainer held was given back
 		}
 		msgs, err := c.t.Receive(ctx, n)
