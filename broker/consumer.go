@@ -149,9 +149,7 @@ func (c *Consumer[M]) Run(ctx context.Context) error {
 		}
 		for _, m := range msgs[:min(len(msgs), n)] {
 			if r.queue == nil {
-				if spare = r.deliver(m, spare); r.held {
-					r.startWorkers(1)
-				}
+				spare = r.deliver(m, spare)
 				continue
 			}
 			r.queue <- m // never blocks: the slots bound the deliveries queued
@@ -188,10 +186,6 @@ type run[M any] struct {
 	queue chan M            // received, waiting for a worker (nil inline: Concurrency 1)
 	again chan *delivery[M] // held in progress elsewhere, to be claimed again
 	wg    sync.WaitGroup
-
-	// Concurrency 1: Run handles deliveries itself (queue nil) until the
-	// first held one (held) starts a worker.
-	held bool
 
 	mu      sync.Mutex // Run in Receive, and the Drainer drained
 	inRecv  bool
@@ -329,7 +323,11 @@ func (r *run[M]) handle(d *delivery[M]) (settled bool) {
 		default:
 			r.wg.Add(1) // the calling worker (or Run) is still counted: never from zero
 			if r.queue == nil {
-				r.held = true // on Run's goroutine, handling inline
+				// On Run's goroutine, handling inline (Concurrency 1): d
+				// comes back on again, which a worker takes, since Run
+				// may be in Receive then. The one worker handles every
+				// delivery from now on.
+				r.startWorkers(1)
 			}
 			go r.hold(d, wait)
 			return false
